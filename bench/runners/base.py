@@ -1,0 +1,138 @@
+"""The runner interface: prepare a model, time it, describe the environment.
+
+Every target (local ONNX Runtime, LiteRT on host or board, the Vela cost model, TensorRT,
+a remote bench agent) implements :class:`Runner`. ``bench`` never talks to a target in any
+other way, so adding a target means adding one module here and one line in ``RUNNERS``.
+"""
+from __future__ import annotations
+
+import importlib
+import statistics
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, Sequence
+
+__all__ = ["Runner", "Prepared", "Timing", "RunnerError", "RUNNERS", "get_runner", "timing_from_runs"]
+
+
+class RunnerError(RuntimeError):
+    """A runner could not prepare or time a model (message says why, precisely)."""
+
+
+@dataclass
+class Prepared:
+    """A model made ready to run on the target (session, interpreter, engine, handle)."""
+
+    handle: Any
+    model_format: str  # "onnx" | "tflite"
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Statistics of one measurement, all in milliseconds.
+
+    ``median_ms`` is the value models are trained on; ``p10_ms``/``p90_ms`` and ``mad_ms``
+    describe dispersion; ``n`` is the number of timed runs (1 for cost models).
+    """
+
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    mad_ms: float
+    mean_ms: float
+    std_ms: float
+    min_ms: float
+    n: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _quantile(xs: Sequence[float], q: float) -> float:
+    s = sorted(xs)
+    if len(s) == 1:
+        return s[0]
+    pos = q * (len(s) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def timing_from_runs(runs_ms: Sequence[float]) -> Timing:
+    """Summarise the per-run times of one measurement."""
+    if not runs_ms:
+        raise RunnerError("no timed runs")
+    med = statistics.median(runs_ms)
+    mad = statistics.median(abs(x - med) for x in runs_ms)
+    return Timing(
+        median_ms=med,
+        p10_ms=_quantile(runs_ms, 0.10),
+        p90_ms=_quantile(runs_ms, 0.90),
+        mad_ms=mad,
+        mean_ms=statistics.fmean(runs_ms),
+        std_ms=statistics.pstdev(runs_ms) if len(runs_ms) > 1 else 0.0,
+        min_ms=min(runs_ms),
+        n=len(runs_ms),
+    )
+
+
+class Runner(ABC):
+    """A target that times models.
+
+    Subclasses set ``name``, ``model_format`` (what :meth:`prepare` accepts) and
+    ``provenance`` ("measured" for real hardware, "estimated" for cost models).
+    """
+
+    name: ClassVar[str]
+    model_format: ClassVar[str] = "onnx"
+    provenance: ClassVar[str] = "measured"
+
+    @abstractmethod
+    def prepare(self, model: bytes) -> Prepared:
+        """Load/compile serialized model bytes for timing. Raise :class:`RunnerError`."""
+
+    @abstractmethod
+    def time(self, prepared: Prepared, *, warmup: int, runs: int) -> Timing:
+        """Run ``warmup`` untimed then ``runs`` timed inferences; return their statistics."""
+
+    @abstractmethod
+    def environment(self) -> dict[str, Any]:
+        """Runner name, library versions, host, threads/affinity, precision, provenance."""
+
+    def per_layer(self, prepared: Prepared) -> dict[str, float]:
+        """Per-node times (ms) from the target's own profiler, when it has one."""
+        raise RunnerError(f"runner {self.name!r} has no per-layer profiler")
+
+    def close(self) -> None:  # pragma: no cover - default no-op
+        pass
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+#: name -> "module:Class". Modules are imported lazily so optional extras stay optional.
+RUNNERS: dict[str, str] = {
+    "onnxruntime": "bench.runners.onnxruntime_runner:OnnxRuntimeRunner",
+    "litert": "bench.runners.litert_runner:LiteRTRunner",
+    "vela": "bench.runners.vela_runner:VelaRunner",
+    "tensorrt": "bench.runners.tensorrt_runner:TensorRTRunner",
+    "agent": "bench.runners.agent_runner:AgentRunner",
+}
+
+
+def get_runner(name: str, **options: Any) -> Runner:
+    """Instantiate a runner by name with runner-specific options."""
+    try:
+        target = RUNNERS[name]
+    except KeyError:
+        raise RunnerError(f"unknown runner {name!r}; known: {', '.join(RUNNERS)}") from None
+    mod_name, cls_name = target.split(":")
+    try:
+        mod = importlib.import_module(mod_name)
+    except ImportError as e:
+        raise RunnerError(f"runner {name!r} is not available here: {e}") from e
+    return getattr(mod, cls_name)(**options)

@@ -1,0 +1,40 @@
+import pytest
+
+from estimator.layers import LAYER_TYPES, LayerSpecError, describe, feature_vector
+
+
+def test_conv_counts_match_hand_count():
+    c = describe("conv2d", dict(h=224, w=224, c_in=3, c_out=64, k_h=7, k_w=7, s_h=2, s_w=2, bias=0))
+    assert c.output_shape == (1, 64, 112, 112)
+    assert c.macs == 112 * 112 * 64 * 3 * 49
+    assert c.params == 64 * 3 * 49
+    assert c.ops == 2 * c.macs
+
+
+def test_grouped_and_dilated_conv():
+    c = describe("conv2d", dict(h=32, w=32, c_in=64, c_out=128, k_h=3, k_w=3, groups=4, d_h=2, d_w=2))
+    assert c.output_shape == (1, 128, 32, 32)
+    assert c.macs == 32 * 32 * 128 * 16 * 9
+    assert c.features["dilation"] == 2 and c.features["groups"] == 4
+
+
+def test_every_type_has_features_in_order():
+    for t in LAYER_TYPES:
+        assert describe  # vocabulary has a spec for each type
+    v = feature_vector("dwconv2d", describe("dwconv2d", dict(h=8, w=8, c=4, k_h=3, k_w=5)).features)
+    assert len(v) == 10
+
+
+@pytest.mark.parametrize(
+    "t,params,msg",
+    [
+        ("conv2d", dict(h=2, w=2, c_in=3, c_out=4, k_h=7, k_w=7, p_t=0, p_b=0, p_l=0, p_r=0), "does not fit"),
+        ("conv2d", dict(h=8, w=8, c_in=3, c_out=4, k_h=3, k_w=3, groups=2), "groups=2"),
+        ("conv2d", dict(h=8, w=8, c_in=3, k_h=3, k_w=3), "missing parameter 'c_out'"),
+        ("nope", dict(), "unknown layer type"),
+        ("fc", dict(c_in=-1, c_out=3), ">= 1"),
+    ],
+)
+def test_bad_specs_have_precise_errors(t, params, msg):
+    with pytest.raises(LayerSpecError, match=msg):
+        describe(t, params)
