@@ -1,12 +1,16 @@
-"""``estimator`` command line (placeholder until the subcommands land)."""
+"""``estimator``: inspect networks, train device models, predict latency with confidence."""
 from __future__ import annotations
 
-import sys
+from typing import Sequence
+
+from .cliutil import run
+
+#: Subcommand modules; each exposes ``register(subparsers)``.
+COMMANDS = ["estimator.cmd_layers"]
 
 
-def main(argv: list[str] | None = None) -> int:
-    print("estimator: no subcommands yet", file=sys.stderr)
-    return 2
+def main(argv: Sequence[str] | None = None) -> int:
+    return run("estimator", __doc__.strip().split("\n")[0].split(": ", 1)[1], COMMANDS, argv)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,8 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
+from .errors import UserError
+
 COLUMNS: tuple[str, ...] = (
     "layer_type",
     "params",
@@ -50,7 +52,7 @@ COLUMNS: tuple[str, ...] = (
 _FLOAT = {c for c in COLUMNS if c.endswith("_ms")} | {"ops"}
 
 
-class DatasetError(ValueError):
+class DatasetError(UserError, ValueError):
     pass
 
 

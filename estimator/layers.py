@@ -31,6 +31,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from .errors import UserError
+
 __all__ = [
     "LayerType",
     "LayerTypeSpec",
@@ -49,7 +51,7 @@ __all__ = [
 ]
 
 
-class LayerSpecError(ValueError):
+class LayerSpecError(UserError, ValueError):
     """Raw parameters that do not describe a valid layer of the named type."""
 
 
