@@ -1,0 +1,18 @@
+"""``bench``: smart-padding latency benchmarks of layer configurations on a device."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from estimator.cliutil import run
+
+#: Subcommand modules; each exposes ``register(subparsers)``. Adding a command is adding
+#: its module name here.
+COMMANDS = ["bench.cmd_run"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run("bench", __doc__.strip().split("\n")[0].split(": ", 1)[1], COMMANDS, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,360 @@
+"""``bench run``, ``bench show`` and ``bench export``.
+
+``bench run --device NAME --runner onnxruntime`` builds the sampling plan
+(:mod:`bench.sampling`), measures it with smart padding (:mod:`bench.smartpad`) and commits
+every measurement to a SQLite database (:mod:`bench.storage`) as it is taken. Running the
+same command again resumes: what the database holds for the same environment is skipped.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import inspect
+import json
+import math
+import re
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from estimator.dataset import DatasetError, read_measurements
+from estimator.errors import UserError
+
+from .runners.base import RUNNERS, RunnerError, get_runner
+
+DB_SUFFIXES = (".sqlite", ".sqlite3", ".db")
+DEFAULT_OUT = "bench-data"
+#: Measurement protocol id, part of every environment's settings.
+PROTOCOL = "smartpad-v1"
+
+#: ``bench run`` options forwarded to the runner (flag dest -> runner keyword), only when given.
+RUNNER_OPTIONS = {
+    "agent": "agent", "token": "token", "delegate": "delegate", "accelerator_config": "accelerator_config",
+    "system_config": "system_config", "memory_mode": "memory_mode", "precision": "precision",
+    "threads": "threads", "affinity": "affinity", "graph_optimization": "graph_optimization",
+}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "run", help="measure layer configurations on a device with smart padding (resumable)",
+        description="Build the sampling plan, measure it with smart padding and commit every measurement to a "
+                    "SQLite database as it is taken. Running the same command again resumes: what the database "
+                    "already holds for the same environment is skipped, nothing is measured twice.")
+    p.add_argument("--device", required=True, help="device name (names the database and the profile)")
+    p.add_argument("--runner", default="onnxruntime", choices=sorted(RUNNERS), help="target runner (default onnxruntime)")
+    p.add_argument("--layers", default=None, help="comma-separated layer types (default: all benchable types)")
+    p.add_argument("--samples", type=int, default=1000, help="configurations per layer type (default 1000)")
+    p.add_argument("--out", default=DEFAULT_OUT,
+                   help=f"database file (*.sqlite, *.db) or directory for DEVICE.sqlite (default {DEFAULT_OUT}/)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed runs before each measurement (default 5)")
+    p.add_argument("--runs", type=int, default=20, help="timed runs per measurement (default 20)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    p.add_argument("--max-ops", type=float, default=None, help="cap on ops per layer (default: per runner)")
+    p.add_argument("--max-elems", type=int, default=None, help="cap on elements of any LUM tensor (default: per runner)")
+    p.add_argument("--retry-failed", action="store_true", help="retry configurations that failed before")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g = p.add_argument_group("runner options (passed to the runner only when given)")
+    g.add_argument("--threads", type=int, default=None, help="intra-op threads (onnxruntime default 1)")
+    g.add_argument("--affinity", default=None, help="CPU ids to pin to, e.g. 0-3,6 (onnxruntime)")
+    g.add_argument("--graph-optimization", default=None, choices=("disable", "basic", "extended", "all"),
+                   help="ONNX Runtime graph optimisation level (default all)")
+    g.add_argument("--agent", default=None, metavar="HOST:PORT", help="bench agent address (agent runner)")
+    g.add_argument("--token", default=None, help="bench agent token (agent runner)")
+    g.add_argument("--delegate", default=None, metavar="PATH", help="TFLite delegate library (litert)")
+    g.add_argument("--accelerator-config", default=None, metavar="NAME", help="Ethos-U accelerator (vela)")
+    g.add_argument("--system-config", default=None, metavar="NAME", help="Vela system config")
+    g.add_argument("--memory-mode", default=None, metavar="NAME", help="Vela memory mode")
+    g.add_argument("--precision", default=None, choices=("fp32", "fp16", "int8"), help="model precision (default fp32 for ONNX runners, int8 for TFLite runners)")
+    p.set_defaults(func=cmd_run)
+
+    s = sub.add_parser("show", help="summarise a benchmark database or exported CSV")
+    s.add_argument("dataset", help="database (*.sqlite) or exported CSV")
+    s.set_defaults(func=cmd_show)
+
+    e = sub.add_parser("export", help="export a benchmark database as a dataset CSV and/or Parquet")
+    e.add_argument("db", help="benchmark database")
+    e.add_argument("--csv", default=None, metavar="FILE", help="CSV with the dataset columns")
+    e.add_argument("--parquet", default=None, metavar="FILE", help="Parquet file (needs pyarrow)")
+    e.set_defaults(func=cmd_export)
+
+
+# ------------------------------------------------------------------------------ run
+
+
+def db_path(out: str, device: str) -> Path:
+    """``--out``: a database file (known suffix) or a directory holding ``DEVICE.sqlite``."""
+    p = Path(out)
+    if p.suffix.lower() in DB_SUFFIXES and not p.is_dir():
+        return p
+    return p / f"{device}.sqlite"
+
+
+def runner_options(runner: str, given: dict[str, Any]) -> dict[str, Any]:
+    """The given options the runner's constructor takes.
+
+    ``precision`` selects the models' precision (how they are rendered) and is forwarded
+    only to runners that take it; any other option a runner does not take is an error
+    naming the flag, rather than a silent no-op.
+    """
+    target = RUNNERS.get(runner)
+    if target is None:
+        return given
+    mod_name, cls_name = target.split(":")
+    try:
+        cls = getattr(importlib.import_module(mod_name), cls_name)
+        params = inspect.signature(cls.__init__).parameters
+    except (ImportError, AttributeError, ValueError, TypeError):
+        return given  # get_runner reports an unavailable runner precisely
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return given
+    out = {}
+    for k, v in given.items():
+        if k in params:
+            out[k] = v
+        elif k != "precision":
+            raise UserError(f"runner {runner!r} has no option --{k.replace('_', '-')}")
+    return out
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("confident-latency")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _layer_types(spec: str | None) -> list[str]:
+    from .sampling import SAMPLED_TYPES
+
+    if not spec:
+        return list(SAMPLED_TYPES)
+    types = [t.strip() for t in spec.split(",") if t.strip()]
+    bad = [t for t in types if t not in SAMPLED_TYPES]
+    if bad:
+        raise UserError(f"--layers: cannot benchmark {', '.join(bad)}; benchable: {', '.join(SAMPLED_TYPES)}")
+    return list(dict.fromkeys(types))
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    from .sampling import limits_for, make_plan
+    from .smartpad import SmartPad, default_precision
+    from .storage import Store
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", a.device):
+        raise UserError(f"--device {a.device!r}: use letters, digits, '.', '_' and '-' only")
+    if a.samples < 1 or a.runs < 1 or a.warmup < 0:
+        raise UserError("--samples and --runs must be >= 1 and --warmup >= 0")
+    types = _layer_types(a.layers)
+    opts = runner_options(a.runner, {kw: getattr(a, dest) for dest, kw in RUNNER_OPTIONS.items()
+                                     if getattr(a, dest) is not None})
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            runner = get_runner(a.runner, **opts)
+        for w in caught:
+            print(f"bench: note: {w.message}", file=sys.stderr)
+    except (RunnerError, TypeError, ValueError) as e:
+        raise UserError(f"runner {a.runner!r}: {e}") from e
+    path = db_path(a.out, a.device)
+    limits = limits_for(a.runner, max_ops=a.max_ops, max_elems=a.max_elems)
+    t0 = time.monotonic()
+    plan = make_plan(types, a.samples, seed=a.seed, limits=limits)
+    try:
+        env = runner.environment()
+        precision = a.precision or default_precision(runner.model_format)
+        settings = {"protocol": PROTOCOL, "warmup": a.warmup, "runs": a.runs, "weights_seed": 0,
+                    "model_format": runner.model_format, "precision": precision, "bench_version": _version()}
+        with Store(path) as store, _exclusive(path):
+            env_id = store.environment_id(a.device, env, settings)
+            bench = SmartPad(runner, store, env_id, warmup=a.warmup, runs=a.runs, precision=precision)
+            print(f"bench: {len(plan)} configurations ({', '.join(types)}; {a.samples} per type, seed {a.seed}, "
+                  f"max ops {limits.max_ops:.3g}) on {a.device} with {a.runner} -> {path} (env {env_id})",
+                  file=sys.stderr)
+            stats = _run_with_progress(bench, plan, a)
+            total = store.count(env_id)
+    except RunnerError as e:
+        raise UserError(f"runner {a.runner!r}: {e}") from e
+    finally:
+        runner.close()
+    dt = time.monotonic() - t0
+    print(f"measured {stats.measured} configurations ({stats.already} already present, {stats.failed} failed, "
+          f"{stats.skipped_failed} skipped as failed before) and {stats.padding_measured} padding pairs "
+          f"({stats.padding_reused} reused) in {dt:.1f} s")
+    print(f"data: {path} (env_id {env_id}, {total} rows for this environment)")
+    print(f"next: bench show {path}; bench export {path} --csv {path.with_suffix('.csv')}")
+    return 1 if stats.failed and not stats.measured and not stats.already else 0
+
+
+@contextlib.contextmanager
+def _exclusive(path: Path) -> Iterator[None]:
+    """One ``bench run`` per database at a time: two would time each other's load and
+    measure the same configurations twice. The lock (``flock`` on ``<db>.lock``) dies
+    with its process, so a killed run never blocks the resume."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    lock = path.with_name(path.name + ".lock").open("a")
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise UserError(f"{path} is in use by another bench run") from None
+        yield
+    finally:
+        lock.close()
+
+
+def _run_with_progress(bench: Any, plan: Sequence[Any], a: argparse.Namespace) -> Any:
+    from tqdm import tqdm
+
+    bars: list[Any] = []
+
+    def total(n: int) -> None:
+        bars.append(tqdm(total=n, unit="meas", disable=a.no_progress or n == 0, file=sys.stderr,
+                         dynamic_ncols=True, mininterval=0.5, smoothing=0.05))
+
+    def progress(n: int) -> None:
+        bars[-1].update(n)
+
+    def describe(text: str) -> None:
+        if bars:
+            bars[-1].set_description(text)
+
+    try:
+        return bench.run(plan, retry_failed=a.retry_failed, progress=progress, on_total=total, describe=describe)
+    finally:
+        for b in bars:
+            b.close()
+
+
+# ----------------------------------------------------------------------------- show
+
+
+def _is_sqlite(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            return f.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
+
+
+def _q(xs: Sequence[float], q: float) -> float:
+    s = sorted(xs)
+    if not s:
+        return float("nan")
+    pos = q * (len(s) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per layer type: counts, T_LUM interval widths, single-layer/T_LUM ratios."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by.setdefault(r["layer_type"], []).append(r)
+    out = []
+    for t in sorted(by):
+        rs = by[t]
+        widths = [float(r["t_lum_hi_ms"]) - float(r["t_lum_lo_ms"]) for r in rs]
+        rel = [w / abs(float(r["t_lum_ms"])) for w, r in zip(widths, rs) if float(r["t_lum_ms"]) != 0]
+        ratios = [float(r["t_single_ms"]) / float(r["t_lum_ms"]) for r in rs
+                  if r.get("t_single_ms") not in (None, "") and not math.isnan(float(r["t_single_ms"]))
+                  and float(r["t_lum_ms"]) > 0]
+        out.append({
+            "layer_type": t, "n": len(rs),
+            "t_lum_median_ms": statistics.median(float(r["t_lum_ms"]) for r in rs),
+            "width_median_ms": statistics.median(widths), "width_p90_ms": _q(widths, 0.9),
+            "rel_width_median": _q(rel, 0.5), "rel_width_p90": _q(rel, 0.9),
+            "single_over_lum_median": _q(ratios, 0.5), "single_over_lum_p10": _q(ratios, 0.1),
+            "single_over_lum_p90": _q(ratios, 0.9),
+            "nonpositive_t_lum": sum(1 for r in rs if float(r["t_lum_ms"]) <= 0),
+        })
+    return out
+
+
+def _print_summary(summary: Sequence[dict[str, Any]]) -> None:
+    hdr = ("type", "n", "T_LUM med ms", "width med ms", "width p90 ms", "rel width med", "rel width p90",
+           "T_single/T_LUM med [p10, p90]", "T_LUM<=0")
+    lines = [hdr]
+    for s in summary:
+        lines.append((s["layer_type"], str(s["n"]), f"{s['t_lum_median_ms']:.4g}", f"{s['width_median_ms']:.3g}",
+                      f"{s['width_p90_ms']:.3g}", f"{s['rel_width_median']:.3g}", f"{s['rel_width_p90']:.3g}",
+                      f"{s['single_over_lum_median']:.3g} [{s['single_over_lum_p10']:.3g}, "
+                      f"{s['single_over_lum_p90']:.3g}]", str(s["nonpositive_t_lum"])))
+    widths = [max(len(l[i]) for l in lines) for i in range(len(hdr))]
+    for l in lines:
+        print("  ".join(x.rjust(w) if i else x.ljust(w) for i, (x, w) in enumerate(zip(l, widths))))
+
+
+def _print_provenance(envs: Sequence[dict[str, Any]], counts: dict[int, int] | None = None) -> None:
+    print("provenance:")
+    for e in envs:
+        host = e.get("host") or {}
+        vers = ", ".join(f"{k} {v}" for k, v in sorted((e.get("versions") or {}).items()))
+        n = f", {counts.get(e['env_id'], 0)} rows" if counts is not None else ""
+        print(f"  env {e['env_id']}: device {e['device']}, runner {e['runner']} ({e['provenance']}), "
+              f"precision {e['precision']}, threads {e.get('threads')}, created {e['created_at']}{n}")
+        cpu = host.get("cpu_model") or host.get("processor") or host.get("machine") or "?"
+        print(f"    host {host.get('hostname', '?')}: {cpu}, {host.get('cpu_count', '?')} cores, "
+              f"{host.get('os') or host.get('system') or '?'}; device_name {e.get('device_name')}")
+        note = (e.get("environment") or {}).get("provenance_note")
+        if note:
+            print(f"    note: {note}")
+        print(f"    versions: {vers}; settings {json.dumps(e.get('settings'), sort_keys=True)}")
+
+
+def cmd_show(a: argparse.Namespace) -> int:
+    from .storage import Store, provenance_path
+
+    path = Path(a.dataset)
+    if not path.exists():
+        raise UserError(f"{path}: no such file")
+    if _is_sqlite(path):
+        with Store.open_existing(path) as store:
+            rows = store.export_rows()
+            envs = store.environments()
+            lut = {e["env_id"]: len(store.padding_lut(e["env_id"])) for e in envs}
+            failures = store.failures()
+        print(f"{path}: {len(rows)} measurements, {sum(lut.values())} padding pairs, {len(failures)} failed configs")
+    else:
+        try:
+            rows = list(read_measurements(path))
+        except (DatasetError, UnicodeDecodeError) as e:
+            raise UserError(f"{path}: not a benchmark database or dataset CSV ({e})") from e
+        side = provenance_path(path)
+        envs = json.loads(side.read_text())["environments"] if side.exists() else []
+        print(f"{path}: {len(rows)} measurements")
+        if not envs:
+            print(f"(no provenance sidecar {side.name}; rows name their runner and env_id only)")
+    counts: dict[int, int] = {}
+    for r in rows:
+        counts[int(r["env_id"])] = counts.get(int(r["env_id"]), 0) + 1
+    if rows:
+        _print_summary(summarize(rows))
+    _print_provenance(envs, counts)
+    return 0
+
+
+def cmd_export(a: argparse.Namespace) -> int:
+    from .storage import Store, export_csv, export_parquet
+
+    if not a.csv and not a.parquet:
+        raise UserError("bench export: give --csv FILE and/or --parquet FILE")
+    with Store.open_existing(a.db) as store:
+        if a.csv:
+            n, side = export_csv(store, a.csv)
+            print(f"wrote {n} rows to {a.csv} (provenance: {side})")
+        if a.parquet:
+            n, side = export_parquet(store, a.parquet)
+            print(f"wrote {n} rows to {a.parquet} (provenance: {side})")
+    return 0

@@ -1,0 +1,702 @@
+"""Framework-neutral model IR for smart-padding benchmarks (Fig. 5 of the paper), and its
+ONNX emitter.
+
+For a layer under measurement (LUM), given ``(layer_type, raw params)`` from the
+vocabulary (:mod:`estimator.layers`), three kinds of model are built:
+
+(a) :func:`single_layer_model`: the LUM alone; its inputs are graph inputs (fc: a plain
+    ``(1, c_in)`` -> ``(1, c_out)`` Gemm).
+(b) :func:`padding_model` ``(h, w, c)``: the padding-only pair. Graph input ``(1, 1, h, w)``
+    -> 1x1 conv 1 -> c + ReLU -> 1x1 conv c -> 1 + ReLU -> ``(1, 1, h, w)``.
+(c) :func:`padded_model`: 1x1 conv (1 -> c_in) + ReLU for *each* LUM input, then the LUM,
+    then 1x1 conv (c_out -> 1) + ReLU.
+
+A model is a :class:`ModelIR`: graph inputs, outputs, and a topologically ordered list of
+:class:`Op` with NCHW shapes. The ONNX emitter here (:func:`to_onnx`) and the TFLite/Keras
+emitter (``bench.tflite_models``) both render it. Weights are not part of the IR; both
+emitters draw them from :func:`make_weights` (seeded, deterministic, documented layouts)
+and feed inputs from :func:`make_inputs`.
+
+Op kinds (``Op.kind``) and their attributes
+-------------------------------------------
+``conv``        c_in, c_out, k_h, k_w, s_h, s_w, d_h, d_w, groups, pads (top, left,
+                bottom, right), bias (bool), depthwise (bool: groups == c_in and c_out a
+                multiple of c_in), padding ("same" | "valid" | "explicit": whether
+                ``pads`` equal TensorFlow SAME / VALID padding, for emitters that only
+                know those; see :func:`same_pads`)
+``gemm``        c_in, c_out, bias. Input ``(1, c_in)``, output ``(1, c_out)``.
+``maxpool``     k_h, k_w, s_h, s_w, pads, padding (as conv)
+``avgpool``     k_h, k_w, s_h, s_w, pads, padding; padded cells are excluded from the mean
+                (ONNX ``count_include_pad=0``, as TensorFlow SAME does)
+``globalpool``  mode ("avg" | "max"); output ``(1, c, 1, 1)``
+``add``/``mul`` element-wise, NumPy broadcasting of the second input
+``concat``      axis (always 1: channels)
+``resize``      h_out, w_out, mode ("nearest" | "linear" | "cubic"), coord
+                ("asymmetric" for nearest, as PyTorch/TF default; "half_pixel" otherwise)
+``act``         kind (an :data:`estimator.layers.ACTIVATION_KINDS` name), alpha, min, max
+``flatten``     NCHW ``(1, c, 1, 1)`` -> ``(1, c)``
+``reshape``     to ``Op.shape``
+
+``conv``, ``gemm``, ``add`` and ``mul`` carry an optional fused activation ``Op.act``
+(``"relu"``...). The ONNX emitter renders it as a separate node named ``<op>/act``; a
+TFLite emitter may fuse it. ``Op.role`` is ``"pad_in"``, ``"lum"``, ``"pad_out"`` or
+``"aux"`` (flatten/reshape glue). The LUM's ONNX nodes are named ``lum`` and ``lum/...``
+so per-node profiles can be matched with :meth:`ModelIR.lum_op_names` (ONNX Runtime
+renames fused nodes; :func:`bench.smartpad.lum_profile_ms` handles that).
+
+Public API for emitters: :class:`ModelIR` (``inputs``, ``outputs``: :class:`TensorSpec`
+with NCHW shapes; ``ops``: :class:`Op` in topological order; ``to_dict``/``from_dict``
+for JSON), :func:`make_weights`, :func:`make_inputs`, :func:`same_pads`; builders
+:func:`single_layer_model`, :func:`padding_model`, :func:`padded_model`; LUT keys
+:func:`padding_keys`.
+
+How each benchable type is padded (Fig. 5c) and which LUT keys it uses
+----------------------------------------------------------------------
+Padding-only pairs live in a lookup table keyed by ``(h, w, c)``. :func:`padding_keys`
+returns, for a LUM, the keys of its *input side* (one per LUM input) and its *output
+side*. Eq. 4 then uses
+
+    T_b1 = sum of LUT[k] over the input-side keys,      T_b2 = LUT[output key].
+
+With a single input this is exactly the paper. For multi-input LUMs it generalises it:
+the padded model contains one input padding conv per LUM input and one output padding
+conv, i.e. padding time ``sum_i t_in(k_i) + t_out(k_out)``, while ``T_b1`` contains
+``sum_i (t_in(k_i) + t_out(k_i))`` and ``T_b2 = t_in(k_out) + t_out(k_out)``. Under the
+paper's assumption that each pair's time splits between its two convs in proportion to
+their (equal) work, the true padding time lies between them (for two equal inputs it is
+exactly their midpoint, and so is the number of op dispatches), which is what Eq. 4
+needs.
+
+* conv2d, dwconv2d (incl. stride 2, asymmetric k_h x k_w, groups, dilation), maxpool,
+  avgpool, activation: one input. Keys: in ``(h, w, c_in)``, out ``(h_out, w_out, c_out)``.
+* add, mul with equal shapes: two inputs, each from its own pad-in conv 1 -> c reading
+  the same 1-channel graph input (so no extra data transfer). Keys: in
+  ``[(h, w, c), (h, w, c)]``, out ``(h, w, c)``.
+* add, mul with a broadcast operand (``broadcast=1``; SE-style scale ``(1, c, 1, 1)``, or
+  ``elems_b=1`` for ``(1, 1, 1, 1)``): the broadcast operand is produced at its own
+  spatial size by a pad-in conv 1 -> c (or 1 -> 1) from a second, ``(1, 1, 1, 1)`` graph
+  input, like the SE branch it stands for. Keys: in ``[(h, w, c), (1, 1, c_b)]``, out
+  ``(h, w, c)``. In the single-layer model both operands are graph inputs.
+* concat of k inputs (channels c_1..c_k): one pad-in conv 1 -> c_i per input from the
+  shared graph input. Keys: in ``[(h, w, c_i) for each i]``, out ``(h, w, sum c_i)``.
+* fc (Gemm): spatial 1x1 padding. Graph input ``(1, 1, 1, 1)`` -> conv 1 -> c_in (+ReLU)
+  -> flatten ``(1, c_in)`` -> Gemm -> reshape ``(1, c_out, 1, 1)`` -> conv c_out -> 1
+  (+ReLU). Keys: in ``(1, 1, c_in)``, out ``(1, 1, c_out)``, i.e. the same pairs as a
+  global-pool output. The flatten/reshape glue is counted in T_c (real networks have the
+  same flatten before their classifier). Only ``m = 1`` (one row) is benchable.
+* globalpool: keys in ``(h, w, c)``, out ``(1, 1, c)``. ``mode`` param: avg (default) | max.
+* resize (nearest/linear/cubic to ``h_out x w_out``): keys in ``(h, w, c)``, out
+  ``(h_out, w_out, c)``.
+
+LUM activations follow Table 2 of the paper: conv2d, dwconv2d and add carry a fused ReLU,
+fc and mul none. A raw param ``act`` (an activation name, or ``"none"``) overrides it.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from estimator.layers import (
+    ACTIVATION_KINDS,
+    RESIZE_MODES,
+    SPECS,
+    LayerSpecError,
+    LayerType,
+    describe,
+)
+
+__all__ = [
+    "Op",
+    "TensorSpec",
+    "ModelIR",
+    "PaddingKeys",
+    "HWC",
+    "OPSET",
+    "BENCHABLE_TYPES",
+    "LUM_DEFAULT_ACT",
+    "single_layer_model",
+    "padding_model",
+    "padded_model",
+    "padding_keys",
+    "lum_io_shapes",
+    "same_pads",
+    "make_weights",
+    "make_inputs",
+    "to_onnx",
+]
+
+#: ONNX opset of emitted models.
+OPSET = 17
+
+#: ``(h, w, c)``: the key of a padding-only pair.
+HWC = tuple[int, int, int]
+
+#: Types this module can build padded models for (the vocabulary's ``benchable`` types).
+BENCHABLE_TYPES: tuple[str, ...] = tuple(t for t, s in SPECS.items() if s.benchable)
+
+#: Fused activation of the LUM per type (Table 2 of the paper); raw param ``act`` overrides.
+LUM_DEFAULT_ACT: dict[str, str | None] = {
+    LayerType.CONV2D: "relu",
+    LayerType.DWCONV2D: "relu",
+    LayerType.ADD: "relu",
+    LayerType.FC: None,
+    LayerType.MUL: None,
+}
+
+#: Activation of the padding convs.
+PAD_ACT = "relu"
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A graph input or output (float32)."""
+
+    name: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operation of a :class:`ModelIR`.
+
+    ``inputs`` are tensor names (graph inputs or earlier ops' ``output``); ``shape`` is the
+    output shape (NCHW for rank 4); ``attrs`` depend on ``kind`` (module docstring).
+    """
+
+    kind: str
+    name: str
+    inputs: tuple[str, ...]
+    output: str
+    shape: tuple[int, ...]
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    act: str | None = None
+    role: str = "lum"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "name": self.name, "inputs": list(self.inputs), "output": self.output,
+                "shape": list(self.shape), "attrs": _jsonable(dict(self.attrs)), "act": self.act, "role": self.role}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Op":
+        attrs = dict(d.get("attrs", {}))
+        if "pads" in attrs:
+            attrs["pads"] = tuple(attrs["pads"])
+        return cls(d["kind"], d["name"], tuple(d["inputs"]), d["output"], tuple(d["shape"]), attrs,
+                   d.get("act"), d.get("role", "lum"))
+
+
+@dataclass(frozen=True)
+class ModelIR:
+    """A benchmark model: ``kind`` is ``"single"`` (Fig. 5a), ``"padding"`` (5b) or
+    ``"padded"`` (5c)."""
+
+    name: str
+    kind: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    ops: tuple[Op, ...]
+    layer_type: str | None = None
+    params: Mapping[str, Any] | None = None
+    pad_key: HWC | None = None  # for kind == "padding"
+
+    def lum_op_names(self) -> tuple[str, ...]:
+        """Names of the IR ops that form the LUM (their ONNX nodes are these names and
+        ``<name>/...``)."""
+        return tuple(op.name for op in self.ops if op.role == "lum")
+
+    def op(self, name: str) -> Op:
+        for o in self.ops:
+            if o.name == name:
+                return o
+        raise KeyError(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "kind": self.kind,
+            "inputs": [{"name": t.name, "shape": list(t.shape)} for t in self.inputs],
+            "outputs": [{"name": t.name, "shape": list(t.shape)} for t in self.outputs],
+            "ops": [o.to_dict() for o in self.ops],
+            "layer_type": self.layer_type,
+            "params": _jsonable(dict(self.params)) if self.params is not None else None,
+            "pad_key": list(self.pad_key) if self.pad_key else None,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ModelIR":
+        return cls(
+            d["name"], d["kind"],
+            tuple(TensorSpec(t["name"], tuple(t["shape"])) for t in d["inputs"]),
+            tuple(TensorSpec(t["name"], tuple(t["shape"])) for t in d["outputs"]),
+            tuple(Op.from_dict(o) for o in d["ops"]),
+            d.get("layer_type"), d.get("params"),
+            tuple(d["pad_key"]) if d.get("pad_key") else None,  # type: ignore[arg-type]
+        )
+
+
+@dataclass(frozen=True)
+class PaddingKeys:
+    """LUT keys of a LUM: ``T_b1 = sum(LUT[k] for k in inputs)``, ``T_b2 = LUT[output]``."""
+
+    inputs: tuple[HWC, ...]
+    output: HWC
+
+    def all(self) -> tuple[HWC, ...]:
+        """Distinct keys, in a stable order."""
+        return tuple(dict.fromkeys((*self.inputs, self.output)))
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+# ----------------------------------------------------------------------- param helpers
+
+
+def same_pads(size: int, k: int, s: int, d: int = 1) -> tuple[int, int]:
+    """TensorFlow SAME padding along one axis: (begin, end), end >= begin."""
+    out = -(-size // s)
+    total = max((out - 1) * s + (k - 1) * d + 1 - size, 0)
+    return total // 2, total - total // 2
+
+
+def _padding_name(h: int, w: int, k_h: int, k_w: int, s_h: int, s_w: int, d_h: int, d_w: int,
+                  pads: tuple[int, int, int, int]) -> str:
+    if pads == (0, 0, 0, 0):
+        return "valid"
+    (t, b), (l, r) = same_pads(h, k_h, s_h, d_h), same_pads(w, k_w, s_w, d_w)
+    if pads == (t, l, b, r):
+        return "same"
+    return "explicit"
+
+
+def _int(p: Mapping[str, Any], key: str, default: int) -> int:
+    v = p.get(key)
+    return default if v is None else int(v)
+
+
+def _window_attrs(p: Mapping[str, Any], *, dilated: bool) -> dict[str, Any]:
+    k_h, k_w = int(p["k_h"]), int(p["k_w"])
+    s_h, s_w = _int(p, "s_h", 1), _int(p, "s_w", 1)
+    d_h, d_w = (_int(p, "d_h", 1), _int(p, "d_w", 1)) if dilated else (1, 1)
+    dt, dl = d_h * (k_h - 1) // 2, d_w * (k_w - 1) // 2  # the vocabulary's default pads
+    pads = (_int(p, "p_t", dt), _int(p, "p_l", dl), _int(p, "p_b", dt), _int(p, "p_r", dl))
+    a: dict[str, Any] = dict(k_h=k_h, k_w=k_w, s_h=s_h, s_w=s_w, pads=pads)
+    if dilated:
+        a.update(d_h=d_h, d_w=d_w)
+    a["padding"] = _padding_name(int(p["h"]), int(p["w"]), k_h, k_w, s_h, s_w, d_h, d_w, pads)
+    return a
+
+
+def _concat_channels(p: Mapping[str, Any]) -> list[int]:
+    chans = p.get("channels")
+    if chans is None:
+        k = _int(p, "n_inputs", 2)
+        chans = [p[f"c_in{i + 1}"] for i in range(k)]
+    if isinstance(chans, str):
+        chans = chans.replace(",", " ").split()
+    return [int(c) for c in chans]
+
+
+def _lum_act(layer_type: str, p: Mapping[str, Any]) -> str | None:
+    if "act" in p:
+        a = p["act"]
+        if a in (None, "", "none"):
+            return None
+        if a not in ACTIVATION_KINDS or a == "other":
+            raise LayerSpecError(f"unknown activation {a!r} for param 'act'; known: "
+                                 f"{', '.join(k for k in ACTIVATION_KINDS if k != 'other')}")
+        return str(a)
+    return LUM_DEFAULT_ACT.get(layer_type)
+
+
+def _act_kind(p: Mapping[str, Any]) -> str:
+    kind = p.get("kind", "relu")
+    if not isinstance(kind, str):
+        names = {v: k for k, v in ACTIVATION_KINDS.items()}
+        kind = names.get(int(kind), "other")
+    if kind not in ACTIVATION_KINDS or kind == "other":
+        raise LayerSpecError(f"activation kind {kind!r} cannot be benchmarked; known: "
+                             f"{', '.join(k for k in ACTIVATION_KINDS if k != 'other')}")
+    return kind
+
+
+def _resize_mode(p: Mapping[str, Any]) -> str:
+    mode = p.get("mode", "nearest")
+    if not isinstance(mode, str):
+        names = {v: k for k, v in RESIZE_MODES.items()}
+        mode = names.get(int(mode), "")
+    if mode not in RESIZE_MODES:
+        raise LayerSpecError(f"resize mode {mode!r} unknown; known: {', '.join(RESIZE_MODES)}")
+    return mode
+
+
+# ------------------------------------------------------------------------- LUM building
+
+
+@dataclass(frozen=True)
+class _LumSpec:
+    """What the builders need to know about a LUM: its input shapes, its op(s)."""
+
+    input_shapes: tuple[tuple[int, int, int, int], ...]  # NCHW
+    output_shape: tuple[int, int, int, int]  # NCHW (fc: (1, c_out, 1, 1) around the gemm)
+
+
+def _check_benchable(layer_type: str, params: Mapping[str, Any]) -> None:
+    spec = SPECS.get(layer_type)
+    if spec is None:
+        describe(layer_type, params)  # raises the vocabulary's precise error
+    if not spec or not spec.benchable:
+        raise LayerSpecError(f"layer type {layer_type!r} cannot be benchmarked with smart padding; "
+                             f"benchable: {', '.join(BENCHABLE_TYPES)}")
+    if _int(params, "n", 1) != 1:
+        raise LayerSpecError(f"benchmarks run at batch 1, got n={params['n']}")
+
+
+def _lum_spec(layer_type: str, params: Mapping[str, Any]) -> _LumSpec:
+    _check_benchable(layer_type, params)
+    counts = describe(layer_type, params)  # validates and gives the output shape
+    p = params
+    t = layer_type
+    ins: tuple[tuple[int, int, int, int], ...]
+    if t == LayerType.CONV2D:
+        ins = ((1, int(p["c_in"]), int(p["h"]), int(p["w"])),)
+    elif t in (LayerType.DWCONV2D, LayerType.MAXPOOL, LayerType.AVGPOOL, LayerType.GLOBALPOOL,
+               LayerType.ACTIVATION, LayerType.RESIZE):
+        ins = ((1, int(p["c"]), int(p["h"]), int(p["w"])),)
+    elif t == LayerType.FC:
+        if _int(p, "m", 1) != 1:
+            raise LayerSpecError(f"fc with m={p['m']} rows cannot be benchmarked; only m=1 is")
+        ins = ((1, int(p["c_in"]), 1, 1),)
+        return _LumSpec(ins, (1, int(p["c_out"]), 1, 1))
+    elif t in (LayerType.ADD, LayerType.MUL):
+        c, h, w = int(p["c"]), int(p["h"]), int(p["w"])
+        bc = _int(p, "broadcast", 0)
+        if bc:
+            eb = _int(p, "elems_b", c)
+            if eb not in (c, 1):
+                raise LayerSpecError(f"broadcast operand with elems_b={eb} cannot be benchmarked; "
+                                     f"use elems_b={c} (shape (1,c,1,1)) or 1")
+            ins = ((1, c, h, w), (1, eb, 1, 1))
+        else:
+            ins = ((1, c, h, w), (1, c, h, w))
+    elif t == LayerType.CONCAT:
+        h, w = int(p["h"]), int(p["w"])
+        ins = tuple((1, c, h, w) for c in _concat_channels(p))
+    else:  # pragma: no cover - guarded by _check_benchable
+        raise LayerSpecError(f"no model builder for {t!r}")
+    out = counts.output_shape
+    return _LumSpec(ins, (int(out[0]), int(out[1]), int(out[2]), int(out[3])))
+
+
+def _lum_ops(layer_type: str, p: Mapping[str, Any], ins: Sequence[str], spec: _LumSpec,
+             out_name: str, *, single: bool = False) -> list[Op]:
+    """The LUM as IR ops, reading tensors ``ins``, writing ``out_name`` (NCHW; for a
+    single-layer fc, ``(1, c_in)`` -> ``(1, c_out)`` without flatten/reshape glue)."""
+    t = layer_type
+    shp = spec.output_shape
+    act = _lum_act(t, p)
+    if t in (LayerType.CONV2D, LayerType.DWCONV2D):
+        a = _window_attrs(p, dilated=True)
+        if t == LayerType.CONV2D:
+            c_in, c_out, g = int(p["c_in"]), int(p["c_out"]), _int(p, "groups", 1)
+        else:
+            c_in = int(p["c"])
+            c_out, g = c_in * _int(p, "multiplier", 1), c_in
+        a.update(c_in=c_in, c_out=c_out, groups=g, bias=bool(_int(p, "bias", 1)),
+                 depthwise=(g == c_in and g > 1 and c_out % c_in == 0) or (t == LayerType.DWCONV2D))
+        return [Op("conv", "lum", tuple(ins), out_name, shp, a, act)]
+    if t == LayerType.FC:
+        c_in, c_out = int(p["c_in"]), int(p["c_out"])
+        gemm_attrs = dict(c_in=c_in, c_out=c_out, bias=bool(_int(p, "bias", 1)))
+        if single:
+            return [Op("gemm", "lum", tuple(ins), out_name, (1, c_out), gemm_attrs, act)]
+        return [
+            Op("flatten", "lum/flatten_in", tuple(ins), "lum_flat", (1, c_in), {}, None, "aux"),
+            Op("gemm", "lum", ("lum_flat",), "lum_gemm", (1, c_out), gemm_attrs, act),
+            Op("reshape", "lum/reshape_out", ("lum_gemm",), out_name, shp, {}, None, "aux"),
+        ]
+    if t in (LayerType.MAXPOOL, LayerType.AVGPOOL):
+        return [Op(t, "lum", tuple(ins), out_name, shp, _window_attrs(p, dilated=False))]
+    if t == LayerType.GLOBALPOOL:
+        mode = p.get("mode", "avg")
+        if mode not in ("avg", "max"):
+            raise LayerSpecError(f"globalpool mode {mode!r} unknown; use 'avg' or 'max'")
+        return [Op("globalpool", "lum", tuple(ins), out_name, shp, {"mode": mode})]
+    if t in (LayerType.ADD, LayerType.MUL):
+        return [Op(t, "lum", tuple(ins), out_name, shp, {}, act)]
+    if t == LayerType.CONCAT:
+        return [Op("concat", "lum", tuple(ins), out_name, shp, {"axis": 1})]
+    if t == LayerType.ACTIVATION:
+        kind = _act_kind(p)
+        aa: dict[str, Any] = {"kind": kind}
+        if kind == "leakyrelu":
+            aa["alpha"] = float(p.get("alpha", 0.1))
+        elif kind == "elu":
+            aa["alpha"] = float(p.get("alpha", 1.0))
+        elif kind == "clip":
+            aa["min"], aa["max"] = float(p.get("min", -1.0)), float(p.get("max", 1.0))
+        return [Op("act", "lum", tuple(ins), out_name, shp, aa)]
+    if t == LayerType.RESIZE:
+        mode = _resize_mode(p)
+        coord = "asymmetric" if mode == "nearest" else "half_pixel"
+        return [Op("resize", "lum", tuple(ins), out_name, shp,
+                   dict(h_out=int(p["h_out"]), w_out=int(p["w_out"]), mode=mode, coord=coord))]
+    raise LayerSpecError(f"no model builder for {t!r}")  # pragma: no cover
+
+
+def _hwc_of(shape: Sequence[int]) -> HWC:
+    return int(shape[2]), int(shape[3]), int(shape[1])
+
+
+def lum_io_shapes(layer_type: str, params: Mapping[str, Any]
+                  ) -> tuple[tuple[tuple[int, int, int, int], ...], tuple[int, int, int, int]]:
+    """NCHW shapes of the LUM's inputs and output (fc: ``(1, c, 1, 1)`` around the Gemm)."""
+    s = _lum_spec(layer_type, params)
+    return s.input_shapes, s.output_shape
+
+
+def padding_keys(layer_type: str, params: Mapping[str, Any]) -> PaddingKeys:
+    """LUT keys ``(h, w, c)`` of the LUM's input side(s) and output side (Eq. 4)."""
+    s = _lum_spec(layer_type, params)
+    return PaddingKeys(tuple(_hwc_of(x) for x in s.input_shapes), _hwc_of(s.output_shape))
+
+
+def _pad_conv(name: str, inp: str, out: str, c_in: int, c_out: int, h: int, w: int, role: str) -> Op:
+    a = dict(c_in=c_in, c_out=c_out, k_h=1, k_w=1, s_h=1, s_w=1, d_h=1, d_w=1, groups=1,
+             pads=(0, 0, 0, 0), bias=True, depthwise=False, padding="valid")
+    return Op("conv", name, (inp,), out, (1, c_out, h, w), a, PAD_ACT, role)
+
+
+def _model_name(kind: str, layer_type: str, params: Mapping[str, Any]) -> str:
+    items = ",".join(f"{k}={params[k]}" for k in sorted(params))
+    return f"{kind}_{layer_type}_" + hashlib.sha1(items.encode()).hexdigest()[:10]
+
+
+def single_layer_model(layer_type: str, params: Mapping[str, Any]) -> ModelIR:
+    """Fig. 5a: the LUM alone, its inputs graph inputs."""
+    s = _lum_spec(layer_type, params)
+    shapes: Sequence[tuple[int, ...]] = s.input_shapes
+    out_shape: tuple[int, ...] = s.output_shape
+    if layer_type == LayerType.FC:  # a plain (1, c_in) -> (1, c_out) Gemm
+        shapes, out_shape = [(1, s.input_shapes[0][1])], (1, s.output_shape[1])
+    inputs = tuple(TensorSpec(f"x{i}", tuple(shp)) for i, shp in enumerate(shapes))
+    ops = _lum_ops(layer_type, params, [t.name for t in inputs], s, "y", single=True)
+    return ModelIR(_model_name("single", layer_type, params), "single", inputs,
+                   (TensorSpec("y", out_shape),), tuple(ops), layer_type, dict(params))
+
+
+def padding_model(h: int, w: int, c: int) -> ModelIR:
+    """Fig. 5b: conv 1x1 (1 -> c) + ReLU, then conv 1x1 (c -> 1) + ReLU at ``h x w``."""
+    h, w, c = int(h), int(w), int(c)
+    if min(h, w, c) < 1:
+        raise LayerSpecError(f"padding pair needs h, w, c >= 1, got {(h, w, c)}")
+    ops = (
+        _pad_conv("pad_in", "x", "pad_in_out", 1, c, h, w, "pad_in"),
+        _pad_conv("pad_out", "pad_in_out", "y", c, 1, h, w, "pad_out"),
+    )
+    return ModelIR(f"padding_{h}x{w}x{c}", "padding", (TensorSpec("x", (1, 1, h, w)),),
+                   (TensorSpec("y", (1, 1, h, w)),), ops, pad_key=(h, w, c))
+
+
+def padded_model(layer_type: str, params: Mapping[str, Any]) -> ModelIR:
+    """Fig. 5c: a pad-in conv per LUM input, the LUM, a pad-out conv."""
+    s = _lum_spec(layer_type, params)
+    graph_inputs: dict[tuple[int, int], TensorSpec] = {}
+    ops: list[Op] = []
+    lum_ins: list[str] = []
+    for i, shp in enumerate(s.input_shapes):
+        hw = (shp[2], shp[3])
+        if hw not in graph_inputs:
+            graph_inputs[hw] = TensorSpec(f"x{len(graph_inputs)}" if graph_inputs else "x", (1, 1, *hw))
+        name = "pad_in" if len(s.input_shapes) == 1 else f"pad_in{i}"
+        ops.append(_pad_conv(name, graph_inputs[hw].name, f"{name}_out", 1, shp[1], shp[2], shp[3], "pad_in"))
+        lum_ins.append(f"{name}_out")
+    ops += _lum_ops(layer_type, params, lum_ins, s, "lum_out")
+    _, c_out, h_out, w_out = s.output_shape
+    ops.append(_pad_conv("pad_out", "lum_out", "y", c_out, 1, h_out, w_out, "pad_out"))
+    return ModelIR(_model_name("padded", layer_type, params), "padded", tuple(graph_inputs.values()),
+                   (TensorSpec("y", (1, 1, h_out, w_out)),), tuple(ops), layer_type, dict(params))
+
+
+# ------------------------------------------------------------------- weights and inputs
+
+
+def _rng(seed: int, name: str) -> np.random.Generator:
+    h = int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:8], "little")
+    return np.random.default_rng(h)
+
+
+def make_weights(ir: ModelIR, seed: int = 0) -> dict[str, dict[str, np.ndarray]]:
+    """Deterministic float32 weights per op name, shared by all emitters.
+
+    Layouts: conv ``"w"`` OIHW ``(c_out, c_in // groups, k_h, k_w)``, ``"b"`` ``(c_out,)``;
+    gemm ``"w"`` ``(c_out, c_in)`` (PyTorch Linear / ONNX Gemm transB=1 / TFLite
+    FullyConnected), ``"b"`` ``(c_out,)``; act prelu ``"slope"`` ``(c,)``. Weights are
+    N(0, 1/fan_in) so activations stay O(1) (no overflow, no denormals skewing timings).
+    """
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for op in ir.ops:
+        r = _rng(seed, op.name)
+        a = op.attrs
+        if op.kind == "conv":
+            cig = a["c_in"] // a["groups"]
+            fan = cig * a["k_h"] * a["k_w"]
+            w = r.standard_normal((a["c_out"], cig, a["k_h"], a["k_w"]), dtype=np.float32) / np.float32(math.sqrt(fan))
+            d = {"w": w}
+            if a.get("bias", True):
+                d["b"] = (0.1 * r.standard_normal(a["c_out"], dtype=np.float32)).astype(np.float32)
+            out[op.name] = d
+        elif op.kind == "gemm":
+            w = r.standard_normal((a["c_out"], a["c_in"]), dtype=np.float32) / np.float32(math.sqrt(a["c_in"]))
+            d = {"w": w}
+            if a.get("bias", True):
+                d["b"] = (0.1 * r.standard_normal(a["c_out"], dtype=np.float32)).astype(np.float32)
+            out[op.name] = d
+        elif op.kind == "act" and a.get("kind") == "prelu":
+            out[op.name] = {"slope": (0.25 * np.ones(op.shape[1], dtype=np.float32))}
+    return out
+
+
+def make_inputs(ir: ModelIR, seed: int = 0) -> dict[str, np.ndarray]:
+    """Deterministic float32 N(0, 1) feeds for the graph inputs."""
+    return {t.name: _rng(seed, "input:" + t.name).standard_normal(t.shape, dtype=np.float32) for t in ir.inputs}
+
+
+# ------------------------------------------------------------------------- ONNX emitter
+
+
+def _onnx_act(kind: str, x: str, y: str, name: str, a: Mapping[str, Any], inits: list, weights: Mapping[str, np.ndarray],
+              c: int) -> list:
+    from onnx import helper, numpy_helper
+
+    def const(nm: str, v: np.ndarray) -> str:
+        inits.append(numpy_helper.from_array(v, nm))
+        return nm
+
+    mk = helper.make_node
+    if kind == "relu":
+        return [mk("Relu", [x], [y], name=name)]
+    if kind in ("relu6", "clip"):
+        lo, hi = (0.0, 6.0) if kind == "relu6" else (float(a.get("min", -1.0)), float(a.get("max", 1.0)))
+        return [mk("Clip", [x, const(f"{name}/min", np.array(lo, np.float32)),
+                            const(f"{name}/max", np.array(hi, np.float32))], [y], name=name)]
+    if kind == "sigmoid":
+        return [mk("Sigmoid", [x], [y], name=name)]
+    if kind == "hardsigmoid":
+        return [mk("HardSigmoid", [x], [y], name=name, alpha=1.0 / 6.0, beta=0.5)]
+    if kind == "hardswish":
+        return [mk("HardSwish", [x], [y], name=name)]
+    if kind == "silu":
+        return [mk("Sigmoid", [x], [f"{name}/sig"], name=f"{name}/sigmoid"),
+                mk("Mul", [x, f"{name}/sig"], [y], name=name)]
+    if kind == "tanh":
+        return [mk("Tanh", [x], [y], name=name)]
+    if kind == "leakyrelu":
+        return [mk("LeakyRelu", [x], [y], name=name, alpha=float(a.get("alpha", 0.1)))]
+    if kind == "prelu":
+        slope = weights["slope"].reshape(c, 1, 1)
+        return [mk("PRelu", [x, const(f"{name}/slope", slope)], [y], name=name)]
+    if kind == "elu":
+        return [mk("Elu", [x], [y], name=name, alpha=float(a.get("alpha", 1.0)))]
+    if kind == "gelu":  # exact GELU, x * 0.5 * (1 + erf(x / sqrt 2)): what torch exports at opset 17
+        return [
+            mk("Div", [x, const(f"{name}/sqrt2", np.array(math.sqrt(2.0), np.float32))], [f"{name}/d"], name=f"{name}/div"),
+            mk("Erf", [f"{name}/d"], [f"{name}/e"], name=f"{name}/erf"),
+            mk("Add", [f"{name}/e", const(f"{name}/one", np.array(1.0, np.float32))], [f"{name}/a"], name=f"{name}/add"),
+            mk("Mul", [x, f"{name}/a"], [f"{name}/m"], name=f"{name}/mul"),
+            mk("Mul", [f"{name}/m", const(f"{name}/half", np.array(0.5, np.float32))], [y], name=name),
+        ]
+    if kind == "mish":
+        return [mk("Softplus", [x], [f"{name}/sp"], name=f"{name}/softplus"),
+                mk("Tanh", [f"{name}/sp"], [f"{name}/t"], name=f"{name}/tanh"),
+                mk("Mul", [x, f"{name}/t"], [y], name=name)]
+    if kind == "softplus":
+        return [mk("Softplus", [x], [y], name=name)]
+    raise LayerSpecError(f"activation {kind!r} has no ONNX rendering")
+
+
+def to_onnx(ir: ModelIR, seed: int = 0) -> bytes:
+    """Serialize a :class:`ModelIR` to an ONNX model (opset :data:`OPSET`, float32)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weights = make_weights(ir, seed)
+    nodes: list = []
+    inits: list = []
+
+    def init(nm: str, v: np.ndarray) -> str:
+        inits.append(numpy_helper.from_array(v, nm))
+        return nm
+
+    for op in ir.ops:
+        a = op.attrs
+        # with a fused activation, the main node writes an intermediate tensor
+        main_out = f"{op.name}/pre_act" if op.act else op.output
+        w = weights.get(op.name, {})
+        if op.kind == "conv":
+            ins = list(op.inputs) + [init(f"{op.name}/W", w["w"])]
+            if "b" in w:
+                ins.append(init(f"{op.name}/B", w["b"]))
+            nodes.append(helper.make_node(
+                "Conv", ins, [main_out], name=op.name, kernel_shape=[a["k_h"], a["k_w"]],
+                strides=[a["s_h"], a["s_w"]], dilations=[a.get("d_h", 1), a.get("d_w", 1)],
+                pads=[a["pads"][0], a["pads"][1], a["pads"][2], a["pads"][3]], group=a["groups"]))
+        elif op.kind == "gemm":
+            ins = list(op.inputs) + [init(f"{op.name}/W", w["w"])]
+            if "b" in w:
+                ins.append(init(f"{op.name}/B", w["b"]))
+            nodes.append(helper.make_node("Gemm", ins, [main_out], name=op.name, transB=1))
+        elif op.kind in ("maxpool", "avgpool"):
+            kw: dict[str, Any] = dict(kernel_shape=[a["k_h"], a["k_w"]], strides=[a["s_h"], a["s_w"]],
+                                      pads=list(a["pads"]))
+            if op.kind == "avgpool":
+                kw["count_include_pad"] = 0
+            nodes.append(helper.make_node("MaxPool" if op.kind == "maxpool" else "AveragePool",
+                                          list(op.inputs), [main_out], name=op.name, **kw))
+        elif op.kind == "globalpool":
+            nodes.append(helper.make_node("GlobalMaxPool" if a.get("mode") == "max" else "GlobalAveragePool",
+                                          list(op.inputs), [main_out], name=op.name))
+        elif op.kind in ("add", "mul"):
+            nodes.append(helper.make_node(op.kind.capitalize(), list(op.inputs), [main_out], name=op.name))
+        elif op.kind == "concat":
+            nodes.append(helper.make_node("Concat", list(op.inputs), [main_out], name=op.name, axis=a.get("axis", 1)))
+        elif op.kind == "resize":
+            sizes = init(f"{op.name}/sizes", np.array(op.shape, dtype=np.int64))
+            kw = {"mode": a["mode"], "coordinate_transformation_mode": a["coord"]}
+            if a["mode"] == "nearest":
+                kw["nearest_mode"] = "floor"
+            nodes.append(helper.make_node("Resize", [op.inputs[0], "", "", sizes], [main_out], name=op.name, **kw))
+        elif op.kind == "act":
+            nodes += _onnx_act(a["kind"], op.inputs[0], main_out, op.name, a, inits, w, op.shape[1])
+        elif op.kind == "flatten":
+            nodes.append(helper.make_node("Flatten", list(op.inputs), [main_out], name=op.name, axis=1))
+        elif op.kind == "reshape":
+            shp = init(f"{op.name}/shape", np.array(op.shape, dtype=np.int64))
+            nodes.append(helper.make_node("Reshape", [op.inputs[0], shp], [main_out], name=op.name))
+        else:
+            raise LayerSpecError(f"IR op kind {op.kind!r} has no ONNX rendering")
+        if op.act:
+            c = op.shape[1] if len(op.shape) > 1 else op.shape[0]
+            nodes += _onnx_act(op.act, main_out, op.output, f"{op.name}/act", {}, inits, w, c)
+
+    graph = helper.make_graph(
+        nodes, ir.name,
+        [helper.make_tensor_value_info(t.name, TensorProto.FLOAT, list(t.shape)) for t in ir.inputs],
+        [helper.make_tensor_value_info(t.name, TensorProto.FLOAT, list(t.shape)) for t in ir.outputs],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                              producer_name="confident-latency-bench")
+    model.ir_version = 8  # readable by every ONNX Runtime >= 1.14
+    onnx.checker.check_model(model)
+    return model.SerializeToString()

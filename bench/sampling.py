@@ -1,0 +1,397 @@
+"""The sampling plan: which layer configurations ``bench run`` measures.
+
+For each benchable layer type, random raw parameters are drawn from the type's space
+(below), invalid or over-limit ones are rejected, and the survivors are **balanced across
+the operation count** (Sec. III-B: "sub-sampled randomly and then balanced across the
+FLOPs dimension"):
+
+1. draw a candidate pool of ``pool_factor x samples`` valid, distinct configurations;
+2. split ``log10(ops)`` (``estimator.layers.describe(...).ops``: FLOPs for conv/fc,
+   window-ops for pools, elements for element-wise types) over the pool's range into
+   ``bins`` equal-width bins;
+3. take the same number of configurations from each bin (``samples / bins``, rounded
+   so the total is ``samples``), at random; a bin with too few candidates gives all it
+   has and the remainder is spread over the other bins the same way.
+
+So small layers (dominated by fixed overheads) and large ones (compute or bandwidth
+bound) are equally represented, instead of the random draw's natural pile-up.
+
+Limits (:class:`Limits`) keep a run finite and each model loadable on the device: a cap
+on ops per layer, on elements of any LUM input or output tensor, and on weights. They are
+per device class (:data:`DEFAULT_LIMITS`, chosen by runner name) and overridable
+(``bench run --max-ops``). The raw space itself is the paper's: h, w <= 1024, kernels
+<= 11, strides 1-2 (asymmetric kernels and strides included), channels up to 2048 (fc up
+to 4096), which covers ResNet (2048-channel 1x1 convs, 7x7/2 stem, 3x3/2 maxpool,
+fc 2048->1000), MobileNetV2/V3 and EfficientNet (depthwise 3x3/5x5 with stride 2,
+SE-style broadcast mul, hardswish/silu, 1280-channel heads), Inception (1x7/7x1) and
+YOLO-style detectors (640x640 inputs, 5x5/1 SPPF maxpools, 4-way concats, nearest x2
+upsampling).
+
+Everything is seeded: the plan for ``(types, samples, seed, limits)`` is identical on
+every run (that is what lets ``bench run`` resume). Each type draws from its own
+generator (seeded by ``seed`` and the type name), so adding a type to ``--layers`` does
+not change the others' configurations. Configurations are deduplicated by
+:func:`config_key`, a stable hash of the type and the canonical JSON of the raw params.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from estimator.layers import ACTIVATION_KINDS, LayerSpecError, LayerType, describe
+
+from .modelgen import BENCHABLE_TYPES, lum_io_shapes, same_pads
+
+__all__ = ["Config", "Limits", "DEFAULT_LIMITS", "limits_for", "config_key", "canonical_params",
+           "sample_type", "make_plan", "in_space", "SPACE_MAX", "SAMPLED_TYPES"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Caps on one configuration: ``max_ops`` (describe().ops), ``max_elems`` (elements of
+    any LUM input/output tensor), ``max_params`` (weights)."""
+
+    max_ops: float = 2e9
+    max_elems: int = 1 << 24
+    max_params: int = 1 << 24
+
+    def to_dict(self) -> dict[str, float]:
+        return {"max_ops": float(self.max_ops), "max_elems": int(self.max_elems), "max_params": int(self.max_params)}
+
+
+#: Limits per runner (device class). CPUs: ~2 GFLOP per layer is ~0.1 s at a few
+#: GFLOP/s single-threaded; MCU-class NPUs (Ethos-U via vela/litert) have little SRAM.
+DEFAULT_LIMITS: dict[str, Limits] = {
+    "onnxruntime": Limits(2e9, 1 << 24, 1 << 24),
+    "litert": Limits(1e9, 1 << 22, 1 << 22),
+    "vela": Limits(5e8, 1 << 20, 1 << 21),
+    "tensorrt": Limits(2e10, 1 << 25, 1 << 25),
+    "agent": Limits(1e9, 1 << 22, 1 << 22),
+}
+
+#: The raw parameter space.
+SPACE_MAX = dict(hw=1024, k=11, s=2, c=2048, fc_c=4096, dilation=4)
+
+
+def limits_for(runner: str, *, max_ops: float | None = None, max_elems: int | None = None,
+               max_params: int | None = None) -> Limits:
+    """The runner's default limits, with the given caps overridden."""
+    lim = DEFAULT_LIMITS.get(runner, Limits())
+    return Limits(lim.max_ops if max_ops is None else float(max_ops),
+                  lim.max_elems if max_elems is None else int(max_elems),
+                  lim.max_params if max_params is None else int(max_params))
+
+
+def canonical_params(params: Mapping[str, Any]) -> str:
+    return json.dumps(dict(params), sort_keys=True, separators=(",", ":"))
+
+
+def config_key(layer_type: str, params: Mapping[str, Any]) -> str:
+    """Stable id of a configuration: sha256 of the type and canonical params (16 hex)."""
+    return hashlib.sha256(f"{layer_type}|{canonical_params(params)}".encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Config:
+    layer_type: str
+    params: dict[str, Any] = field(hash=False)
+    key: str = ""
+    ops: float = 0.0
+
+    @classmethod
+    def make(cls, layer_type: str, params: Mapping[str, Any]) -> "Config":
+        p = dict(params)
+        return cls(layer_type, p, config_key(layer_type, p), float(describe(layer_type, p).ops))
+
+
+# --------------------------------------------------------------------- raw space draws
+
+
+def _loguniform_int(r: np.random.Generator, lo: int, hi: int) -> int:
+    return int(min(hi, max(lo, math.floor(math.exp(r.uniform(math.log(lo), math.log(hi + 1)))))))
+
+
+_COMMON_C = (3, 8, 16, 24, 32, 40, 48, 64, 80, 96, 112, 128, 144, 160, 192, 240, 256, 320, 384, 480, 512, 576,
+             640, 672, 768, 960, 1024, 1152, 1280, 1536, 2048)
+_COMMON_HW = (7, 8, 13, 14, 16, 20, 26, 28, 32, 40, 52, 56, 64, 80, 104, 112, 128, 160, 208, 224, 256, 320, 416,
+              512, 640)
+
+
+def _channels(r: np.random.Generator, hi: int = SPACE_MAX["c"]) -> int:
+    u = r.random()
+    if u < 0.4:
+        cands = [c for c in _COMMON_C if c <= hi]
+        return int(cands[r.integers(len(cands))])
+    c = _loguniform_int(r, 1, hi)
+    if u < 0.7 and c >= 8:  # networks like multiples of 8
+        c = min(hi, int(round(c / 8)) * 8)
+    return c
+
+
+def _hw(r: np.random.Generator) -> tuple[int, int]:
+    u = r.random()
+    if u < 0.35:
+        h = int(_COMMON_HW[r.integers(len(_COMMON_HW))])
+    else:
+        h = _loguniform_int(r, 1, SPACE_MAX["hw"])
+    if r.random() < 0.75:
+        return h, h
+    return h, _loguniform_int(r, 1, SPACE_MAX["hw"])
+
+
+def _kernel(r: np.random.Generator, *, pool: bool = False) -> tuple[int, int]:
+    ks: tuple[int, ...]
+    ps: tuple[float, ...]
+    if pool:
+        ks, ps = (2, 3, 5, 7, 9, 11, 4, 6, 8, 10), (0.3, 0.35, 0.12, 0.05, 0.04, 0.02, 0.03, 0.03, 0.03, 0.03)
+    else:
+        ks, ps = (1, 3, 5, 7, 2, 4, 6, 8, 9, 10, 11), (0.3, 0.33, 0.1, 0.08, 0.03, 0.03, 0.03, 0.03, 0.03, 0.02, 0.02)
+    k = int(r.choice(ks, p=np.array(ps) / sum(ps)))
+    u = r.random()
+    if u < 0.12 and not pool and k > 1:  # Inception-style 1xk / kx1
+        return (1, k) if r.random() < 0.5 else (k, 1)
+    if u < 0.17:  # any asymmetric pair
+        return int(r.integers(1, SPACE_MAX["k"] + 1)), int(r.integers(1, SPACE_MAX["k"] + 1))
+    return k, k
+
+
+def _strides(r: np.random.Generator) -> tuple[int, int]:
+    u = r.random()
+    if u < 0.6:
+        return 1, 1
+    if u < 0.95:
+        return 2, 2
+    return (1, 2) if r.random() < 0.5 else (2, 1)
+
+
+def _pads(r: np.random.Generator, h: int, w: int, k_h: int, k_w: int, s_h: int, s_w: int,
+          d_h: int = 1, d_w: int = 1) -> dict[str, int]:
+    """TensorFlow SAME (80 %) or VALID (20 %) padding, written out explicitly."""
+    if r.random() < 0.8:
+        (t, b), (l, rr) = same_pads(h, k_h, s_h, d_h), same_pads(w, k_w, s_w, d_w)
+        return dict(p_t=t, p_l=l, p_b=b, p_r=rr)
+    return dict(p_t=0, p_l=0, p_b=0, p_r=0)
+
+
+def _draw_conv2d(r: np.random.Generator) -> dict[str, Any]:
+    h, w = _hw(r)
+    c_in, c_out = _channels(r), _channels(r)
+    k_h, k_w = _kernel(r)
+    s_h, s_w = _strides(r)
+    d = 1 if r.random() < 0.9 or max(k_h, k_w) == 1 else int(r.integers(2, SPACE_MAX["dilation"] + 1))
+    g = 1
+    if r.random() < 0.15:
+        gcd = math.gcd(c_in, c_out)
+        divs = [x for x in (2, 4, 8, 16, 32, 64) if gcd % x == 0 and x < gcd]
+        if divs:
+            g = int(divs[r.integers(len(divs))])
+    p = dict(h=h, w=w, c_in=c_in, c_out=c_out, k_h=k_h, k_w=k_w, s_h=s_h, s_w=s_w)
+    if g > 1:
+        p["groups"] = g
+    if d > 1:
+        p.update(d_h=d, d_w=d)
+    p.update(_pads(r, h, w, k_h, k_w, s_h, s_w, d, d))
+    return p
+
+
+def _draw_dwconv2d(r: np.random.Generator) -> dict[str, Any]:
+    h, w = _hw(r)
+    c = _channels(r)
+    k_h, k_w = _kernel(r)
+    s_h, s_w = _strides(r)
+    d = 1 if r.random() < 0.93 or max(k_h, k_w) == 1 else int(r.integers(2, SPACE_MAX["dilation"] + 1))
+    p = dict(h=h, w=w, c=c, k_h=k_h, k_w=k_w, s_h=s_h, s_w=s_w)
+    if d > 1:
+        p.update(d_h=d, d_w=d)
+    if r.random() < 0.05:
+        p["multiplier"] = int(r.choice((2, 4)))
+    p.update(_pads(r, h, w, k_h, k_w, s_h, s_w, d, d))
+    return p
+
+
+def _draw_fc(r: np.random.Generator) -> dict[str, Any]:
+    c_out = 1000 if r.random() < 0.1 else _channels(r, SPACE_MAX["fc_c"])
+    return dict(c_in=_channels(r, SPACE_MAX["fc_c"]), c_out=c_out)
+
+
+def _draw_pool(r: np.random.Generator) -> dict[str, Any]:
+    h, w = _hw(r)
+    k_h, k_w = _kernel(r, pool=True)
+    if r.random() < 0.4:
+        s_h, s_w = (2, 2) if k_h > 1 else (1, 1)  # 2x2/2, 3x3/2
+    else:
+        s_h, s_w = _strides(r)
+    p = dict(h=h, w=w, c=_channels(r), k_h=k_h, k_w=k_w, s_h=s_h, s_w=s_w)
+    p.update(_pads(r, h, w, k_h, k_w, s_h, s_w))
+    return p
+
+
+def _draw_globalpool(r: np.random.Generator) -> dict[str, Any]:
+    h, w = _hw(r)
+    p: dict[str, Any] = dict(h=h, w=w, c=_channels(r))
+    if r.random() < 0.2:
+        p["mode"] = "max"
+    return p
+
+
+def _draw_eltwise(r: np.random.Generator, p_broadcast: float) -> dict[str, Any]:
+    h, w = _hw(r)
+    p: dict[str, Any] = dict(h=h, w=w, c=_channels(r))
+    if r.random() < p_broadcast:
+        p["broadcast"] = 1
+    return p
+
+
+def _draw_concat(r: np.random.Generator) -> dict[str, Any]:
+    h, w = _hw(r)
+    k = 2 if r.random() < 0.8 else int(r.integers(3, 5))
+    if k == 2:
+        return dict(h=h, w=w, c_in1=_channels(r, 1024), c_in2=_channels(r, 1024))
+    c = _channels(r, 512)
+    chans = [c] * k if r.random() < 0.6 else [_channels(r, 512) for _ in range(k)]  # SPPF: equal
+    return dict(h=h, w=w, channels=chans)
+
+
+_ACT_KINDS = tuple(k for k in ACTIVATION_KINDS if k not in ("other", "clip"))
+
+
+def _draw_activation(r: np.random.Generator) -> dict[str, Any]:
+    h, w = _hw(r)
+    return dict(h=h, w=w, c=_channels(r), kind=str(_ACT_KINDS[r.integers(len(_ACT_KINDS))]))
+
+
+def _draw_resize(r: np.random.Generator) -> dict[str, Any]:
+    h, w = _hw(r)
+    u = r.random()
+    if u < 0.6:
+        f = 2
+        h_out, w_out = h * f, w * f
+    elif u < 0.75:
+        h_out, w_out = h * 4, w * 4
+    elif u < 0.85:
+        h_out, w_out = max(1, h // 2), max(1, w // 2)
+    else:
+        h_out, w_out = _loguniform_int(r, 1, SPACE_MAX["hw"]), _loguniform_int(r, 1, SPACE_MAX["hw"])
+    mode = "nearest" if r.random() < 0.6 else "linear"
+    return dict(h=h, w=w, c=_channels(r), h_out=h_out, w_out=w_out, mode=mode)
+
+
+_DRAW: dict[str, Callable[[np.random.Generator], dict[str, Any]]] = {
+    LayerType.CONV2D: _draw_conv2d,
+    LayerType.DWCONV2D: _draw_dwconv2d,
+    LayerType.FC: _draw_fc,
+    LayerType.MAXPOOL: _draw_pool,
+    LayerType.AVGPOOL: _draw_pool,
+    LayerType.GLOBALPOOL: _draw_globalpool,
+    LayerType.ADD: lambda r: _draw_eltwise(r, 0.05),
+    LayerType.MUL: lambda r: _draw_eltwise(r, 0.6),
+    LayerType.CONCAT: _draw_concat,
+    LayerType.ACTIVATION: _draw_activation,
+    LayerType.RESIZE: _draw_resize,
+}
+
+#: Types with a sampler (the benchable types, in vocabulary order).
+SAMPLED_TYPES: tuple[str, ...] = tuple(t for t in BENCHABLE_TYPES if t in _DRAW)
+
+
+def _in_ranges(layer_type: str, p: Mapping[str, Any], ins: Sequence[tuple[int, ...]], out: tuple[int, ...]) -> bool:
+    if layer_type == LayerType.FC:
+        return max(int(p["c_in"]), int(p["c_out"])) <= SPACE_MAX["fc_c"]
+    if max(max(s[2], s[3]) for s in (*ins, out)) > SPACE_MAX["hw"]:
+        return False
+    chans = [s[1] for s in ins] if layer_type == LayerType.CONCAT else [s[1] for s in (*ins, out)]
+    if max(chans) > SPACE_MAX["c"]:
+        return False
+    if max(int(p.get(k) or 1) for k in ("k_h", "k_w")) > SPACE_MAX["k"]:
+        return False
+    if max(int(p.get(k) or 1) for k in ("s_h", "s_w")) > SPACE_MAX["s"]:
+        return False
+    return max(int(p.get(k) or 1) for k in ("d_h", "d_w")) <= SPACE_MAX["dilation"]
+
+
+def _within(layer_type: str, params: Mapping[str, Any], lim: Limits) -> Config | None:
+    """The configuration if it is valid, benchable, inside the space and within limits."""
+    try:
+        counts = describe(layer_type, params)
+        ins, out = lum_io_shapes(layer_type, params)
+    except LayerSpecError:
+        return None
+    if counts.ops > lim.max_ops or counts.params > lim.max_params or counts.ops < 1:
+        return None
+    if any(math.prod(s) > lim.max_elems for s in (*ins, out)):
+        return None
+    if not _in_ranges(layer_type, params, ins, out):
+        return None
+    p = dict(params)
+    return Config(layer_type, p, config_key(layer_type, p), float(counts.ops))
+
+
+def in_space(layer_type: str, params: Mapping[str, Any], limits: Limits = Limits()) -> bool:
+    """Whether a configuration lies inside the sampled space: valid and benchable, within
+    :data:`SPACE_MAX` (h, w, kernels, strides, channels, dilation) and within ``limits``."""
+    return _within(layer_type, params, limits) is not None
+
+
+def _type_rng(seed: int, layer_type: str) -> np.random.Generator:
+    h = int.from_bytes(hashlib.sha256(f"sampling:{layer_type}".encode()).digest()[:8], "little")
+    return np.random.default_rng([int(seed), h])
+
+
+def sample_type(layer_type: str, samples: int, *, seed: int = 0, limits: Limits = Limits(), bins: int = 10,
+                pool_factor: int = 10) -> list[Config]:
+    """``samples`` distinct configurations of one type, balanced across log10(ops)."""
+    if layer_type not in _DRAW:
+        raise LayerSpecError(f"no sampler for layer type {layer_type!r}; sampled types: {', '.join(SAMPLED_TYPES)}")
+    if samples < 1:
+        return []
+    r = _type_rng(seed, layer_type)
+    want = max(samples * pool_factor, 200)
+    pool: dict[str, Config] = {}
+    attempts = 0
+    max_attempts = want * 50
+    while len(pool) < want and attempts < max_attempts:
+        attempts += 1
+        cfg = _within(layer_type, _DRAW[layer_type](r), limits)
+        if cfg is not None and cfg.key not in pool:
+            pool[cfg.key] = cfg
+    cands = list(pool.values())
+    if len(cands) <= samples:
+        return cands
+    logops = np.log10(np.array([c.ops for c in cands]))
+    lo, hi = float(logops.min()), float(logops.max())
+    width = (hi - lo) / bins or 1.0
+    idx = np.minimum(((logops - lo) / width).astype(int), bins - 1)
+    members = [list(r.permutation(np.flatnonzero(idx == b))) for b in range(bins)]
+    chosen: list[int] = []
+    remaining = samples
+    open_bins = [b for b in range(bins) if members[b]]
+    while remaining > 0 and open_bins:
+        share, extra = divmod(remaining, len(open_bins))
+        # the bins that get one more are chosen at random, so no bin is favoured
+        bonus = set(r.permutation(open_bins)[:extra].tolist())
+        for b in open_bins:
+            n = share + (1 if b in bonus else 0)
+            take, members[b] = members[b][:n], members[b][n:]
+            chosen += take
+            remaining -= len(take)
+        open_bins = [b for b in open_bins if members[b]]
+    return [cands[i] for i in chosen]
+
+
+def make_plan(layer_types: Sequence[str], samples: int, *, seed: int = 0, limits: Limits = Limits(),
+              bins: int = 10) -> list[Config]:
+    """The measurement plan: ``samples`` configurations per type, deduplicated, in a
+    seeded shuffled order (so a partial run covers every type, and machine drift does not
+    line up with layer size)."""
+    seen: dict[str, Config] = {}
+    for t in layer_types:
+        for c in sample_type(t, samples, seed=seed, limits=limits, bins=bins):
+            seen.setdefault(c.key, c)
+    plan = list(seen.values())
+    order = np.random.default_rng([int(seed), 7]).permutation(len(plan))
+    return [plan[i] for i in order]

@@ -1,0 +1,374 @@
+"""Durable storage of smart-padding measurements in SQLite.
+
+Measurements are slow and precious, so every one is committed the moment it is taken:
+
+* **WAL journal, ``synchronous=FULL``.** In WAL mode ``NORMAL`` already survives a
+  killed process (``kill -9``), but a power cut or kernel crash may lose the last
+  commits. ``FULL`` fsyncs the WAL on every commit. That costs about a millisecond per
+  commit, while every committed row took at least tens of milliseconds of timed runs, so
+  the full guarantee is cheap here; it matters on boards that get unplugged.
+* **One transaction per unit of work.** A padding pair is one ``INSERT`` into
+  ``padding``; a configuration (single-layer and padded timings, Eq. 4) is one
+  ``INSERT`` into ``measurements``. Each is therefore either complete or absent after a
+  crash: there is no partial row to repair.
+* **Unique keys and skip-if-present.** ``padding`` is keyed by ``(env_id, h, w, c)`` and
+  ``measurements`` by ``(env_id, config_key)``; inserts are ``INSERT OR IGNORE`` and the
+  runner asks :meth:`Store.done_keys` / :meth:`Store.padding_lut` before measuring, so a
+  re-run with the same arguments measures only what is missing and never duplicates.
+
+Schema (``SCHEMA_VERSION`` 1)
+-----------------------------
+``meta(key, value)``: schema version, creation time.
+
+``environments``: one provenance record per distinct measuring environment.
+    env_id (PK), fingerprint (UNIQUE: sha256 of device, runner environment and
+    measurement settings, so the same set-up maps to the same env_id on resume),
+    device (user's device name), runner, provenance ("measured" | "estimated"),
+    precision, threads, host (JSON: hostname, os, cpu model, core count), device_name
+    (what the runner says it measures on), versions (JSON: library versions),
+    environment (JSON: everything ``Runner.environment()`` returned), settings (JSON:
+    protocol, warm-up, runs, weights seed, model format and precision, bench version),
+    created_at (ISO 8601 UTC).
+
+``padding``: the padding-only lookup table (Fig. 5b), per environment.
+    (env_id, h, w, c) PK, median_ms, p10_ms, p90_ms, mad_ms, mean_ms, std_ms, min_ms, n,
+    measured_at.
+
+``measurements``: one row per layer under measurement; seq (PK, insertion order),
+    (env_id, config_key) UNIQUE, layer_type, params (canonical JSON), ops,
+    single_{median,p10,p90,mad}_ms + single_n (Fig. 5a),
+    padded_{median,p10,p90,mad}_ms + padded_n (Fig. 5c, T_c),
+    b1_keys (JSON list of [h, w, c]: T_b1 is the sum of their LUT medians),
+    b2_key (JSON [h, w, c]), t_b1_ms, t_b2_ms, t_lum_lo_ms, t_lum_hi_ms, t_lum_ms (Eq. 4
+    and its midpoint), measured_at.
+
+``failures``: configurations the runner could not build or run (e.g. an operator the
+    target lacks), so a resume does not retry them unless asked (``--retry-failed``).
+    (env_id, config_key) PK, layer_type, params, error, failed_at.
+
+:meth:`Store.export_rows` maps measurements to :data:`estimator.dataset.COLUMNS`;
+:func:`export_csv` writes them with :func:`estimator.dataset.write_measurements` plus a
+``<file>.provenance.json`` sidecar holding the environment records the rows' ``env_id``
+refer to. :func:`export_parquet` does the same as Parquet (needs pyarrow).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Mapping
+
+from estimator.dataset import COLUMNS, write_measurements
+from estimator.errors import UserError
+
+from .runners.base import Timing
+
+__all__ = ["Store", "StorageError", "SCHEMA_VERSION", "export_csv", "export_parquet", "provenance_path",
+           "env_fingerprint"]
+
+SCHEMA_VERSION = 1
+
+
+class StorageError(UserError):
+    """A benchmark database that cannot be opened or is not one."""
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS environments (
+    env_id       INTEGER PRIMARY KEY AUTOINCREMENT,
+    fingerprint  TEXT NOT NULL UNIQUE,
+    device       TEXT NOT NULL,
+    runner       TEXT NOT NULL,
+    provenance   TEXT NOT NULL CHECK (provenance IN ('measured', 'estimated')),
+    precision    TEXT NOT NULL,
+    threads      INTEGER,
+    host         TEXT NOT NULL,
+    device_name  TEXT,
+    versions     TEXT NOT NULL,
+    environment  TEXT NOT NULL,
+    settings     TEXT NOT NULL,
+    created_at   TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS padding (
+    env_id      INTEGER NOT NULL REFERENCES environments(env_id),
+    h           INTEGER NOT NULL,
+    w           INTEGER NOT NULL,
+    c           INTEGER NOT NULL,
+    median_ms   REAL NOT NULL,
+    p10_ms      REAL NOT NULL,
+    p90_ms      REAL NOT NULL,
+    mad_ms      REAL NOT NULL,
+    mean_ms     REAL NOT NULL,
+    std_ms      REAL NOT NULL,
+    min_ms      REAL NOT NULL,
+    n           INTEGER NOT NULL,
+    measured_at TEXT NOT NULL,
+    PRIMARY KEY (env_id, h, w, c)
+);
+CREATE TABLE IF NOT EXISTS measurements (
+    seq              INTEGER PRIMARY KEY AUTOINCREMENT,
+    env_id           INTEGER NOT NULL REFERENCES environments(env_id),
+    config_key       TEXT NOT NULL,
+    layer_type       TEXT NOT NULL,
+    params           TEXT NOT NULL,
+    ops              REAL NOT NULL,
+    single_median_ms REAL, single_p10_ms REAL, single_p90_ms REAL, single_mad_ms REAL, single_n INTEGER,
+    padded_median_ms REAL NOT NULL, padded_p10_ms REAL NOT NULL, padded_p90_ms REAL NOT NULL,
+    padded_mad_ms    REAL NOT NULL, padded_n INTEGER NOT NULL,
+    b1_keys          TEXT NOT NULL,
+    b2_key           TEXT NOT NULL,
+    t_b1_ms          REAL NOT NULL,
+    t_b2_ms          REAL NOT NULL,
+    t_lum_lo_ms      REAL NOT NULL,
+    t_lum_hi_ms      REAL NOT NULL,
+    t_lum_ms         REAL NOT NULL,
+    measured_at      TEXT NOT NULL,
+    UNIQUE (env_id, config_key)
+);
+CREATE INDEX IF NOT EXISTS measurements_type ON measurements(layer_type);
+CREATE TABLE IF NOT EXISTS failures (
+    env_id      INTEGER NOT NULL REFERENCES environments(env_id),
+    config_key  TEXT NOT NULL,
+    layer_type  TEXT NOT NULL,
+    params      TEXT NOT NULL,
+    error       TEXT NOT NULL,
+    failed_at   TEXT NOT NULL,
+    PRIMARY KEY (env_id, config_key)
+);
+"""
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _dumps(v: Any) -> str:
+    return json.dumps(v, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def env_fingerprint(device: str, environment: Mapping[str, Any], settings: Mapping[str, Any]) -> str:
+    return hashlib.sha256(_dumps({"device": device, "environment": environment, "settings": settings}).encode()).hexdigest()
+
+
+def provenance_path(path: str | Path) -> Path:
+    """The sidecar of an exported dataset: ``<file>.provenance.json``."""
+    p = Path(path)
+    return p.with_name(p.name + ".provenance.json")
+
+
+class Store:
+    """A benchmark database (one file; open it once per process)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if self.path.is_dir():
+            raise StorageError(f"{self.path} is a directory, not a benchmark database")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            # autocommit mode: every statement outside an explicit BEGIN is its own transaction
+            self.db = sqlite3.connect(str(self.path), timeout=60.0, isolation_level=None)
+            self.db.row_factory = sqlite3.Row
+            mode = self.db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StorageError(f"{self.path}: cannot use WAL journaling (got {mode!r})")
+            self.db.execute("PRAGMA synchronous=FULL")
+            self.db.execute("PRAGMA foreign_keys=ON")
+            self.db.executescript(_SCHEMA)
+            self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            self.db.execute("INSERT OR IGNORE INTO meta VALUES ('created_at', ?)", (_now(),))
+            v = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
+        except sqlite3.DatabaseError as e:
+            raise StorageError(f"{self.path}: not a benchmark database ({e})") from e
+        if int(v) != SCHEMA_VERSION:
+            raise StorageError(f"{self.path}: schema version {v}, this bench writes {SCHEMA_VERSION}")
+
+    @classmethod
+    def open_existing(cls, path: str | Path) -> "Store":
+        p = Path(path)
+        if not p.is_file():
+            raise StorageError(f"{p}: no such benchmark database")
+        try:
+            con = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
+            con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            con.close()
+        except sqlite3.DatabaseError as e:
+            raise StorageError(f"{p}: not a benchmark database ({e})") from e
+        return cls(p)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------- environments
+
+    def environment_id(self, device: str, environment: Mapping[str, Any], settings: Mapping[str, Any]) -> int:
+        """The env_id of this (device, environment, settings), creating the record once."""
+        fp = env_fingerprint(device, environment, settings)
+        host = environment.get("host") or {}
+        versions = dict(environment.get("versions") or {})
+        if environment.get("runtime") and environment.get("runtime_version"):  # runners without a versions map
+            versions.setdefault(str(environment["runtime"]), environment["runtime_version"])
+        if isinstance(host, dict) and host.get("python"):
+            versions.setdefault("python", host["python"])
+        if settings.get("bench_version"):
+            versions.setdefault("confident-latency", settings["bench_version"])
+        self.db.execute(
+            "INSERT OR IGNORE INTO environments (fingerprint, device, runner, provenance, precision, threads, host,"
+            " device_name, versions, environment, settings, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            (fp, device, environment.get("runner", "?"), environment.get("provenance", "measured"),
+             environment.get("precision") or settings.get("precision") or "unknown", environment.get("threads"), _dumps(host),
+             environment.get("device_name"), _dumps(versions), _dumps(environment),
+             _dumps(settings), _now()),
+        )
+        return int(self.db.execute("SELECT env_id FROM environments WHERE fingerprint=?", (fp,)).fetchone()[0])
+
+    def environments(self) -> list[dict[str, Any]]:
+        out = []
+        for r in self.db.execute("SELECT * FROM environments ORDER BY env_id"):
+            d = dict(r)
+            for k in ("host", "versions", "environment", "settings"):
+                d[k] = json.loads(d[k])
+            out.append(d)
+        return out
+
+    # ----------------------------------------------------------------- padding
+
+    def padding_lut(self, env_id: int) -> dict[tuple[int, int, int], Timing]:
+        lut = {}
+        for r in self.db.execute("SELECT * FROM padding WHERE env_id=?", (env_id,)):
+            lut[(r["h"], r["w"], r["c"])] = Timing(r["median_ms"], r["p10_ms"], r["p90_ms"], r["mad_ms"],
+                                                   r["mean_ms"], r["std_ms"], r["min_ms"], r["n"])
+        return lut
+
+    def add_padding(self, env_id: int, key: tuple[int, int, int], t: Timing) -> bool:
+        """Commit one padding-pair measurement; False if it was already there."""
+        cur = self.db.execute(
+            "INSERT OR IGNORE INTO padding VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (env_id, *map(int, key), t.median_ms, t.p10_ms, t.p90_ms, t.mad_ms, t.mean_ms, t.std_ms, t.min_ms,
+             t.n, _now()),
+        )
+        return cur.rowcount == 1
+
+    # ------------------------------------------------------------- measurements
+
+    def done_keys(self, env_id: int) -> set[str]:
+        return {r[0] for r in self.db.execute("SELECT config_key FROM measurements WHERE env_id=?", (env_id,))}
+
+    def add_measurement(self, env_id: int, row: Mapping[str, Any]) -> bool:
+        """Commit one LUM measurement (all its columns in one statement); False if present."""
+        cols = ("env_id", "config_key", "layer_type", "params", "ops",
+                "single_median_ms", "single_p10_ms", "single_p90_ms", "single_mad_ms", "single_n",
+                "padded_median_ms", "padded_p10_ms", "padded_p90_ms", "padded_mad_ms", "padded_n",
+                "b1_keys", "b2_key", "t_b1_ms", "t_b2_ms", "t_lum_lo_ms", "t_lum_hi_ms", "t_lum_ms", "measured_at")
+        vals = dict(row)
+        vals["env_id"] = env_id
+        vals.setdefault("measured_at", _now())
+        for k in ("params", "b1_keys", "b2_key"):
+            if not isinstance(vals[k], str):
+                vals[k] = _dumps(vals[k])
+        cur = self.db.execute(
+            f"INSERT OR IGNORE INTO measurements ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+            tuple(vals.get(c) for c in cols),
+        )
+        return cur.rowcount == 1
+
+    def failed_keys(self, env_id: int) -> set[str]:
+        return {r[0] for r in self.db.execute("SELECT config_key FROM failures WHERE env_id=?", (env_id,))}
+
+    def add_failure(self, env_id: int, config_key: str, layer_type: str, params: Any, error: str) -> None:
+        self.db.execute("INSERT OR REPLACE INTO failures VALUES (?,?,?,?,?,?)",
+                        (env_id, config_key, layer_type, params if isinstance(params, str) else _dumps(params),
+                         error[:2000], _now()))
+
+    def clear_failures(self, env_id: int) -> int:
+        return self.db.execute("DELETE FROM failures WHERE env_id=?", (env_id,)).rowcount
+
+    def failures(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.db.execute("SELECT * FROM failures ORDER BY failed_at")]
+
+    def measurements(self, env_id: int | None = None) -> list[dict[str, Any]]:
+        q = "SELECT m.*, e.runner AS runner FROM measurements m JOIN environments e USING (env_id)"
+        args: tuple = ()
+        if env_id is not None:
+            q += " WHERE m.env_id=?"
+            args = (env_id,)
+        return [dict(r) for r in self.db.execute(q + " ORDER BY m.seq", args)]
+
+    def count(self, env_id: int | None = None) -> int:
+        if env_id is None:
+            return int(self.db.execute("SELECT COUNT(*) FROM measurements").fetchone()[0])
+        return int(self.db.execute("SELECT COUNT(*) FROM measurements WHERE env_id=?", (env_id,)).fetchone()[0])
+
+    def export_rows(self, env_id: int | None = None) -> list[dict[str, Any]]:
+        """Measurements as rows with exactly :data:`estimator.dataset.COLUMNS`."""
+        out = []
+        for m in self.measurements(env_id):
+            out.append({
+                "layer_type": m["layer_type"],
+                "params": m["params"],
+                "ops": m["ops"],
+                "t_single_ms": m["single_median_ms"] if m["single_median_ms"] is not None else "",
+                "t_padded_ms": m["padded_median_ms"],
+                "t_b1_ms": m["t_b1_ms"],
+                "t_b2_ms": m["t_b2_ms"],
+                "t_lum_lo_ms": m["t_lum_lo_ms"],
+                "t_lum_hi_ms": m["t_lum_hi_ms"],
+                "t_lum_ms": m["t_lum_ms"],
+                "padded_p10_ms": m["padded_p10_ms"],
+                "padded_p90_ms": m["padded_p90_ms"],
+                "padded_mad_ms": m["padded_mad_ms"],
+                "n_runs": m["padded_n"],
+                "runner": m["runner"],
+                "env_id": m["env_id"],
+            })
+        assert all(tuple(r) == COLUMNS for r in out)
+        return out
+
+
+def _write_provenance(store: Store, path: Path) -> Path:
+    side = provenance_path(path)
+    side.write_text(json.dumps({"source": str(store.path), "exported_at": _now(),
+                                "environments": store.environments()}, indent=2, sort_keys=True) + "\n")
+    return side
+
+
+def export_csv(store: Store, path: str | Path) -> tuple[int, Path]:
+    """Write all measurements as a dataset CSV (+ provenance sidecar). Returns (rows, sidecar)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = store.export_rows()
+    write_measurements(path, rows)
+    return len(rows), _write_provenance(store, path)
+
+
+def export_parquet(store: Store, path: str | Path) -> tuple[int, Path]:
+    """The same rows as :func:`export_csv`, as Parquet (requires pyarrow)."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise UserError("Parquet export needs pyarrow, which is not installed (pip install pyarrow)") from None
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = store.export_rows()
+    types = {c: pa.float64() for c in COLUMNS if c.endswith("_ms") or c == "ops"}
+    types.update(layer_type=pa.string(), params=pa.string(), runner=pa.string(), n_runs=pa.int64(),
+                 env_id=pa.int64())
+    cols = {}
+    for c in COLUMNS:
+        vals = [r[c] for r in rows]
+        if types[c] == pa.float64():
+            vals = [float("nan") if v in ("", None) else float(v) for v in vals]
+        cols[c] = pa.array(vals, type=types[c])
+    table = pa.table(cols)
+    table = table.replace_schema_metadata({"provenance": json.dumps(store.environments(), sort_keys=True)})
+    pq.write_table(table, str(path))
+    return len(rows), _write_provenance(store, path)

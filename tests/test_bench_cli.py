@@ -1,0 +1,128 @@
+"""``bench run`` / ``bench show`` / ``bench export`` end to end, with real ONNX Runtime
+timings on a small plan."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sqlite3
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from bench.cli import main
+from bench.sampling import limits_for, make_plan
+from estimator.dataset import COLUMNS, read_measurements
+
+LAYERS = "conv2d,dwconv2d,add,concat,fc,mul"
+N = 3
+
+
+@pytest.fixture(scope="module")
+def bench_db(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    rc = main(["run", "--device", "ci-host", "--runner", "onnxruntime", "--layers", LAYERS, "--samples", str(N),
+               "--warmup", "1", "--runs", "3", "--threads", "1", "--max-ops", "2e6", "--out", str(out),
+               "--no-progress"])
+    assert rc == 0
+    return out / "ci-host.sqlite"
+
+
+def test_run_measures_the_whole_plan_and_says_where_data_went(bench_db, capsys):
+    plan = make_plan(LAYERS.split(","), N, seed=0, limits=limits_for("onnxruntime", max_ops=2e6))
+    con = sqlite3.connect(bench_db)
+    keys = [r[0] for r in con.execute("SELECT config_key FROM measurements")]
+    assert sorted(keys) == sorted(c.key for c in plan) and len(keys) == 6 * N
+    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    # a re-run with the same arguments measures nothing
+    rc = main(["run", "--device", "ci-host", "--layers", LAYERS, "--samples", str(N), "--warmup", "1", "--runs", "3",
+               "--threads", "1", "--max-ops", "2e6", "--out", str(bench_db.parent), "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert f"measured 0 configurations ({6 * N} already present" in out and str(bench_db) in out
+    assert con.execute("SELECT COUNT(*) FROM measurements").fetchone()[0] == 6 * N
+
+
+def test_show_summarises_types_intervals_and_provenance(bench_db, capsys):
+    assert main(["show", str(bench_db)]) == 0
+    out = capsys.readouterr().out
+    assert f"{6 * N} measurements" in out
+    for t in LAYERS.split(","):
+        assert any(line.startswith(t + " ") for line in out.splitlines()), t
+    assert "T_single/T_LUM" in out and "rel width" in out
+    assert "runner onnxruntime (measured)" in out and f"onnxruntime {ort.__version__}" in out
+    assert "device ci-host" in out
+
+
+def test_export_csv_has_the_dataset_columns_and_traceable_provenance(bench_db, tmp_path, capsys):
+    path = tmp_path / "ci.csv"
+    assert main(["export", str(bench_db), "--csv", str(path)]) == 0
+    with path.open() as f:
+        assert tuple(next(csv.reader(f))) == COLUMNS
+    rows = list(read_measurements(path))
+    assert len(rows) == 6 * N
+    side = json.loads((tmp_path / "ci.csv.provenance.json").read_text())
+    envs = {e["env_id"]: e for e in side["environments"]}
+    for r in rows:
+        assert r["runner"] == "onnxruntime" and r["n_runs"] == 3
+        env = envs[int(r["env_id"])]  # every row traceable to its runner and versions
+        assert env["runner"] == "onnxruntime" and env["provenance"] == "measured"
+        assert env["versions"]["onnxruntime"] == ort.__version__ and env["precision"] == "fp32"
+        assert env["threads"] == 1 and env["device"] == "ci-host" and env["created_at"]
+        assert env["host"]["cpu_model"] and env["environment"]["execution_mode"] == "sequential"
+        assert r["t_lum_lo_ms"] <= r["t_lum_ms"] <= r["t_lum_hi_ms"]
+        assert r["t_lum_hi_ms"] - r["t_lum_lo_ms"] == pytest.approx(abs(r["t_b1_ms"] - r["t_b2_ms"]))
+        assert r["t_lum_hi_ms"] == pytest.approx(r["t_padded_ms"] - min(r["t_b1_ms"], r["t_b2_ms"]))
+        assert r["t_single_ms"] > 0 and r["padded_p10_ms"] <= r["t_padded_ms"] <= r["padded_p90_ms"]
+        assert math.isfinite(r["ops"]) and r["ops"] > 0
+    # bench show reads the exported CSV and its sidecar too
+    capsys.readouterr()
+    assert main(["show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"{6 * N} measurements" in out and "runner onnxruntime (measured)" in out
+
+
+def test_export_parquet(bench_db, tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    path = tmp_path / "ci.parquet"
+    assert main(["export", str(bench_db), "--parquet", str(path)]) == 0
+    t = pq.read_table(path)
+    assert tuple(t.column_names) == COLUMNS and t.num_rows == 6 * N
+    assert set(t.column("runner").to_pylist()) == {"onnxruntime"}
+    assert np.all(np.array(t.column("t_lum_lo_ms").to_pylist()) <= np.array(t.column("t_lum_hi_ms").to_pylist()))
+
+
+@pytest.mark.parametrize(
+    "argv,msg",
+    [
+        (["run", "--device", "x", "--layers", "conv2d,softmax"], "cannot benchmark softmax"),
+        (["run", "--device", "x", "--precision", "int8"], "fp32 only"),
+        (["run", "--device", "bad/name"], "--device"),
+        (["export", "nowhere.sqlite", "--csv", "x.csv"], "no such benchmark database"),
+        (["show", "nowhere.csv"], "no such file"),
+    ],
+)
+def test_bad_input_gives_one_line_errors(argv, msg, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert msg in err[-1] and err[-1].startswith("bench: error:")
+
+
+def test_export_needs_a_target_and_show_rejects_non_datasets(bench_db, tmp_path, capsys):
+    assert main(["export", str(bench_db)]) == 2
+    junk = tmp_path / "junk.csv"
+    junk.write_text("a,b\n1,2\n")
+    assert main(["show", str(junk)]) == 2
+    assert "missing columns" in capsys.readouterr().err
+
+
+def test_a_second_concurrent_run_on_the_same_database_is_refused(bench_db, capsys):
+    import fcntl
+
+    with open(bench_db.with_name(bench_db.name + ".lock"), "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running bench run holds it
+        rc = main(["run", "--device", "ci-host", "--layers", "add", "--samples", "1", "--out", str(bench_db.parent),
+                   "--no-progress"])
+    assert rc == 2 and "in use by another bench run" in capsys.readouterr().err

@@ -1,0 +1,108 @@
+"""Crash safety of ``bench run``: SIGKILL a real run (once in the padding phase, once
+among the layers), resume it with the same arguments, and check that nothing committed
+was lost or changed, nothing was measured twice, and the plan is complete."""
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.sampling import limits_for, make_plan
+from bench.smartpad import needed_padding
+
+LAYERS = "conv2d,dwconv2d,maxpool,add"
+SAMPLES = 10
+ARGS = ["--layers", LAYERS, "--samples", str(SAMPLES), "--warmup", "2", "--runs", "25", "--max-ops", "2e7",
+        "--seed", "3", "--no-progress"]
+
+
+def _cmd(db: Path) -> list[str]:
+    return [sys.executable, "-m", "bench.cli", "run", "--device", "crashbox", "--out", str(db), *ARGS]
+
+
+def _snapshot(db: Path) -> tuple[dict, dict]:
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+    try:
+        con.row_factory = sqlite3.Row
+        meas = {r["config_key"]: dict(r) for r in con.execute("SELECT * FROM measurements")}
+        pads = {(r["env_id"], r["h"], r["w"], r["c"]): dict(r) for r in con.execute("SELECT * FROM padding")}
+        return meas, pads
+    finally:
+        con.close()
+
+
+def _counts(db: Path) -> tuple[int, int]:
+    if not db.exists():
+        return 0, 0
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+        try:
+            return (con.execute("SELECT COUNT(*) FROM padding").fetchone()[0],
+                    con.execute("SELECT COUNT(*) FROM measurements").fetchone()[0])
+        finally:
+            con.close()
+    except sqlite3.OperationalError:  # schema not created yet
+        return 0, 0
+
+
+def _run_and_kill(db: Path, ready, timeout: float = 300.0) -> None:
+    """Start a run, SIGKILL it as soon as ``ready(pads, rows)`` holds."""
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    proc = subprocess.Popen(_cmd(db), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    t0 = time.monotonic()
+    try:
+        while True:
+            if proc.poll() is not None:
+                out, err = proc.communicate()
+                pytest.fail(f"bench run finished before it could be killed: {out!r} {err!r}")
+            if ready(*_counts(db)):
+                break
+            if time.monotonic() - t0 > timeout:
+                pytest.fail("bench run made no progress")
+            time.sleep(0.02)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_loses_nothing_and_repeats_nothing(tmp_path):
+    db = tmp_path / "crash.sqlite"
+    plan = make_plan(LAYERS.split(","), SAMPLES, seed=3, limits=limits_for("onnxruntime", max_ops=2e7))
+    n_pairs = len(needed_padding(plan))
+    assert len(plan) == 4 * SAMPLES and n_pairs > 10
+
+    # 1. killed while building the padding lookup table
+    _run_and_kill(db, lambda pads, rows: pads >= 3)
+    meas1, pads1 = _snapshot(db)
+    assert not meas1 and 3 <= len(pads1) < n_pairs
+
+    # 2. resumed and killed again among the layers
+    _run_and_kill(db, lambda pads, rows: rows >= 4)
+    meas2, pads2 = _snapshot(db)
+    assert len(pads2) == n_pairs and 4 <= len(meas2) < len(plan)
+    assert all(pads2[k] == v for k, v in pads1.items())  # identical: not re-measured, not lost
+
+    # 3. resumed to completion
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    done = subprocess.run(_cmd(db), capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert f"({len(meas2)} already present, 0 failed" in done.stdout
+    assert "and 0 padding pairs" in done.stdout  # the LUT was complete: nothing measured twice
+    meas3, pads3 = _snapshot(db)
+    assert all(meas3[k] == v for k, v in meas2.items())  # rows from before the kill, unchanged
+    assert all(pads3[k] == v for k, v in pads2.items())
+    assert sorted(meas3) == sorted(c.key for c in plan)  # complete, no extras
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT COUNT(*), COUNT(DISTINCT env_id || config_key) FROM measurements").fetchone() == (
+        len(plan), len(plan))
+    assert con.execute("SELECT COUNT(*) FROM environments").fetchone()[0] == 1  # same env on every resume
+    assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

@@ -1,0 +1,105 @@
+"""The sampling plan: reproducible, deduplicated, within limits, balanced across ops, and
+wide enough for real CNNs."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench.sampling import (
+    SAMPLED_TYPES,
+    SPACE_MAX,
+    Limits,
+    config_key,
+    in_space,
+    limits_for,
+    make_plan,
+    sample_type,
+)
+from estimator.layers import describe
+from bench.modelgen import lum_io_shapes
+
+LIM = limits_for("onnxruntime")
+
+
+def test_plan_is_reproducible_and_per_type_independent():
+    a = make_plan(["conv2d", "add"], 30, seed=5, limits=LIM)
+    b = make_plan(["conv2d", "add"], 30, seed=5, limits=LIM)
+    assert [c.key for c in a] == [c.key for c in b] and len(a) == 60
+    only_conv = {c.key for c in make_plan(["conv2d"], 30, seed=5, limits=LIM)}
+    assert only_conv == {c.key for c in a if c.layer_type == "conv2d"}
+    assert {c.key for c in make_plan(["conv2d"], 30, seed=6, limits=LIM)} != only_conv
+
+
+def test_config_key_is_canonical():
+    assert config_key("conv2d", dict(h=1, w=2)) == config_key("conv2d", dict(w=2, h=1))
+    assert config_key("conv2d", dict(h=1, w=2)) != config_key("dwconv2d", dict(h=1, w=2))
+
+
+@pytest.mark.parametrize("layer_type", SAMPLED_TYPES)
+def test_samples_are_distinct_valid_and_within_limits(layer_type):
+    lim = Limits(max_ops=5e8, max_elems=1 << 22, max_params=1 << 20)
+    cs = sample_type(layer_type, 150, seed=1, limits=lim)
+    assert len(cs) == 150 and len({c.key for c in cs}) == 150
+    for c in cs:
+        counts = describe(c.layer_type, c.params)
+        assert c.ops == counts.ops and 1 <= c.ops <= lim.max_ops and counts.params <= lim.max_params
+        ins, out = lum_io_shapes(c.layer_type, c.params)
+        assert all(np.prod(s) <= lim.max_elems for s in (*ins, out))
+        assert in_space(c.layer_type, c.params, lim)
+        p = c.params
+        assert max(p.get("h", 1), p.get("w", 1)) <= SPACE_MAX["hw"]
+        assert max(p.get("k_h", 1), p.get("k_w", 1)) <= SPACE_MAX["k"]
+        assert max(p.get("s_h", 1), p.get("s_w", 1)) <= 2
+
+
+def test_balanced_across_log_ops():
+    cs = sample_type("conv2d", 300, seed=2, limits=LIM, bins=10)
+    lo = np.log10([c.ops for c in cs])
+    hist, _ = np.histogram(lo, bins=10, range=(lo.min(), lo.max()))
+    share = 300 / 10
+    assert hist.max() <= 1.6 * share
+    assert (hist >= 0.8 * share).sum() >= 8  # at most the sparse extreme bins fall short
+
+
+def test_conv_space_has_the_variants_networks_use():
+    cs = sample_type("conv2d", 400, seed=0, limits=LIM)
+    ps = [c.params for c in cs]
+    assert any(p["k_h"] != p["k_w"] for p in ps)  # asymmetric kernels
+    assert any(p["s_h"] == 2 for p in ps)
+    assert any(p.get("groups", 1) > 1 for p in ps)
+    assert any(p.get("d_h", 1) > 1 for p in ps)
+    assert any(p["p_t"] == 0 and p["k_h"] > 1 for p in ps)  # valid padding too
+
+
+REAL_LAYERS = [
+    ("conv2d", dict(h=224, w=224, c_in=3, c_out=64, k_h=7, k_w=7, s_h=2, s_w=2)),  # ResNet stem
+    ("maxpool", dict(h=112, w=112, c=64, k_h=3, k_w=3, s_h=2, s_w=2)),  # ResNet
+    ("conv2d", dict(h=7, w=7, c_in=512, c_out=2048, k_h=1, k_w=1)),  # ResNet-50 layer4
+    ("conv2d", dict(h=14, w=14, c_in=256, c_out=256, k_h=3, k_w=3, groups=32)),  # ResNeXt
+    ("globalpool", dict(h=7, w=7, c=2048)),
+    ("fc", dict(c_in=2048, c_out=1000)),
+    ("dwconv2d", dict(h=112, w=112, c=96, k_h=3, k_w=3, s_h=2, s_w=2)),  # MobileNetV2
+    ("dwconv2d", dict(h=14, w=14, c=672, k_h=5, k_w=5)),  # EfficientNet
+    ("mul", dict(h=14, w=14, c=1152, broadcast=1)),  # squeeze-excitation
+    ("activation", dict(h=56, w=56, c=72, kind="hardswish")),  # MobileNetV3
+    ("conv2d", dict(h=7, w=7, c_in=320, c_out=1280, k_h=1, k_w=1)),  # MobileNetV2 head
+    ("conv2d", dict(h=17, w=17, c_in=192, c_out=192, k_h=1, k_w=7)),  # Inception
+    ("conv2d", dict(h=640, w=640, c_in=3, c_out=32, k_h=6, k_w=6, s_h=2, s_w=2, p_t=2, p_l=2, p_b=2, p_r=2)),  # YOLOv5
+    ("maxpool", dict(h=20, w=20, c=256, k_h=5, k_w=5)),  # YOLO SPPF
+    ("concat", dict(h=20, w=20, channels=[256, 256, 256, 256])),  # YOLO SPPF
+    ("resize", dict(h=20, w=20, c=512, h_out=40, w_out=40)),  # YOLO neck
+    ("add", dict(h=56, w=56, c=256)),  # residual
+]
+
+
+@pytest.mark.parametrize("layer_type,params", REAL_LAYERS)
+def test_realistic_cnn_layers_fall_inside_the_space(layer_type, params):
+    assert in_space(layer_type, params, LIM)
+
+
+def test_out_of_space_is_detected():
+    assert not in_space("conv2d", dict(h=2048, w=2048, c_in=3, c_out=8, k_h=3, k_w=3), LIM)
+    assert not in_space("conv2d", dict(h=32, w=32, c_in=8, c_out=8, k_h=13, k_w=13), LIM)
+    assert not in_space("conv2d", dict(h=32, w=32, c_in=8, c_out=8, k_h=3, k_w=3, s_h=4, s_w=4), LIM)
+    assert not in_space("conv2d", dict(h=512, w=512, c_in=1024, c_out=1024, k_h=3, k_w=3), LIM)  # over max ops
+    assert not in_space("softmax", dict(h=1, w=1, c=10), LIM)
