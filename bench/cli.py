@@ -7,7 +7,7 @@ from estimator.cliutil import run
 
 #: Subcommand modules; each exposes ``register(subparsers)``. Adding a command is adding
 #: its module name here.
-COMMANDS = ["bench.cmd_run"]
+COMMANDS = ["bench.cmd_run", "bench.cmd_agent"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

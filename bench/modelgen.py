@@ -564,6 +564,13 @@ def make_weights(ir: ModelIR, seed: int = 0) -> dict[str, dict[str, np.ndarray]]
             out[op.name] = d
         elif op.kind == "act" and a.get("kind") == "prelu":
             out[op.name] = {"slope": (0.25 * np.ones(op.shape[1], dtype=np.float32))}
+        if op.role in ("pad_in", "pad_out") and op.name in out:
+            # Padding convs get non-negative weights and biases. With signed random weights a
+            # padding conv's ReLU output can be identically zero (e.g. pad_out after a global
+            # pool, whose input is nearly constant): int8 calibration then collapses that
+            # tensor's scale (XNNPACK refuses it) and no real network looks like that. Only
+            # signs change; the ops, shapes and work are the same. The LUM keeps its weights.
+            out[op.name] = {k: np.abs(v) for k, v in out[op.name].items()}
     return out
 
 

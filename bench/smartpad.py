@@ -71,11 +71,11 @@ def default_precision(model_format: str) -> str:
 def render_model(ir: ModelIR, model_format: str, seed: int = 0, precision: str | None = None) -> bytes:
     """Serialize an IR model for a runner: ``"onnx"`` (fp32) by :func:`bench.modelgen.to_onnx`,
     ``"tflite"`` (int8 or fp32) by ``bench.tflite_models.to_tflite``."""
-    precision = precision or default_precision(model_format)
     if model_format == "onnx":
-        if precision != "fp32":
-            raise RunnerError(f"ONNX benchmark models are fp32; precision {precision!r} needs a TFLite runner")
+        # ONNX benchmark graphs are always fp32; an ONNX runner that takes a precision
+        # (TensorRT fp16/int8) applies it when it builds its engine.
         return to_onnx(ir, seed=seed)
+    precision = precision or default_precision(model_format)
     if model_format == "tflite":
         if precision not in TFLITE_QUANTIZATION:
             raise RunnerError(f"TFLite benchmark models are int8 or fp32, not {precision!r}")

@@ -1,0 +1,213 @@
+"""TFLite rendering of the smart-padding IR (``bench.tflite_models``) and the LiteRT runner.
+
+* every benchable type converts to a full-integer int8 model that loads and runs in
+  LiteRT with int8 inputs/outputs and the IR's output shape (NHWC);
+* float32 single-layer models compute what the ONNX rendering computes (ONNX Runtime),
+  which checks the NCHW -> NHWC mapping and every weight transpose;
+* without TensorFlow the module refuses to import with a UserError naming the extra.
+
+Needs the ``tflite`` extra (TensorFlow, ai-edge-litert); skipped where it is missing.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+tm = pytest.importorskip("bench.tflite_models", reason="needs the tflite extra (TensorFlow)",
+                         exc_type=ImportError)
+pytest.importorskip("ai_edge_litert")
+
+from bench.modelgen import BENCHABLE_TYPES, make_inputs, padded_model, padding_model, single_layer_model, to_onnx  # noqa: E402
+from bench.runners.base import RunnerError, get_runner  # noqa: E402
+from estimator.errors import UserError  # noqa: E402
+
+INT8_CASES = [
+    ("conv2d", dict(h=8, w=8, c_in=4, c_out=8, k_h=3, k_w=3)),
+    ("conv2d", dict(h=9, w=8, c_in=4, c_out=8, k_h=3, k_w=3, s_h=2, s_w=2)),
+    ("conv2d", dict(h=8, w=8, c_in=4, c_out=6, k_h=1, k_w=5)),
+    ("conv2d", dict(h=8, w=8, c_in=8, c_out=8, k_h=3, k_w=3, groups=2)),
+    ("dwconv2d", dict(h=8, w=8, c=8, k_h=3, k_w=3)),
+    ("dwconv2d", dict(h=8, w=8, c=4, k_h=5, k_w=5, s_h=2, s_w=2, multiplier=2)),
+    ("fc", dict(c_in=16, c_out=8)),
+    ("maxpool", dict(h=8, w=8, c=4, k_h=3, k_w=3, s_h=2, s_w=2)),
+    ("avgpool", dict(h=8, w=8, c=4, k_h=2, k_w=2, s_h=2, s_w=2, p_t=0, p_l=0, p_b=0, p_r=0)),
+    ("globalpool", dict(h=6, w=6, c=8)),
+    ("globalpool", dict(h=6, w=6, c=8, mode="max")),
+    ("add", dict(h=6, w=6, c=4)),
+    ("mul", dict(h=6, w=6, c=4, broadcast=1)),
+    ("concat", dict(h=6, w=6, channels=[4, 8])),
+    ("resize", dict(h=4, w=4, c=4, h_out=8, w_out=8)),
+    ("resize", dict(h=4, w=5, c=4, h_out=7, w_out=10, mode="linear")),
+    ("activation", dict(h=6, w=6, c=4, kind="hardswish")),
+    ("activation", dict(h=6, w=6, c=4, kind="sigmoid")),
+]
+
+
+def test_cases_cover_every_benchable_type() -> None:
+    assert set(BENCHABLE_TYPES) <= {t for t, _ in INT8_CASES}
+
+
+@pytest.fixture(scope="module")
+def litert():
+    r = get_runner("litert", threads=1)
+    yield r
+    r.close()
+
+
+def _ids(case):
+    t, p = case
+    return t + "-" + "-".join(f"{k}{v}" for k, v in p.items() if k not in ("h", "w"))
+
+
+@pytest.mark.parametrize("case", INT8_CASES, ids=[_ids(c) for c in INT8_CASES])
+def test_int8_padded_model_runs_in_litert(case, litert) -> None:
+    t, p = case
+    ir = padded_model(t, p)
+    model = tm.to_tflite(ir, "int8")
+    assert model[4:8] == b"TFL3"
+    prep = litert.prepare(model)
+    ins, outs = prep.info["inputs"], prep.info["outputs"]
+    assert [i["dtype"] for i in ins] == ["int8"] * len(ir.inputs)
+    assert [o["dtype"] for o in outs] == ["int8"]
+    assert sorted(tuple(i["shape"]) for i in ins) == sorted(tm.nhwc(x.shape) for x in ir.inputs)
+    assert tuple(outs[0]["shape"]) == tm.nhwc(ir.outputs[0].shape)
+    assert prep.info["precision"] == "int8"
+    timing = litert.time(prep, warmup=1, runs=3)
+    assert timing.n == 3 and timing.min_ms > 0
+
+
+def test_padding_and_single_models_convert(litert) -> None:
+    pad = litert.prepare(tm.to_tflite(padding_model(8, 8, 16), "int8"))
+    assert pad.info["outputs"][0]["shape"] == [1, 8, 8, 1]
+    assert pad.info["ops"][:2] == ["CONV_2D", "CONV_2D"]
+    single = litert.prepare(tm.to_tflite(single_layer_model("conv2d", dict(h=8, w=8, c_in=3, c_out=5, k_h=3, k_w=3)), "int8"))
+    assert single.info["inputs"][0]["shape"] == [1, 8, 8, 3]
+    assert single.info["outputs"][0]["shape"] == [1, 8, 8, 5]
+
+
+def test_int8_conversion_is_deterministic() -> None:
+    ir = padded_model("dwconv2d", dict(h=8, w=8, c=8, k_h=3, k_w=3))
+    assert tm.to_tflite(ir, "int8", seed=3) == tm.to_tflite(ir, "int8", seed=3)
+
+
+# Float models must compute what the ONNX rendering computes.
+FLOAT_CASES = [
+    ("conv2d", dict(h=9, w=8, c_in=3, c_out=5, k_h=3, k_w=3)),
+    ("conv2d", dict(h=8, w=8, c_in=4, c_out=6, k_h=1, k_w=5, bias=0)),
+    ("conv2d", dict(h=8, w=8, c_in=8, c_out=4, k_h=3, k_w=3, groups=2)),
+    ("conv2d", dict(h=8, w=9, c_in=3, c_out=4, k_h=3, k_w=3, p_t=2, p_l=0, p_b=1, p_r=2)),  # PAD + VALID
+    ("conv2d", dict(h=12, w=12, c_in=3, c_out=4, k_h=3, k_w=3, d_h=2, d_w=2)),
+    ("conv2d", dict(h=9, w=9, c_in=3, c_out=4, k_h=3, k_w=3, s_h=2, s_w=2, p_t=1, p_l=1, p_b=1, p_r=1)),
+    ("dwconv2d", dict(h=8, w=8, c=4, k_h=3, k_w=3, multiplier=2)),
+    ("fc", dict(c_in=12, c_out=5)),
+    ("maxpool", dict(h=8, w=8, c=3, k_h=2, k_w=2, s_h=2, s_w=2, p_t=0, p_l=0, p_b=0, p_r=0)),
+    ("avgpool", dict(h=7, w=7, c=3, k_h=3, k_w=3)),
+    ("globalpool", dict(h=5, w=6, c=3)),
+    ("globalpool", dict(h=5, w=6, c=3, mode="max")),
+    ("add", dict(h=4, w=5, c=3, broadcast=1)),
+    ("mul", dict(h=4, w=5, c=3)),
+    ("concat", dict(h=4, w=5, channels=[2, 3, 1])),
+    ("resize", dict(h=4, w=5, c=2, h_out=8, w_out=10)),
+    ("resize", dict(h=4, w=5, c=2, h_out=7, w_out=9, mode="linear")),
+    *[("activation", dict(h=4, w=5, c=3, kind=k)) for k in
+      ("relu6", "clip", "sigmoid", "hardsigmoid", "hardswish", "silu", "tanh", "leakyrelu", "prelu", "elu", "gelu",
+       "softplus", "mish")],
+]
+
+
+@pytest.mark.parametrize("case", FLOAT_CASES, ids=[_ids(c) for c in FLOAT_CASES])
+def test_float32_single_layer_matches_onnx(case, litert) -> None:
+    import onnxruntime as ort
+
+    t, p = case
+    ir = single_layer_model(t, p)
+    feeds = make_inputs(ir, seed=1)
+    ref = ort.InferenceSession(to_onnx(ir)).run(None, feeds)[0]
+
+    from ai_edge_litert.interpreter import Interpreter
+
+    interp = Interpreter(model_content=tm.to_tflite(ir, "float32"))
+    interp.allocate_tensors()
+    by_name = {x.name: x for x in ir.inputs}
+    for d in interp.get_input_details():
+        name = next(n for n in by_name if d["name"] == n or d["name"].startswith(f"serving_default_{n}:")
+                    or d["name"].endswith(n))
+        x = feeds[name]
+        interp.set_tensor(d["index"], np.ascontiguousarray(x.transpose(0, 2, 3, 1)) if x.ndim == 4 else x)
+    interp.invoke()
+    out = interp.get_tensor(interp.get_output_details()[0]["index"])
+    got = out.transpose(0, 3, 1, 2) if out.ndim == 4 else out
+    assert got.shape == ref.shape
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_cubic_resize_and_bad_quantization_are_refused() -> None:
+    with pytest.raises(tm.TFLiteModelError, match="cubic"):
+        tm.to_tflite(single_layer_model("resize", dict(h=4, w=4, c=2, h_out=8, w_out=8, mode="cubic")))
+    with pytest.raises(tm.TFLiteModelError, match="quantization"):
+        tm.to_tflite(padding_model(4, 4, 2), "int4")
+    assert issubclass(tm.TFLiteModelError, UserError)
+
+
+def test_ir_op_of_tensor_maps_tflite_names_back() -> None:
+    ir = padded_model("conv2d", dict(h=8, w=8, c_in=4, c_out=8, k_h=3, k_w=3))
+    assert tm.ir_op_of_tensor("lum/Relu;lum/BiasAdd;lum/Conv2D;lum/Const_11", ir) == "lum"
+    assert tm.ir_op_of_tensor("pad_in/Relu;pad_in/BiasAdd", ir) == "pad_in"
+    assert tm.ir_op_of_tensor("PartitionedCall:0", ir) is None
+
+
+def test_import_without_tensorflow_names_the_extra() -> None:
+    code = textwrap.dedent("""
+        import sys
+        sys.modules["tensorflow"] = None  # as if TensorFlow were not installed
+        from estimator.errors import UserError
+        try:
+            import bench.tflite_models
+        except UserError as e:
+            assert isinstance(e, ImportError)
+            print("REFUSED:", e)
+        else:
+            raise SystemExit("imported without TensorFlow")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "REFUSED:" in out.stdout and "confident-latency[tflite]" in out.stdout
+
+
+# ---------------------------------------------------------------- LiteRT runner itself
+
+
+def test_litert_runner_environment_and_errors(litert) -> None:
+    float_model = tm.to_tflite(padding_model(4, 4, 2), "float32")
+    before = litert.environment()
+    prep = litert.prepare(float_model)
+    assert prep.info["precision"] == "fp32" and prep.info["inputs"][0]["dtype"] == "float32"
+    env = litert.environment()
+    assert env == before  # the environment record does not drift with the models timed
+    assert env["runner"] == "litert" and env["runtime"] in ("ai_edge_litert", "tflite_runtime")
+    assert env["runtime_version"] and env["threads"] == 1 and env["provenance"] == "measured"
+    assert env["precision"] is None and env["delegate"] is None and env["host"]["hostname"]
+    assert env["versions"][env["runtime"]] == env["runtime_version"] and env["device_name"]
+    declared = get_runner("litert", precision="int8")
+    assert declared.environment()["precision"] == "int8"
+    with pytest.raises(RunnerError, match="input is fp32"):
+        declared.prepare(float_model)
+    assert declared.prepare(tm.to_tflite(padding_model(4, 4, 2), "int8")).info["precision"] == "int8"
+    with pytest.raises(RunnerError, match="precision"):
+        get_runner("litert", precision="int3")
+    with pytest.raises(RunnerError, match="not a TFLite model"):
+        litert.prepare(b"\x00" * 64)
+    with pytest.raises(RunnerError, match="rejected"):
+        litert.prepare(b"\x00\x00\x00\x00TFL3" + b"\x07" * 64)
+    with pytest.raises(RunnerError, match="runs"):
+        litert.time(prep, warmup=0, runs=0)
+    with pytest.raises(RunnerError, match="threads"):
+        get_runner("litert", threads=0)
+    with pytest.raises(RunnerError, match="does not exist"):
+        get_runner("litert", delegate="/nonexistent/libdelegate.so")
+    with pytest.raises(RunnerError, match="per-layer"):
+        litert.per_layer(prep)
