@@ -289,8 +289,10 @@ def _eltwise(p: dict[str, Any], eb: int) -> LayerCounts:
     bc = _nonneg(p, "broadcast", 0)  # 0: same shapes, 1: second input broadcast (e.g. SE scale, bias)
     out = n * h * w * c
     second = out if bc == 0 else _pos(p, "elems_b", c)
-    return LayerCounts(dict(h=h, w=w, c=c, broadcast=float(bc > 0)), 0, 0, float(out),
-                       _bytes(out + second, out, 0, eb), (n, c, h, w))
+    # Constant parameter operands, e.g. a standalone BatchNormalization's scale and shift.
+    cp = _nonneg(p, "const_params", 0)
+    return LayerCounts(dict(h=h, w=w, c=c, broadcast=float(bc > 0)), 0, cp, float(out),
+                       _bytes(out + second, out, cp, eb), (n, c, h, w))
 
 
 def _concat_channels(p: Mapping[str, Any]) -> list[int]:
@@ -321,7 +323,8 @@ def _activation(p: dict[str, Any], eb: int) -> LayerCounts:
     kind = p.get("kind", "relu")
     code = ACTIVATION_KINDS.get(kind, ACTIVATION_KINDS["other"]) if isinstance(kind, str) else _nonneg(p, "kind")
     out = n * h * w * c
-    return LayerCounts(dict(h=h, w=w, c=c, kind=code), 0, 0, float(out), _bytes(out, out, 0, eb), (n, c, h, w))
+    cp = _nonneg(p, "const_params", 0)  # learned parameters, e.g. PReLU slopes
+    return LayerCounts(dict(h=h, w=w, c=c, kind=code), 0, cp, float(out), _bytes(out, out, cp, eb), (n, c, h, w))
 
 
 def _resize(p: dict[str, Any], eb: int) -> LayerCounts:

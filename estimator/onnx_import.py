@@ -1,0 +1,1538 @@
+"""ONNX -> :class:`Network`: the layers the estimator predicts, in topological order.
+
+Pipeline of :func:`load_network`
+--------------------------------
+1. :func:`load_model` parses a path, bytes or ``onnx.ModelProto``. External-data files are
+   never read and initializers may carry dims but no data (stripped models): weights are
+   not needed, only their shapes.
+2. Dynamic input dimensions are fixed from ``input_shapes``; any left raise
+   :class:`DynamicShapeError` naming each dynamic input and its dims.
+3. onnxsim simplifies the graph (constant folding, BN folding, dropout removal). This is
+   the same for every device. If it fails, times out, or cannot run because initializers
+   carry no data, the original graph is used and a warning is recorded.
+4. ONNX shape inference (with data propagation) gives every tensor's shape. It runs on a
+   light copy of the model without large weight data, so it is cheap. On an unsimplified
+   graph, small constant subgraphs (shape arithmetic such as torch's ``chunk``) are
+   evaluated with ONNX's reference implementation between inference rounds, so the
+   fallback finds the same shapes onnxsim would have.
+5. Every node becomes part of exactly one layer or is listed in :attr:`Network.free_nodes`
+   with the reason it costs nothing (constants, identities, dropout, shape arithmetic,
+   no-ops such as a reshape to the same shape or a one-input concat, dead code).
+   Operators outside the vocabulary become layers of type ``other`` carrying their
+   ``op_type``: nothing is dropped and nothing is silently zero. On the unsimplified
+   graph the same torch export gives the same layers as on the simplified one.
+6. Device fusion rules (:class:`~estimator.fusion.FusionRules`) fold activations into the
+   producing conv/dwconv/fc/add/mul and, where onnxsim did not, BatchNormalization into
+   the preceding conv. SiLU appears as ``Sigmoid`` + ``Mul(x, sigmoid(x))`` and HardSwish
+   as the ``HardSwish`` op or ``Mul(x, HardSigmoid(x))``; both are recognised as one
+   activation.
+
+Simplification timeout
+----------------------
+onnxsim is C++; a thread running it cannot be stopped, and it may hold the GIL. So by
+default onnxsim runs in one long-lived worker process (started on first use, reused for
+every later call, so the NAS fast path pays no process start per call). The parent waits
+for the reply with ``select`` and a deadline; on timeout (or if onnxsim crashes the
+worker) the worker is killed, the network is extracted from the unsimplified graph with a
+warning, and the next call starts a fresh worker. Calls from several threads share the
+worker one at a time. ``simplify_timeout_s=None`` runs onnxsim in-process instead: no
+timeout, no isolation, no serialisation cost.
+
+Parameter accounting
+--------------------
+Parameters are those of the deployed kernels: after BN folding, a conv has its weights
+plus one bias per output channel, whether or not torch's conv had a bias. torch counts the
+BN's scale and shift instead of that bias, so a network's ``params`` equals torch's
+parameter count minus one per output channel of every BN that was folded into a conv. A
+BatchNormalization that cannot be folded (e.g. DenseNet's pre-activation BN after a
+concat) becomes a broadcast ``mul`` layer (flag ``batchnorm``) with its scale and shift
+(2 x channels) as parameters, which matches torch. PReLU slopes count as parameters;
+scalar constants and buffers (e.g. YOLO anchor grids) do not.
+
+Layer flags
+-----------
+``unknown_op`` (type ``other``: operator outside the vocabulary), ``batch_gt_1``,
+``unknown_shape`` (a shape could not be inferred; counts use 1s), ``ceil_mode`` (pool
+output computed with ceil; bottom/right pads are extended so the counts match),
+``bn_folded`` (a BN folded by the fusion rules, not by onnxsim), ``batchnorm``
+(standalone BN as a broadcast mul), ``const_operand`` (add/mul with a constant operand),
+``dynamic_weight`` (conv/gemm weight computed at run time), ``conv1d``/``pool1d`` (mapped
+with h = 1), ``conv3d``/``pool3d`` (type other), ``non_channel_axis`` (concat along
+another axis: h = w = 1, channels = elements per batch item), ``auto_pad``,
+``shape_mismatch`` (the vocabulary's output shape differs from ONNX's),
+``describe_failed`` (the node could not be mapped; type other, with a warning),
+``domain=...`` (operator from a non-default domain), ``subgraph`` (If/Loop/Scan: inner
+nodes are not counted), ``embedding`` (Gather from a constant table), ``dilated_pool``,
+``resizes_batch_or_channels``, ``pads_batch``.
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import heapq
+import io
+import json
+import math
+import os
+import select
+import struct
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence, Union
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import TensorProto, helper, numpy_helper
+
+from .errors import NotFoundError, UserError
+from .fusion import FusionRules
+from .layers import Layer, LayerSpecError, LayerType, describe, hwc
+
+__all__ = [
+    "Network",
+    "OnnxImportError",
+    "OnnxFileNotFoundError",
+    "DynamicShapeError",
+    "InputShapeError",
+    "load_model",
+    "load_network",
+    "parse_input_shape",
+    "DEFAULT_SIMPLIFY_TIMEOUT_S",
+]
+
+#: Default wall-clock limit for onnxsim, in seconds.
+DEFAULT_SIMPLIFY_TIMEOUT_S = 60.0
+
+ModelSource = Union[str, os.PathLike, bytes, bytearray, memoryview, onnx.ModelProto]
+Shape = tuple[int, ...]
+
+
+class OnnxImportError(UserError, ValueError):
+    """The input is not a usable ONNX model (not ONNX, truncated, empty, malformed)."""
+
+
+class OnnxFileNotFoundError(OnnxImportError, NotFoundError):
+    """The ONNX file does not exist."""
+
+
+class DynamicShapeError(OnnxImportError):
+    """An input has dynamic dimensions and no shape was given for it."""
+
+
+class InputShapeError(OnnxImportError):
+    """``input_shapes`` does not fit the model's inputs."""
+
+
+def _one_line(s: object) -> str:
+    return " ".join(str(s).split())
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def load_model(src: ModelSource) -> onnx.ModelProto:
+    """Parse and sanity-check an ONNX model from a path, bytes or a ``ModelProto``.
+
+    External data is never loaded (tensors stored outside the file keep their dims).
+    A ``ModelProto`` is checked and returned as is (not copied).
+    Raises :class:`OnnxImportError` (or :class:`OnnxFileNotFoundError`) with a one-line message.
+    """
+    return _load(src)[0]
+
+
+def _load(src: ModelSource) -> tuple[onnx.ModelProto, bytes | None]:
+    """The model and, when it was parsed from bytes, those bytes."""
+    if isinstance(src, onnx.ModelProto):
+        _validate(src, "model")
+        return src, None
+    if isinstance(src, (bytes, bytearray, memoryview)):
+        data, what = bytes(src), "ONNX bytes"
+    elif isinstance(src, (str, os.PathLike)):
+        path = Path(src)
+        what = str(path)
+        if not path.exists():
+            raise OnnxFileNotFoundError(f"{path}: no such file")
+        if path.is_dir():
+            raise OnnxImportError(f"{path}: is a directory, not an ONNX file")
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise OnnxImportError(f"{path}: cannot read: {e.strerror or e}") from None
+    else:
+        raise OnnxImportError(f"cannot load an ONNX model from a {type(src).__name__}; "
+                              "give a path, bytes or an onnx.ModelProto")
+    if not data:
+        raise OnnxImportError(f"{what}: empty (0 bytes), not an ONNX model")
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except (DecodeError, ValueError, RuntimeError) as e:
+        raise OnnxImportError(
+            f"{what}: not a valid ONNX model: protobuf parsing failed ({_one_line(e) or 'decode error'}); "
+            "the file is truncated or not ONNX") from None
+    _validate(model, what)
+    return model, data
+
+
+def _validate(model: onnx.ModelProto, what: str) -> None:
+    if model.ir_version <= 0 or not model.HasField("graph"):
+        missing = "an IR version" if model.ir_version <= 0 else "a graph"
+        raise OnnxImportError(f"{what}: not an ONNX model (it has no {missing})")
+    if not model.opset_import:
+        raise OnnxImportError(f"{what}: the model declares no opset (opset_import is missing); truncated or not ONNX")
+    g = model.graph
+    if not g.node:
+        raise OnnxImportError(f"{what}: the ONNX graph has no nodes")
+    defined = {i.name for i in g.input} | {t.name for t in g.initializer}
+    defined |= {t.values.name for t in g.sparse_initializer}
+    for n in g.node:
+        defined.update(o for o in n.output if o)
+    for n in g.node:
+        for i in n.input:
+            if i and i not in defined:
+                raise OnnxImportError(
+                    f"{what}: node {n.name or n.op_type!r} ({n.op_type}) reads {i!r}, which no node, input or "
+                    "initializer defines; the model is truncated or malformed")
+    for o in g.output:
+        if o.name not in defined:
+            raise OnnxImportError(f"{what}: graph output {o.name!r} is not produced by any node; malformed model")
+
+
+# ------------------------------------------------------------------------ input shapes
+
+
+def parse_input_shape(text: str) -> tuple[str | None, Shape]:
+    """Parse ``1x3x224x224`` or ``name:1x3x224x224`` (the name may itself contain ``:``)."""
+    t = text.strip()
+    name: str | None = None
+    if ":" in t:
+        name, t = t.rsplit(":", 1)
+        name = name.strip()
+        if not name:
+            raise InputShapeError(f"bad input shape {text!r}: empty input name before ':'")
+    dims = t.lower().replace(",", "x").split("x")
+    try:
+        shape = tuple(int(d) for d in dims)
+    except ValueError:
+        raise InputShapeError(
+            f"bad input shape {text!r}: expected dims like 1x3x224x224 or NAME:1x3x224x224") from None
+    if not shape or min(shape) < 1:
+        raise InputShapeError(f"bad input shape {text!r}: every dimension must be an integer >= 1")
+    return name, shape
+
+
+def _dim_str(d: onnx.TensorShapeProto.Dimension) -> str:
+    if d.HasField("dim_value") and d.dim_value > 0:
+        return str(d.dim_value)
+    if d.HasField("dim_param") and d.dim_param:
+        return d.dim_param
+    return "?"
+
+
+def _graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    init = {t.name for t in model.graph.initializer} | {t.values.name for t in model.graph.sparse_initializer}
+    return [vi for vi in model.graph.input if vi.name not in init]
+
+
+def _fix_inputs(model: onnx.ModelProto, input_shapes: Any) -> dict[str, Shape]:
+    """Write fixed shapes into the model's graph inputs; return {name: shape}."""
+    inputs = _graph_inputs(model)
+    names = [vi.name for vi in inputs]
+    if not inputs:
+        raise InputShapeError("the model has no graph inputs")
+    given: dict[str, Shape] = {}
+    if input_shapes is None:
+        pass
+    elif isinstance(input_shapes, Mapping):
+        for k, v in input_shapes.items():
+            given[str(k)] = _as_shape(v, str(k))
+    elif isinstance(input_shapes, Sequence) and not isinstance(input_shapes, (str, bytes)):
+        if len(names) != 1:
+            raise InputShapeError(
+                f"a single input shape was given but the model has {len(names)} inputs ({', '.join(names)}); "
+                "give one shape per input name")
+        given[names[0]] = _as_shape(input_shapes, names[0])
+    else:
+        raise InputShapeError(f"input_shapes must be a mapping name -> shape or one shape, got {input_shapes!r}")
+    unknown = [k for k in given if k not in names]
+    if unknown:
+        raise InputShapeError(
+            f"input shape given for unknown input {', '.join(map(repr, unknown))}; "
+            f"the model's inputs are: {', '.join(names)}")
+    fixed: dict[str, Shape] = {}
+    dynamic: list[str] = []
+    examples: list[str] = []
+    for vi in inputs:
+        if not vi.type.HasField("tensor_type"):
+            raise InputShapeError(f"input {vi.name!r} is not a tensor ({vi.type.WhichOneof('value')}); "
+                                  "only tensor inputs are supported")
+        tt = vi.type.tensor_type
+        dims = list(tt.shape.dim) if tt.HasField("shape") else None
+        if vi.name in given:
+            shape = given[vi.name]
+            if dims is not None:
+                if len(dims) != len(shape):
+                    raise InputShapeError(
+                        f"input {vi.name!r} has rank {len(dims)} [{', '.join(_dim_str(d) for d in dims)}], "
+                        f"but the given shape {'x'.join(map(str, shape))} has rank {len(shape)}")
+                for i, (d, s) in enumerate(zip(dims, shape)):
+                    if d.HasField("dim_value") and d.dim_value > 0 and d.dim_value != s:
+                        raise InputShapeError(
+                            f"input {vi.name!r} has fixed dimension {i} = {d.dim_value}, "
+                            f"but the given shape {'x'.join(map(str, shape))} says {s}")
+            tt.ClearField("shape")
+            for s in shape:
+                tt.shape.dim.add().dim_value = s
+            fixed[vi.name] = shape
+        elif dims is None:
+            dynamic.append(f"{vi.name!r} [unknown rank]")
+            examples.append(f"{vi.name}:1x3x224x224")
+        elif any(not (d.HasField("dim_value") and d.dim_value > 0) for d in dims):
+            dynamic.append(f"{vi.name!r} [{', '.join(_dim_str(d) for d in dims)}]")
+            examples.append(f"{vi.name}:" + "x".join(str(d.dim_value) if d.dim_value > 0 else "1" for d in dims))
+        else:
+            fixed[vi.name] = tuple(int(d.dim_value) for d in dims)
+    if dynamic:
+        if len(names) == 1:
+            examples = [examples[0].rsplit(":", 1)[1]]
+        raise DynamicShapeError(
+            f"dynamic input dimensions: {'; '.join(dynamic)}; fix them with input_shapes "
+            f"(CLI: {' '.join('--input-shape ' + e for e in examples)})")
+    return fixed
+
+
+def _as_shape(v: Any, name: str) -> Shape:
+    if isinstance(v, str):
+        return parse_input_shape(v)[1]
+    try:
+        shape = tuple(int(d) for d in v)
+        ok = all(float(d) == int(d) for d in v)
+    except (TypeError, ValueError):
+        raise InputShapeError(f"shape for input {name!r} must be a sequence of integers, got {v!r}") from None
+    if not ok or not shape or min(shape) < 1:
+        raise InputShapeError(f"shape for input {name!r} must be integers >= 1, got {v!r}")
+    return shape
+
+
+# -------------------------------------------------------------------------- the network
+
+
+@dataclass
+class Network:
+    """A network as the estimator sees it: layers after simplification and fusion."""
+
+    layers: list[Layer]
+    inputs: dict[str, Shape]
+    outputs: dict[str, Shape | None] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    #: ONNX node name -> why it costs nothing (constant, identity, dropout, shape arithmetic, dead).
+    free_nodes: dict[str, str] = field(default_factory=dict)
+    #: The graph the layers were extracted from (simplified when ``simplified``), with node
+    #: names made unique and inferred shapes in ``value_info``. It describes structure, not
+    #: weights: initializers over 4 KiB keep their dims and type but not their data.
+    model: onnx.ModelProto | None = field(default=None, repr=False, compare=False)
+    simplified: bool = False
+    opset: int = 0
+    name: str = ""
+
+    @property
+    def macs(self) -> int:
+        return sum(layer.macs for layer in self.layers)
+
+    @property
+    def params(self) -> int:
+        return sum(layer.n_params for layer in self.layers)
+
+    @property
+    def ops(self) -> float:
+        return float(sum(layer.ops for layer in self.layers))
+
+    @property
+    def bytes(self) -> int:
+        return sum(layer.bytes for layer in self.layers)
+
+    @property
+    def totals(self) -> dict[str, float]:
+        return {"layers": len(self.layers), "macs": self.macs, "params": self.params, "ops": self.ops,
+                "bytes": self.bytes}
+
+    @property
+    def other_layers(self) -> list[Layer]:
+        """Layers of type ``other`` (operators outside the vocabulary)."""
+        return [layer for layer in self.layers if layer.type == LayerType.OTHER]
+
+    def covered_nodes(self) -> list[str]:
+        """Every node name, once: layers' nodes then free nodes."""
+        return [n for layer in self.layers for n in layer.nodes] + list(self.free_nodes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "opset": self.opset,
+            "simplified": self.simplified,
+            "inputs": {k: list(v) for k, v in self.inputs.items()},
+            "outputs": {k: (list(v) if v is not None else None) for k, v in self.outputs.items()},
+            "totals": self.totals,
+            "layers": [layer.to_dict() for layer in self.layers],
+            "other_ops": sorted({layer.op_type for layer in self.other_layers}),
+            "free_nodes": dict(self.free_nodes),
+            "warnings": list(self.warnings),
+        }
+
+
+def load_network(
+    src: ModelSource,
+    input_shapes: Mapping[str, Sequence[int] | str] | Sequence[int] | None = None,
+    fusion: FusionRules | Mapping[str, Any] | None = None,
+    simplify: bool = True,
+    simplify_timeout_s: float | None = DEFAULT_SIMPLIFY_TIMEOUT_S,
+) -> Network:
+    """Extract the layers of an ONNX model.
+
+    ``input_shapes`` fixes dynamic input dims (``{name: shape}``, or one shape for a
+    single-input model); ``fusion`` is a device's :class:`FusionRules` (or its dict form),
+    :data:`~estimator.fusion.DEFAULT_FUSION` when ``None``. ``simplify_timeout_s`` bounds
+    onnxsim (run in a reused worker process); ``None`` runs it in-process without a limit.
+    """
+    rules = fusion if isinstance(fusion, FusionRules) else FusionRules.from_dict(fusion)
+    model, raw = _load(src)
+    if isinstance(src, onnx.ModelProto):  # never modify the caller's model
+        model = onnx.ModelProto()
+        model.CopyFrom(src)
+    if input_shapes is not None:
+        raw = None  # the inputs may change: serialise the modified model for onnxsim
+    inputs = _fix_inputs(model, input_shapes)
+    warnings: list[str] = []
+    simplified = False
+    if simplify:
+        dataless = [t.name for t in model.graph.initializer if _dataless(t)]
+        if dataless:
+            warnings.append(
+                f"onnxsim skipped: {len(dataless)} initializer(s) carry no data (stripped or external weights, "
+                f"e.g. {dataless[0]!r}); layers come from the unsimplified graph")
+        else:
+            try:
+                model = _run_onnxsim(model, simplify_timeout_s, raw)
+                simplified = True
+            except _SimplifyFailed as e:
+                warnings.append(f"onnxsim failed ({e}); layers come from the unsimplified graph")
+    _strip_large(model, _STRIP_BYTES)  # the record describes structure; weights would only cost memory
+    _name_nodes(model)
+    shapes = _infer_shapes(model, warnings, fold=not simplified)
+    ex = _Extractor(model, shapes, rules, warnings)
+    layers, free = ex.run()
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    outputs = {o.name: shapes.get(o.name) for o in model.graph.output}
+    batch = {k: v[0] for k, v in inputs.items() if len(v) >= 2 and v[0] > 1}
+    if batch:
+        warnings.append("batch > 1 in input(s) " + ", ".join(f"{k!r} ({b})" for k, b in batch.items())
+                        + "; affected layers are flagged batch_gt_1")
+    others = sorted({layer.op_type for layer in layers if layer.type == LayerType.OTHER})
+    if others:
+        warnings.append(f"operators outside the layer vocabulary (kept as type 'other'): {', '.join(others)}")
+    return Network(layers=layers, inputs=inputs, outputs=outputs, warnings=warnings, free_nodes=free, model=model,
+                   simplified=simplified, opset=opset, name=model.graph.name)
+
+
+# ------------------------------------------------------------------------- model utils
+
+
+def _dataless(t: TensorProto) -> bool:
+    """True for an initializer whose values are not in the model (external or stripped)."""
+    if t.data_location == TensorProto.EXTERNAL:
+        return True
+    if math.prod(t.dims) == 0:
+        return False
+    return not (t.raw_data or t.float_data or t.int32_data or t.int64_data or t.double_data
+                or t.uint64_data or t.string_data)
+
+
+def _strip_large(model: onnx.ModelProto, max_bytes: int = 4096) -> None:
+    """Drop the data of initializers over ``max_bytes`` (dims and type stay)."""
+    for t in model.graph.initializer:
+        if t.ByteSize() > max_bytes:
+            for f in ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data"):
+                t.ClearField(f)
+
+
+def _name_nodes(model: onnx.ModelProto) -> None:
+    """Give every node a unique, non-empty name (``<op_type>_<index>`` where missing)."""
+    seen: set[str] = set()
+    for i, n in enumerate(model.graph.node):
+        if not n.name or n.name in seen:
+            base = f"{n.op_type}_{i}"
+            name, k = base, 1
+            while name in seen:
+                name, k = f"{base}_{k}", k + 1
+            n.name = name
+        seen.add(n.name)
+
+
+def _light_copy(model: onnx.ModelProto, max_bytes: int = 4096) -> onnx.ModelProto:
+    """The model without the data of large initializers (dims kept), for shape inference."""
+    light = onnx.ModelProto()
+    light.ir_version = model.ir_version
+    light.opset_import.extend(model.opset_import)
+    light.functions.extend(model.functions)
+    g, src = light.graph, model.graph
+    g.name = src.name
+    g.node.extend(src.node)
+    g.input.extend(src.input)
+    g.output.extend(src.output)
+    g.value_info.extend(src.value_info)
+    g.sparse_initializer.extend(src.sparse_initializer)
+    for t in src.initializer:
+        if t.data_location == TensorProto.EXTERNAL or _dataless(t) or t.ByteSize() > max_bytes:
+            stub = g.initializer.add()
+            stub.name, stub.data_type = t.name, t.data_type
+            stub.dims.extend(t.dims)
+        else:
+            g.initializer.append(t)
+    return light
+
+
+def _shape_of_type(tp: onnx.TypeProto) -> Shape | None:
+    if not tp.HasField("tensor_type") or not tp.tensor_type.HasField("shape"):
+        return None
+    dims = tp.tensor_type.shape.dim
+    if any(not d.HasField("dim_value") or d.dim_value < 0 for d in dims):
+        return None
+    return tuple(int(d.dim_value) for d in dims)
+
+
+def _collect_shapes(model: onnx.ModelProto, value_info: Iterable[onnx.ValueInfoProto],
+                    outputs: Iterable[onnx.ValueInfoProto]) -> dict[str, Shape | None]:
+    shapes: dict[str, Shape | None] = {}
+    for vi in [*model.graph.input, *value_info, *outputs]:
+        s = _shape_of_type(vi.type)
+        if s is not None or vi.name not in shapes:
+            shapes[vi.name] = s
+    for t in model.graph.initializer:
+        shapes[t.name] = tuple(int(d) for d in t.dims)
+    return shapes
+
+
+def _infer_shapes(model: onnx.ModelProto, warnings: list[str], fold: bool = False) -> dict[str, Shape | None]:
+    """Shapes of all tensors; stores the inferred value_info in ``model``.
+
+    With ``fold`` (the graph was not simplified), small constant subgraphs (shape
+    arithmetic such as ``Shape -> Gather -> Div -> Slice``) are evaluated with the ONNX
+    reference implementation and inference is repeated until nothing new folds, so
+    shapes that depend on them become known.
+    """
+    light = _light_copy(model)
+    value_info: list[onnx.ValueInfoProto] = list(model.graph.value_info)
+    outputs: list[onnx.ValueInfoProto] = list(model.graph.output)
+    shapes = _collect_shapes(model, value_info, outputs)
+    known: dict[str, np.ndarray] = {}
+    for _ in range(256 if fold else 1):
+        try:
+            inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
+        except Exception as e:  # onnx raises several types; a partial result is still useful
+            warnings.append(f"ONNX shape inference failed ({_one_line(e)[:300]}); some shapes are unknown")
+            break
+        value_info, outputs = list(inferred.graph.value_info), list(inferred.graph.output)
+        shapes = _collect_shapes(model, value_info, outputs)
+        if not fold or not _fold_pass(light, shapes, known):
+            break
+    del model.graph.value_info[:]
+    model.graph.value_info.extend(value_info)
+    for name, v in known.items():  # folded tensors: their shapes are those of their values
+        if shapes.get(name) is None:
+            shapes[name] = tuple(v.shape)
+    return shapes
+
+
+#: Constant subgraphs are folded only while their inputs are this small (shape arithmetic).
+_FOLD_MAX_ELEMS = 1 << 16
+
+
+def _fold_pass(light: onnx.ModelProto, shapes: dict[str, Shape | None], known: dict[str, np.ndarray]) -> bool:
+    """Evaluate the nodes of ``light`` whose inputs are all known small constants (or whose
+    value is a known shape); replace them by initializers. Returns whether any folded."""
+    from onnx.reference import ReferenceEvaluator
+
+    opsets = {o.domain or "": o.version for o in light.opset_import}
+    for t in light.graph.initializer:
+        if t.name not in known and not _dataless(t) and math.prod(t.dims) <= _FOLD_MAX_ELEMS:
+            with contextlib.suppress(Exception):
+                known[t.name] = numpy_helper.to_array(t)
+    keep: list[onnx.NodeProto] = []
+    new: list[TensorProto] = []
+    for n in light.graph.node:
+        ins = [i for i in n.input if i]
+        vals: list[np.ndarray] | None = None
+        try:
+            if n.domain not in ("", "ai.onnx") or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                                                      for a in n.attribute):
+                vals = None
+            elif n.op_type in ("Shape", "Size") and ins and shapes.get(ins[0]) is not None:
+                shp = np.array(shapes[ins[0]], dtype=np.int64)
+                if n.op_type == "Size":
+                    vals = [np.array(int(np.prod(shp)), dtype=np.int64)]
+                else:
+                    a = _attrs(n)
+                    vals = [shp[a.get("start", 0): a.get("end", len(shp))]]
+            elif n.op_type == "Constant" or (
+                    ins and all(i in known for i in ins) and not n.op_type.startswith("Random")
+                    and sum(known[i].size for i in ins) <= _FOLD_MAX_ELEMS):
+                feeds = {i: known[i] for i in ins}
+                res = ReferenceEvaluator(n, opsets={"": opsets.get("", 13)}).run(None, feeds)
+                vals = list(res) if isinstance(res, (list, tuple)) else None
+        except Exception:
+            vals = None
+        outs = [o for o in n.output if o]
+        if vals is None or len(vals) < len(outs) or any(not isinstance(v, np.ndarray) for v in vals[:len(outs)]):
+            keep.append(n)
+            continue
+        for o, v in zip(outs, vals):
+            known[o] = v
+            new.append(numpy_helper.from_array(v, o))
+    if not new:
+        return False
+    del light.graph.node[:]
+    light.graph.node.extend(keep)
+    light.graph.initializer.extend(new)
+    return True
+
+
+# ------------------------------------------------------------------------- simplifying
+
+
+class _SimplifyFailed(Exception):
+    pass
+
+
+# The worker is a self-contained script: it does not import this package, so it starts
+# fast and works wherever onnx and onnxsim import. Protocol over stdin/stdout:
+# request = >QQ (header length, model length) + JSON header + model bytes;
+# reply = >BQ (status 0 ok / 1 error, payload length) + payload (model bytes / message).
+_WORKER_SOURCE = r"""
+import json, os, struct, sys
+def _read(fd, n):
+    chunks, left = [], n
+    while left:
+        b = os.read(fd, min(left, 1 << 20))
+        if not b:
+            return None
+        chunks.append(b)
+        left -= len(b)
+    return b"".join(chunks)
+def _write(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+_STRIP_BYTES = %d
+out = os.dup(1)
+os.dup2(2, 1)  # anything onnxsim prints goes to stderr, never into the protocol
+import onnx, onnxsim
+_write(out, b"R")
+while True:
+    head = _read(0, 16)
+    if head is None:
+        break
+    hlen, mlen = struct.unpack(">QQ", head)
+    opts = json.loads(_read(0, hlen) or b"{}")
+    data = _read(0, mlen)
+    if data is None:
+        break
+    try:
+        m = onnx.ModelProto()
+        m.ParseFromString(data)
+        s, _ = onnxsim.simplify(m, **opts)
+        for t in s.graph.initializer:  # weights are not needed back, only their dims
+            if t.ByteSize() > _STRIP_BYTES:
+                for f in ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data"):
+                    t.ClearField(f)
+        status, payload = 0, s.SerializeToString()
+    except Exception as e:
+        status, payload = 1, (type(e).__name__ + ": " + str(e)).encode("utf-8", "replace")
+    _write(out, struct.pack(">BQ", status, len(payload)) + payload)
+"""
+
+#: Initializers above this size keep only their dims in :attr:`Network.model`.
+_STRIP_BYTES = 4096
+_WORKER_SOURCE = _WORKER_SOURCE % _STRIP_BYTES
+
+
+class _SimplifyWorker:
+    """One long-lived onnxsim process, restarted after a timeout or crash."""
+
+    START_TIMEOUT_S = 120.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._pid = 0  # the process that started the worker (a forked child must not share it)
+
+    def _start(self) -> subprocess.Popen:
+        stderr = None if os.environ.get("CL_DEBUG") else subprocess.DEVNULL
+        try:
+            proc = subprocess.Popen([sys.executable or "python3", "-c", _WORKER_SOURCE], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=stderr, bufsize=0, close_fds=True)
+        except OSError as e:
+            raise _SimplifyFailed(f"cannot start the onnxsim worker: {e}") from None
+        self._proc, self._pid = proc, os.getpid()
+        try:
+            if _read_exact(_fd(proc.stdout), 1, time.monotonic() + self.START_TIMEOUT_S) != b"R":
+                raise _SimplifyFailed("onnxsim worker sent a bad greeting")
+        except _SimplifyFailed:
+            self.stop()
+            raise
+        except TimeoutError:
+            self.stop()
+            raise _SimplifyFailed(f"onnxsim worker did not start within {self.START_TIMEOUT_S:g} s") from None
+        except (EOFError, OSError):
+            code = self.stop()
+            raise _SimplifyFailed(f"onnxsim worker exited during start-up (exit code {code}; "
+                                  "are onnx and onnxsim importable?)") from None
+        return proc
+
+    def stop(self) -> int | None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return None
+        with contextlib.suppress(Exception):
+            proc.kill()
+        with contextlib.suppress(Exception):
+            proc.wait(5)
+        for f in (proc.stdin, proc.stdout):
+            if f is not None:
+                with contextlib.suppress(Exception):
+                    f.close()
+        return proc.returncode
+
+    def close(self) -> None:
+        """Let an idle worker exit (end of input), then make sure it has."""
+        proc = self._proc
+        if proc is not None and self._pid == os.getpid():
+            with contextlib.suppress(Exception):
+                if proc.stdin is not None:
+                    proc.stdin.close()
+            with contextlib.suppress(Exception):
+                proc.wait(2)
+            self.stop()
+
+    def simplify(self, data: bytes, opts: dict[str, Any], timeout_s: float) -> bytes:
+        with self._lock:
+            if self._proc is not None and (self._pid != os.getpid() or self._proc.poll() is not None):
+                if self._pid == os.getpid():
+                    self.stop()
+                self._proc = None  # inherited from a parent process: leave it to the parent
+            proc = self._proc or self._start()
+            header = json.dumps(opts).encode()
+            deadline = time.monotonic() + timeout_s
+            try:
+                _write_all(_fd(proc.stdin), struct.pack(">QQ", len(header), len(data)) + header + data)
+                status, n = struct.unpack(">BQ", _read_exact(_fd(proc.stdout), 9, deadline))
+                payload = _read_exact(_fd(proc.stdout), n, deadline)
+            except TimeoutError:
+                self.stop()
+                raise _SimplifyFailed(f"timed out after {timeout_s:g} s") from None
+            except (OSError, EOFError, struct.error):
+                code = self.stop()
+                raise _SimplifyFailed(f"onnxsim worker died (exit code {code})") from None
+            if status != 0:
+                raise _SimplifyFailed(_one_line(payload.decode("utf-8", "replace"))[:500])
+            return payload
+
+
+def _fd(f: Any) -> int:
+    if f is None:
+        raise OSError("onnxsim worker pipe is closed")
+    return int(f.fileno())
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _read_exact(fd: int, n: int, deadline: float) -> bytes:
+    chunks: list[bytes] = []
+    left = n
+    while left:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError
+        ready, _, _ = select.select([fd], [], [], remaining)
+        if not ready:
+            raise TimeoutError
+        b = os.read(fd, min(left, 1 << 20))
+        if not b:
+            raise EOFError
+        chunks.append(b)
+        left -= len(b)
+    return b"".join(chunks)
+
+
+_WORKER = _SimplifyWorker()
+atexit.register(_WORKER.close)
+
+#: Options passed to ``onnxsim.simplify``: BN folding on, no numeric checking.
+_ONNXSIM_OPTS: dict[str, Any] = {"check_n": 0, "skip_fuse_bn": False}
+
+
+def _run_onnxsim(model: onnx.ModelProto, timeout_s: float | None, raw: bytes | None = None) -> onnx.ModelProto:
+    """Simplify; ``raw`` are the model's serialised bytes when the caller has them unchanged.
+
+    The worker needs ``select`` on pipes (POSIX); elsewhere onnxsim runs in-process.
+    """
+    if timeout_s is None or os.name == "nt":
+        try:
+            import onnxsim
+        except ImportError as e:
+            raise _SimplifyFailed(f"onnxsim is not installed: {e}") from None
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                out, _ = onnxsim.simplify(model, **_ONNXSIM_OPTS)
+        except Exception as e:
+            raise _SimplifyFailed(f"{type(e).__name__}: {_one_line(e)[:500]}") from None
+        return out
+    if timeout_s <= 0:
+        raise _SimplifyFailed(f"timed out after {timeout_s:g} s")
+    try:
+        data = raw if raw is not None else model.SerializeToString()
+    except ValueError as e:  # > 2 GiB
+        raise _SimplifyFailed(f"model cannot be serialised: {_one_line(e)}") from None
+    out = onnx.ModelProto()
+    out.ParseFromString(_WORKER.simplify(data, _ONNXSIM_OPTS, float(timeout_s)))
+    return out
+
+
+# -------------------------------------------------------------------------- extraction
+
+_FREE_OPS = {
+    "Constant": "constant",
+    "Identity": "identity (no-op)",
+    "Dropout": "dropout (identity at inference)",
+    "Shape": "shape computation (input shapes are fixed)",
+    "Size": "shape computation (input shapes are fixed)",
+}
+_ALIAS_OPS = {"Identity", "Dropout"}
+#: Ops that are no-ops when their output has the input's shape (onnxsim removes them; the
+#: unsimplified graph may still have them).
+_NOOP_IF_SAME_SHAPE = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Expand", "Tile", "Resize", "Upsample",
+                       "Transpose", "Slice", "Pad"}
+
+#: ONNX activation op -> activation kind (Clip is decided by its bounds).
+_ACT_OPS = {
+    "Relu": "relu", "Sigmoid": "sigmoid", "HardSigmoid": "hardsigmoid", "HardSwish": "hardswish",
+    "Tanh": "tanh", "LeakyRelu": "leakyrelu", "PRelu": "prelu", "Elu": "elu", "Gelu": "gelu",
+    "Mish": "mish", "Softplus": "softplus", "Swish": "silu", "Selu": "other", "Celu": "other",
+    "Softsign": "other", "ThresholdedRelu": "other",
+}
+_RESHAPE_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"}
+_SLICE_OPS = {"Slice", "Split", "Gather"}
+
+
+@dataclass
+class _Draft:
+    """A layer before fusion and counting."""
+
+    type: str
+    params: dict[str, Any]
+    op_type: str
+    nodes: list[str]
+    inputs: list[str]  # activation (non-constant) input tensors
+    outputs: list[str]
+    flags: list[str] = field(default_factory=list)
+    kind: str | None = None  # for type activation: its kind
+    activation: str | None = None  # fused activation kind
+    extra_params: int = 0  # parameters of a fused activation (PReLU slopes)
+    check_shape: bool = False  # compare describe()'s output shape with ONNX's
+
+    def flag(self, f: str) -> None:
+        if f not in self.flags:
+            self.flags.append(f)
+
+
+def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for a in node.attribute:
+        try:
+            v = helper.get_attribute_value(a)
+        except Exception:
+            continue
+        if isinstance(v, bytes):
+            v = v.decode("utf-8", "replace")
+        out[a.name] = v
+    return out
+
+
+class _Extractor:
+    def __init__(self, model: onnx.ModelProto, shapes: dict[str, Shape | None], rules: FusionRules,
+                 warnings: list[str]) -> None:
+        self.g = model.graph
+        self.shapes = shapes
+        self.rules = rules
+        self.warnings = warnings
+        self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+        self.init = {t.name: t for t in self.g.initializer}
+        self.const_nodes: dict[str, onnx.NodeProto] = {}
+        self._values: dict[str, np.ndarray | None] = {}
+        self.nodes = self._topo_sort(list(self.g.node))
+        for n in self.nodes:
+            if n.op_type == "Constant" and n.output:
+                self.const_nodes[n.output[0]] = n
+        # Aliases: outputs of Identity/Dropout and of no-ops stand for their input.
+        self.alias: dict[str, str] = {}
+        self.noop: dict[str, str] = {}
+        for n in self.nodes:
+            if n.domain not in ("", "ai.onnx") or not n.input or not n.input[0] or not n.output:
+                continue
+            reason = self._noop_reason(n)
+            if reason:
+                self.alias[n.output[0]] = self.canon(n.input[0])
+                self.noop[n.name] = reason
+        self.graph_outputs = {self.canon(o.name) for o in self.g.output}
+        self.live = self._live_nodes()
+        self.consumers: dict[str, list[onnx.NodeProto]] = {}
+        for n in self.nodes:
+            if n.name not in self.live or n.name in self.noop:
+                continue
+            for i in dict.fromkeys(self.canon(x) for x in n.input if x):
+                self.consumers.setdefault(i, []).append(n)
+        self.static: set[str] = set(self.init) | {t.values.name for t in self.g.sparse_initializer}
+        for n in self.nodes:
+            ins = [x for x in n.input if x]
+            if (n.op_type == "Constant" or n.op_type in ("Shape", "Size")
+                    or (ins and n.domain in ("", "ai.onnx") and all(self.canon(x) in self.static for x in ins)
+                        and not n.op_type.startswith("Random"))):
+                self.static.update(o for o in n.output if o)
+        self.claimed: set[str] = set()
+
+    # -- graph helpers
+
+    def _topo_sort(self, nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
+        produced_by = {o: i for i, n in enumerate(nodes) for o in n.output if o}
+        deps: list[set[int]] = []
+        users: list[list[int]] = [[] for _ in nodes]
+        for i, n in enumerate(nodes):
+            d = {produced_by[x] for x in n.input if x in produced_by and produced_by[x] != i}
+            deps.append(d)
+            for j in d:
+                users[j].append(i)
+        remaining = [len(d) for d in deps]
+        ready = [i for i, r in enumerate(remaining) if r == 0]
+        heapq.heapify(ready)
+        order: list[int] = []
+        while ready:
+            i = heapq.heappop(ready)
+            order.append(i)
+            for u in users[i]:
+                remaining[u] -= 1
+                if remaining[u] == 0:
+                    heapq.heappush(ready, u)
+        if len(order) != len(nodes):
+            stuck = next(nodes[i] for i, r in enumerate(remaining) if r > 0)
+            raise OnnxImportError(f"the ONNX graph has a cycle (through node {stuck.name!r}); malformed model")
+        return [nodes[i] for i in order]
+
+    def _noop_reason(self, n: onnx.NodeProto) -> str | None:
+        op = n.op_type
+        if op in _FREE_OPS and op in _ALIAS_OPS:
+            return _FREE_OPS[op]
+        if op == "Concat" and len([x for x in n.input if x]) == 1:
+            return "no-op (concat of a single input)"
+        if op == "Split" and len([o for o in n.output if o]) == 1:
+            return "no-op (split into a single output)"
+        if op not in _NOOP_IF_SAME_SHAPE:
+            return None
+        xs, ys = self.shapes.get(n.input[0]), self.shapes.get(n.output[0])
+        if xs is None or xs != ys:
+            return None
+        a = _attrs(n)
+        if op == "Transpose" and list(a.get("perm", range(len(xs) - 1, -1, -1))) != list(range(len(xs))):
+            return None
+        if op == "Slice":
+            steps = self.value(n.input[4]) if len(n.input) > 4 and n.input[4] else np.ones(1)
+            if steps is None or np.any(np.asarray(steps) != 1):
+                return None
+        if op == "Pad":
+            pads = self.value(n.input[1]) if len(n.input) > 1 and n.input[1] else np.asarray(a.get("pads", [0]))
+            if pads is None or np.any(np.asarray(pads) != 0):
+                return None
+        return f"no-op ({op} leaves its input unchanged)"
+
+    def _live_nodes(self) -> set[str]:
+        producer = {o: n for n in self.nodes for o in n.output if o}
+        live: set[str] = set()
+        stack = [o.name for o in self.g.output]
+        seen: set[str] = set()
+        while stack:
+            t = stack.pop()
+            if t in seen:
+                continue
+            seen.add(t)
+            n = producer.get(t)
+            if n is None or n.name in live:
+                continue
+            live.add(n.name)
+            stack.extend(x for x in n.input if x)
+        return live
+
+    def canon(self, t: str) -> str:
+        while t in self.alias:
+            t = self.alias[t]
+        return t
+
+    def shape(self, t: str) -> Shape | None:
+        s = self.shapes.get(t)
+        if s is None and t in self.alias:
+            s = self.shapes.get(self.canon(t))
+        return s
+
+    def is_static(self, t: str) -> bool:
+        return self.canon(t) in self.static
+
+    def value(self, t: str) -> np.ndarray | None:
+        t = self.canon(t)
+        if t in self._values:
+            return self._values[t]
+        v: np.ndarray | None = None
+        try:
+            if t in self.init and not _dataless(self.init[t]):
+                v = numpy_helper.to_array(self.init[t])
+            elif t in self.const_nodes:
+                a = _attrs(self.const_nodes[t])
+                if "value" in a and isinstance(a["value"], np.ndarray):
+                    v = a["value"]
+                elif "value" in a and isinstance(a["value"], TensorProto):
+                    v = numpy_helper.to_array(a["value"])
+                else:
+                    for k in ("value_float", "value_floats", "value_int", "value_ints"):
+                        if k in a:
+                            v = np.asarray(a[k])
+        except Exception:
+            v = None
+        self._values[t] = v
+        return v
+
+    def cons(self, t: str) -> list[onnx.NodeProto]:
+        return self.consumers.get(self.canon(t), [])
+
+    def act_inputs(self, node: onnx.NodeProto) -> list[str]:
+        return [self.canon(x) for x in node.input if x and not self.is_static(x)]
+
+    def outs(self, node: onnx.NodeProto) -> list[str]:
+        return [self.canon(o) for o in node.output if o]
+
+    # -- the walk
+
+    def run(self) -> tuple[list[Layer], dict[str, str]]:
+        drafts: list[_Draft] = []
+        free: dict[str, str] = {}
+        for n in self.nodes:
+            if n.name in self.claimed:
+                continue
+            reason = self._free_reason(n)
+            if reason:
+                free[n.name] = reason
+                self.claimed.add(n.name)
+                continue
+            d = self._draft(n)
+            for name in d.nodes:
+                self.claimed.add(name)
+            drafts.append(d)
+        drafts = self._fuse(drafts)
+        return [self._finish(d) for d in drafts], free
+
+    def _free_reason(self, n: onnx.NodeProto) -> str | None:
+        if n.name not in self.live:
+            return "dead code (does not reach a graph output)"
+        if n.name in self.noop:
+            return self.noop[n.name]
+        if n.op_type in _FREE_OPS and n.domain in ("", "ai.onnx"):
+            return _FREE_OPS[n.op_type]
+        outs = [o for o in n.output if o]
+        if outs and all(o in self.static for o in outs):
+            return "constant folding (computed from constants and shapes only)"
+        return None
+
+    def _draft(self, n: onnx.NodeProto) -> _Draft:
+        if n.domain not in ("", "ai.onnx"):
+            return self._other(n, extra_flags=[f"domain={n.domain}"])
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute):
+            return self._other(n, extra_flags=["subgraph"])
+        op = n.op_type
+        try:
+            if op == "Conv":
+                return self._conv(n)
+            if op in ("Gemm", "MatMul"):
+                return self._gemm(n)
+            if op in ("MaxPool", "AveragePool"):
+                return self._pool(n)
+            if op in ("GlobalAveragePool", "GlobalMaxPool"):
+                return self._globalpool(n, "max" if op == "GlobalMaxPool" else "avg")
+            if op in ("ReduceMean", "ReduceMax"):
+                d = self._reduce(n)
+                if d is not None:
+                    return d
+            if op in ("Add", "Sub", "Mul", "Div", "Sum") and len([x for x in n.input if x]) == 2:
+                return self._eltwise(n)
+            if op == "BatchNormalization":
+                return self._batchnorm(n)
+            if op == "Concat":
+                return self._concat(n)
+            if op in _ACT_OPS or op == "Clip":
+                return self._activation(n)
+            if op in ("Resize", "Upsample"):
+                return self._resize(n)
+            if op == "Pad":
+                return self._pad(n)
+            if op in _SLICE_OPS:
+                return self._slice(n)
+            if op in ("Transpose", "DepthToSpace", "SpaceToDepth"):
+                return self._generic(n, LayerType.TRANSPOSE, rank=len(self.shape(n.input[0]) or ()) or 4)
+            if op in _RESHAPE_OPS:
+                return self._generic(n, LayerType.RESHAPE)
+            if op in ("Softmax", "LogSoftmax"):
+                return self._softmax(n)
+        except _Unsupported as e:
+            return self._other(n, extra_flags=list(e.args))
+        except Exception as e:  # a malformed node must not abort the whole network
+            self.warnings.append(f"node {n.name!r} ({op}) could not be mapped ({type(e).__name__}: "
+                                 f"{_one_line(e)[:200]}); kept as type 'other'")
+            return self._other(n, extra_flags=["describe_failed"])
+        return self._other(n)
+
+    # -- shape helpers
+
+    def _nchw(self, t: str, d: _Draft | None = None) -> tuple[int, int, int, int]:
+        """(n, c, h, w) of a tensor; rank 3 (N, C, L) gives h = 1."""
+        s = self.shape(t)
+        if s is None:
+            if d is not None:
+                d.flag("unknown_shape")
+            return 1, 1, 1, 1
+        n, h, w, c = hwc(s)
+        return n, c, h, w
+
+    def _elems(self, t: str) -> int | None:
+        s = self.shape(t)
+        return None if s is None else math.prod(s)
+
+    def _base(self, n: onnx.NodeProto, layer_type: str, nodes: list[str] | None = None) -> _Draft:
+        return _Draft(type=layer_type, params={}, op_type=n.op_type, nodes=nodes or [n.name],
+                      inputs=self.act_inputs(n), outputs=self.outs(n))
+
+    def _spatial_params(self, d: _Draft, t: str) -> tuple[int, int, int, int]:
+        n, c, h, w = self._nchw(t, d)
+        d.params.update(n=n, h=h, w=w, c=c)
+        if n > 1:
+            d.flag("batch_gt_1")
+        return n, c, h, w
+
+    # -- handlers
+
+    def _window_attrs(self, n: onnx.NodeProto, d: _Draft, x_shape: Shape, k: Sequence[int]) -> dict[str, int]:
+        """Strides, dilations and pads for a 1D/2D window op, as vocabulary raw params."""
+        a = _attrs(n)
+        nd = len(k)
+        strides = list(a.get("strides", [1] * nd))
+        dil = list(a.get("dilations", [1] * nd))
+        pads = list(a.get("pads", [0] * (2 * nd)))
+        auto = a.get("auto_pad", "NOTSET")
+        spatial = list(x_shape[2:])
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            d.flag("auto_pad")
+            pads = [0] * (2 * nd)
+            for i in range(nd):
+                out = -(-spatial[i] // strides[i])
+                total = max((out - 1) * strides[i] + (k[i] - 1) * dil[i] + 1 - spatial[i], 0)
+                small, big = total // 2, total - total // 2
+                pads[i], pads[i + nd] = (small, big) if auto == "SAME_UPPER" else (big, small)
+        elif auto == "VALID":
+            d.flag("auto_pad")
+            pads = [0] * (2 * nd)
+        if nd == 1:  # (N, C, L): h = 1
+            return dict(h=1, w=spatial[0], k_h=1, k_w=k[0], s_h=1, s_w=strides[0], d_h=1, d_w=dil[0],
+                        p_t=0, p_b=0, p_l=pads[0], p_r=pads[1])
+        return dict(h=spatial[0], w=spatial[1], k_h=k[0], k_w=k[1], s_h=strides[0], s_w=strides[1],
+                    d_h=dil[0], d_w=dil[1], p_t=pads[0], p_l=pads[1], p_b=pads[2], p_r=pads[3])
+
+    def _conv(self, n: onnx.NodeProto) -> _Draft:
+        x, w = n.input[0], n.input[1]
+        xs, ws = self.shape(x), self.shape(w)
+        if xs is None or ws is None:
+            raise _Unsupported("unknown_shape")
+        if len(xs) not in (3, 4):
+            raise _Unsupported(f"conv{len(xs) - 2}d")
+        d = self._base(n, LayerType.CONV2D)
+        d.inputs = [self.canon(x)] if not self.is_static(x) else []
+        if not self.is_static(w):
+            d.flag("dynamic_weight")
+        if len(xs) == 3:
+            d.flag("conv1d")
+        groups = int(_attrs(n).get("group", 1))
+        c_in, c_out = xs[1], ws[0]
+        win = self._window_attrs(n, d, xs, list(ws[2:]))
+        bias = 1 if len(n.input) > 2 and n.input[2] else 0
+        # BatchNormalization directly after the conv (onnxsim folds it; the rules fold it otherwise).
+        out = self.canon(n.output[0])
+        cons = self.cons(out)
+        if (self.rules.bn_into_conv and len(cons) == 1 and cons[0].op_type == "BatchNormalization"
+                and out not in self.graph_outputs and all(self.is_static(i) for i in cons[0].input[1:5] if i)
+                and cons[0].name not in self.claimed):
+            bn = cons[0]
+            d.nodes.append(bn.name)
+            d.outputs = [self.canon(bn.output[0])]
+            d.flag("bn_folded")
+            bias = 1
+        n_ = xs[0]
+        if n_ > 1:
+            d.flag("batch_gt_1")
+        if groups > 1 and groups == c_in and c_out % c_in == 0:
+            d.type = LayerType.DWCONV2D
+            d.params = dict(n=n_, c=c_in, multiplier=c_out // c_in, bias=bias, **win)
+        else:
+            d.params = dict(n=n_, c_in=c_in, c_out=c_out, groups=groups, bias=bias, **win)
+        d.check_shape = True
+        return d
+
+    def _gemm(self, n: onnx.NodeProto) -> _Draft:
+        a_name, b_name = n.input[0], n.input[1]
+        sa, sb = self.shape(a_name), self.shape(b_name)
+        if sa is None or sb is None:
+            raise _Unsupported("unknown_shape")
+        d = self._base(n, LayerType.FC)
+        a_static, b_static = self.is_static(a_name), self.is_static(b_name)
+        if n.op_type == "Gemm":
+            at = _attrs(n)
+            m, k = (sa[1], sa[0]) if at.get("transA", 0) else (sa[0], sa[1])
+            cols = sb[0] if at.get("transB", 0) else sb[1]
+            bias = 1 if len(n.input) > 2 and n.input[2] else 0
+            batch = 1
+        else:
+            a_ = list(sa) if len(sa) > 1 else [1] + list(sa)
+            b_ = list(sb) if len(sb) > 1 else list(sb) + [1]
+            m, k, cols = a_[-2], a_[-1], b_[-1]
+            bias = 0
+            batch = max(math.prod(a_[:-2]), math.prod(b_[:-2]))
+            if b_static and len(b_) == 2:  # (..., M, K) x (K, N): a linear layer over all leading dims
+                m, batch = m * math.prod(a_[:-2]), 1
+        if b_static and batch == 1 and not a_static:
+            # Linear layer: fold a following bias Add (torch exports Linear on >2-D inputs as MatMul + Add).
+            out = self.canon(n.output[0])
+            cons = self.cons(out)
+            if (not bias and len(cons) == 1 and cons[0].op_type == "Add" and out not in self.graph_outputs
+                    and cons[0].name not in self.claimed):
+                add = cons[0]
+                other = [x for x in add.input if x and self.canon(x) != out]
+                if len(other) == 1 and self.is_static(other[0]) and self._elems(other[0]) == cols:
+                    d.nodes.append(add.name)
+                    d.outputs = [self.canon(add.output[0])]
+                    bias = 1
+            d.params = dict(m=m, c_in=k, c_out=cols, bias=bias)
+            return d
+        d.type = LayerType.MATMUL
+        if n.op_type == "Gemm" and not b_static:
+            d.flag("dynamic_weight")
+        if a_static or b_static:
+            d.flag("const_operand")
+        d.params = dict(b=batch, m=m, k=k, n_cols=cols)
+        return d
+
+    def _pool(self, n: onnx.NodeProto) -> _Draft:
+        x = n.input[0]
+        xs = self.shape(x)
+        if xs is None:
+            raise _Unsupported("unknown_shape")
+        if len(xs) not in (3, 4):
+            raise _Unsupported(f"pool{len(xs) - 2}d")
+        a = _attrs(n)
+        d = self._base(n, LayerType.MAXPOOL if n.op_type == "MaxPool" else LayerType.AVGPOOL)
+        d.outputs = d.outputs[:1]
+        k = list(a.get("kernel_shape", []))
+        if len(k) != len(xs) - 2:
+            raise _Unsupported("bad_kernel_shape")
+        win = self._window_attrs(n, d, xs, k)
+        if any(v != 1 for v in a.get("dilations", [])):
+            d.flag("dilated_pool")
+        ys = self.shape(n.output[0])
+        if a.get("ceil_mode", 0):
+            d.flag("ceil_mode")
+            if ys is not None and len(ys) == len(xs):
+                # Extend bottom/right pads so that floor-mode counting gives ONNX's output size.
+                outs = list(ys[2:]) if len(ys) == 4 else [1, ys[2]]
+                for (size, kk, s, pb, pe, o) in (("h", "k_h", "s_h", "p_t", "p_b", 0), ("w", "k_w", "s_w", "p_l", "p_r", 1)):
+                    need = (outs[o] - 1) * win[s] + win[kk] - win[size] - win[pb]
+                    win[pe] = max(win[pe], need)
+        win.pop("d_h"), win.pop("d_w")
+        if len(xs) == 3:
+            d.flag("pool1d")
+        n_, c = xs[0], xs[1]
+        if n_ > 1:
+            d.flag("batch_gt_1")
+        d.params = dict(n=n_, c=c, **win)
+        d.check_shape = True
+        return d
+
+    def _globalpool(self, n: onnx.NodeProto, mode: str) -> _Draft:
+        d = self._base(n, LayerType.GLOBALPOOL)
+        self._spatial_params(d, n.input[0])
+        d.params["mode"] = mode
+        return d
+
+    def _reduce(self, n: onnx.NodeProto) -> _Draft | None:
+        xs = self.shape(n.input[0])
+        if xs is None or len(xs) != 4:
+            return None
+        a = _attrs(n)
+        axes = a.get("axes")
+        if axes is None and len(n.input) > 1 and n.input[1]:
+            v = self.value(n.input[1])
+            axes = None if v is None else [int(x) for x in np.ravel(v)]
+        if axes is None:
+            return None
+        if sorted(int(x) % 4 for x in axes) != [2, 3]:
+            return None
+        return self._globalpool(n, "max" if n.op_type == "ReduceMax" else "avg")
+
+    def _eltwise(self, n: onnx.NodeProto) -> _Draft:
+        kind = LayerType.ADD if n.op_type in ("Add", "Sub", "Sum") else LayerType.MUL
+        d = self._base(n, kind)
+        out = n.output[0]
+        self._spatial_params(d, out)
+        ins = [x for x in n.input if x]
+        sizes = [self._elems(x) for x in ins]
+        total = self._elems(out)
+        if any(s is None for s in sizes) or total is None:
+            d.flag("unknown_shape")
+            return d
+        known = [int(x) for x in sizes if x is not None]
+        if min(known) != total or max(known) != total:
+            d.params.update(broadcast=1, elems_b=max(min(known), 1))
+        if any(self.is_static(x) for x in ins):
+            d.flag("const_operand")
+        return d
+
+    def _batchnorm(self, n: onnx.NodeProto) -> _Draft:
+        d = self._base(n, LayerType.MUL)
+        d.outputs = d.outputs[:1]
+        _, c, _, _ = self._spatial_params(d, n.input[0])
+        d.params.update(broadcast=1, elems_b=c, const_params=2 * c)
+        d.flag("batchnorm")
+        return d
+
+    def _concat(self, n: onnx.NodeProto) -> _Draft:
+        d = self._base(n, LayerType.CONCAT)
+        ins = [x for x in n.input if x]
+        out = n.output[0]
+        ys = self.shape(out)
+        shapes = [self.shape(x) for x in ins]
+        if ys is None or any(s is None for s in shapes):
+            d.flag("unknown_shape")
+            d.params = dict(n=1, h=1, w=1, channels=[1] * max(len(ins), 1))
+            return d
+        axis = int(_attrs(n).get("axis", 1)) % max(len(ys), 1)
+        if len(ys) in (3, 4) and axis == 1:
+            n_, c, h, w = self._nchw(out)
+            d.params = dict(n=n_, h=h, w=w, channels=[int(s[1]) for s in shapes])  # type: ignore[index]
+        else:
+            n_ = ys[0] if len(ys) > 1 and axis != 0 else 1
+            d.flag("non_channel_axis")
+            d.params = dict(n=n_, h=1, w=1, channels=[max(math.prod(s) // n_, 1) for s in shapes])  # type: ignore[arg-type]
+        if n_ > 1:
+            d.flag("batch_gt_1")
+        return d
+
+    def _activation_kind(self, n: onnx.NodeProto) -> str:
+        if n.op_type != "Clip":
+            return _ACT_OPS[n.op_type]
+        a = _attrs(n)
+        lo, hi = a.get("min", -math.inf), a.get("max", math.inf)
+        for idx, default in ((1, -math.inf), (2, math.inf)):
+            if len(n.input) > idx and n.input[idx]:
+                v = self.value(n.input[idx])
+                if v is None or v.size != 1:
+                    return "clip"
+                if idx == 1:
+                    lo = float(np.ravel(v)[0])
+                else:
+                    hi = float(np.ravel(v)[0])
+        if lo == 0 and hi == 6:
+            return "relu6"
+        if lo == 0 and hi == math.inf:
+            return "relu"
+        return "clip"
+
+    def _activation(self, n: onnx.NodeProto) -> _Draft:
+        kind = self._activation_kind(n)
+        nodes = [n.name]
+        outputs = self.outs(n)
+        x = self.canon(n.input[0])
+        # SiLU = x * Sigmoid(x); HardSwish = x * HardSigmoid(x) (alpha 1/6, beta 1/2).
+        if n.op_type in ("Sigmoid", "HardSigmoid"):
+            a = _attrs(n)
+            hs_ok = n.op_type == "Sigmoid" or (abs(a.get("alpha", 0.2) - 1 / 6) < 1e-3
+                                               and abs(a.get("beta", 0.5) - 0.5) < 1e-6)
+            s = self.canon(n.output[0])
+            cons = self.cons(s)
+            if hs_ok and len(cons) == 1 and cons[0].op_type == "Mul" and s not in self.graph_outputs:
+                mul = cons[0]
+                ins = [self.canon(i) for i in mul.input if i]
+                if len(ins) == 2 and sorted(ins) == sorted([x, s]) and x != s and mul.name not in self.claimed:
+                    nodes.append(mul.name)
+                    outputs = self.outs(mul)
+                    kind = "silu" if n.op_type == "Sigmoid" else "hardswish"
+        d = _Draft(type=LayerType.ACTIVATION, params={}, op_type=n.op_type, nodes=nodes, inputs=[x],
+                   outputs=outputs, kind=kind)
+        self._spatial_params(d, n.input[0])
+        d.params["kind"] = kind
+        if n.op_type == "PRelu" and len(n.input) > 1:
+            slopes = self._elems(n.input[1]) or 0
+            if self.is_static(n.input[1]):
+                d.params["const_params"] = slopes
+            d.inputs = [x]
+        return d
+
+    def _resize(self, n: onnx.NodeProto) -> _Draft:
+        d = self._base(n, LayerType.RESIZE)
+        d.inputs = [self.canon(n.input[0])]
+        xs, ys = self.shape(n.input[0]), self.shape(n.output[0])
+        if xs is None or ys is None or len(xs) != 4 or len(ys) != 4:
+            raise _Unsupported("unknown_shape" if xs is None or ys is None else "resize_rank")
+        mode = str(_attrs(n).get("mode", "nearest"))
+        mode = {"bilinear": "linear", "trilinear": "linear"}.get(mode, mode)
+        if (xs[0], xs[1]) != (ys[0], ys[1]):
+            d.flag("resizes_batch_or_channels")
+        self._spatial_params(d, n.input[0])
+        d.params.update(h_out=ys[2], w_out=ys[3], mode=mode)
+        return d
+
+    def _pad(self, n: onnx.NodeProto) -> _Draft:
+        d = self._base(n, LayerType.PAD)
+        d.inputs = [self.canon(n.input[0])]
+        xs, ys = self.shape(n.input[0]), self.shape(n.output[0])
+        self._spatial_params(d, n.input[0])
+        if ys is None:
+            d.flag("unknown_shape")
+            return d
+        n2, c2, h2, w2 = self._nchw(n.output[0])
+        if xs is not None and len(xs) != len(ys):
+            d.flag("unknown_shape")
+        d.params.update(h_out=h2, w_out=w2, c_out=c2, mode=str(_attrs(n).get("mode", "constant")))
+        if n2 != d.params["n"]:
+            d.flag("pads_batch")
+        return d
+
+    def _slice(self, n: onnx.NodeProto) -> _Draft:
+        data = n.input[0]
+        if self.is_static(data):  # a lookup into a constant table (embedding)
+            return self._other(n, extra_flags=["embedding"])
+        d = self._base(n, LayerType.SLICE)
+        d.inputs = [self.canon(data)]
+        self._spatial_params(d, data)
+        sizes = [self._elems(o) for o in n.output if o]
+        if any(s is None for s in sizes):
+            d.flag("unknown_shape")
+        d.params.update(elems_out=max(sum(s or 0 for s in sizes), 1), n_outputs=len(sizes))
+        return d
+
+    def _generic(self, n: onnx.NodeProto, layer_type: str, **extra: int) -> _Draft:
+        d = self._base(n, layer_type)
+        d.inputs = [self.canon(n.input[0])]
+        self._spatial_params(d, n.input[0])
+        d.params.update(extra)
+        return d
+
+    def _softmax(self, n: onnx.NodeProto) -> _Draft:
+        xs = self.shape(n.input[0])
+        d = self._generic(n, LayerType.SOFTMAX)
+        if xs is not None and xs:
+            axis = int(_attrs(n).get("axis", 1 if self.opset < 13 else -1)) % len(xs)
+            d.params["axis_len"] = int(xs[axis]) if self.opset >= 13 else int(math.prod(xs[axis:]))
+        return d
+
+    def _other(self, n: onnx.NodeProto, extra_flags: Iterable[str] = ()) -> _Draft:
+        d = self._base(n, LayerType.OTHER)
+        d.op_type = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}:{n.op_type}"
+        d.flag("unknown_op")
+        for f in extra_flags:
+            d.flag(f)
+        first = next((x for x in d.inputs if self.shape(x) is not None), None)
+        if first is None:
+            d.flag("unknown_shape")
+            d.params = dict(n=1, h=1, w=1, c=1)
+            in_el = 1
+        else:
+            self._spatial_params(d, first)
+            in_el = self._elems(first) or 1
+        sizes = [self._elems(o) for o in n.output if o]
+        if any(s is None for s in sizes):
+            d.flag("unknown_shape")
+        d.params["elems_out"] = max(sum(s or 0 for s in sizes), 1) if sizes and all(s is not None for s in sizes) else in_el
+        return d
+
+    # -- fusion and counting
+
+    def _fuse(self, drafts: list[_Draft]) -> list[_Draft]:
+        producer: dict[str, int] = {}
+        kept: list[_Draft | None] = list(drafts)
+        for i, d in enumerate(drafts):
+            if d.type == LayerType.ACTIVATION and d.kind is not None and len(d.inputs) == 1:
+                x = d.inputs[0]
+                j = producer.get(x)
+                p = kept[j] if j is not None else None
+                if (p is not None and p.activation is None and p.outputs == [x]
+                        and self.rules.folds(p.type, d.kind)
+                        and (not self.rules.single_consumer
+                             or (x not in self.graph_outputs and all(c.name in d.nodes for c in self.cons(x))))):
+                    p.activation = d.kind
+                    p.nodes.extend(d.nodes)
+                    p.outputs = list(d.outputs)
+                    p.extra_params += int(d.params.get("const_params", 0))
+                    kept[i] = None
+                    for o in p.outputs:
+                        producer[o] = j  # type: ignore[assignment]
+                    continue
+            for o in d.outputs:
+                producer[o] = i
+        return [d for d in kept if d is not None]
+
+    def _finish(self, d: _Draft) -> Layer:
+        params = {k: (int(v) if isinstance(v, (int, np.integer)) and not isinstance(v, bool) else v)
+                  for k, v in d.params.items()}
+        try:
+            counts = describe(d.type, params)
+        except (LayerSpecError, TypeError, ValueError) as e:
+            self.warnings.append(f"layer {d.nodes[0]!r} ({d.op_type}): {e}; counted as type 'other'")
+            d.flag("describe_failed")
+            d.flag("unknown_op")
+            xs = self.shape(d.inputs[0]) if d.inputs else None
+            n_, h, w, c = hwc(xs) if xs is not None else (1, 1, 1, 1)
+            outs = [self._elems(o) for o in d.outputs]
+            params = dict(n=n_, h=h, w=w, c=c, elems_out=max(sum(o or 0 for o in outs), 1))
+            d.type = LayerType.OTHER
+            counts = describe(d.type, params)
+        if d.extra_params:
+            counts = replace(counts, params=counts.params + d.extra_params, bytes=counts.bytes + 4 * d.extra_params)
+        in_shapes = [self.shape(x) for x in d.inputs]
+        out_shapes = [self.shape(o) for o in d.outputs]
+        if d.check_shape:
+            # The vocabulary's output size must agree with ONNX's (before any fused activation,
+            # which keeps the shape).
+            ys = out_shapes[0] if out_shapes else None
+            if ys is not None and math.prod(ys) != math.prod(counts.output_shape):
+                d.flag("shape_mismatch")
+        if any(s is None for s in in_shapes + out_shapes):
+            d.flag("unknown_shape")
+        return Layer(
+            name=d.nodes[0], type=d.type, params=params, counts=counts, op_type=d.op_type, nodes=list(d.nodes),
+            input_shapes=[tuple(s) if s is not None else () for s in in_shapes],
+            output_shapes=[tuple(s) if s is not None else () for s in out_shapes],
+            activation=d.activation, flags=list(d.flags),
+        )
+
+
+class _Unsupported(Exception):
+    """A node of a known op in a form the vocabulary does not cover; args are flags."""
+

@@ -1,0 +1,810 @@
+"""Reference architectures built in torch (random init, no downloads) and their ONNX export.
+
+The builders follow the layer structure of the original networks (torchvision's
+definitions where torchvision has one, the papers or the reference code otherwise), so
+that whole-network evaluation of the estimator sees the layers real networks contain.
+Only the weights are random. Every builder takes the input ``resolution`` (square) and
+returns a module in ``eval()`` mode; all classification heads use global pooling, so any
+resolution that survives the network's downsampling works (YOLO needs a multiple of 32,
+VGG a multiple of 32 as well since its classifier is sized from it).
+
+========================  =================================================================
+name                      structure
+========================  =================================================================
+``resnet18``              torchvision ResNet-18 (BasicBlock, [2, 2, 2, 2])
+``resnet50``              torchvision ResNet-50 v1.5 (Bottleneck, stride on the 3x3)
+``mobilenet_v1``          MobileNetV1 1.0 (Howard et al. 2017), ReLU
+``mobilenet_v2``          torchvision MobileNetV2 1.0, ReLU6
+``mobilenet_v3``          torchvision MobileNetV3-Large: SE (hardsigmoid gate) + HardSwish
+``efficientnet_b0``       torchvision EfficientNet-B0: MBConv, SiLU, SE (sigmoid gate)
+``shufflenet_v2``         torchvision ShuffleNetV2 x1.0: chunk, concat, channel shuffle
+``squeezenet``            torchvision SqueezeNet 1.1: Fire modules, ceil-mode max pools
+``densenet121``           torchvision DenseNet-121 (growth 32, blocks 6-12-24-16);
+                          ``block_config``/``growth_rate`` shrink it
+``googlenet``             GoogLeNet / Inception v1 with BN convs (5x5 branch as in the paper)
+``yolov5s``               YOLOv5s v6 (Conv-BN-SiLU, C3, SPPF, PAN neck with nearest
+                          upsample + concat, Detect head with sigmoid + box decode)
+``mnasnet``               torchvision MNASNet 1.0
+``regnet_x_400mf``        torchvision RegNetX-400MF (grouped 3x3 convs, group width 16)
+``vgg16``                 VGG-16 (configuration D), classifier sized from the resolution
+========================  =================================================================
+
+:func:`export_onnx` uses torch's TorchScript-based exporter (``dynamo=False``): it works
+offline with no extra dependency (the dynamo exporter needs ``onnxscript``), is
+deterministic, and constant-folds the shape arithmetic of fixed-size inputs.
+"""
+from __future__ import annotations
+
+import io
+import warnings
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .errors import UserError
+
+__all__ = ["ZOO", "ZooError", "build", "export_onnx", "names", "param_count", "DEFAULT_OPSET"]
+
+#: Opset used by :func:`export_onnx` when none is given.
+DEFAULT_OPSET = 17
+
+
+class ZooError(UserError, ValueError):
+    """Unknown architecture name or an impossible configuration."""
+
+
+def _make_divisible(v: float, divisor: int = 8, min_value: int | None = None) -> int:
+    min_value = min_value or divisor
+    new_v = max(min_value, int(v + divisor / 2) // divisor * divisor)
+    if new_v < 0.9 * v:
+        new_v += divisor
+    return new_v
+
+
+def _cbr(c_in: int, c_out: int, k: int = 3, s: int = 1, groups: int = 1,
+         act: Callable[[], nn.Module] | None = nn.ReLU, p: int | None = None, bias: bool = False) -> nn.Sequential:
+    """Conv (no bias) + BatchNorm (+ activation), torchvision's Conv2dNormActivation."""
+    layers: list[nn.Module] = [
+        nn.Conv2d(c_in, c_out, k, s, (k - 1) // 2 if p is None else p, groups=groups, bias=bias),
+        nn.BatchNorm2d(c_out),
+    ]
+    if act is not None:
+        layers.append(act())
+    return nn.Sequential(*layers)
+
+
+# ----------------------------------------------------------------------------- ResNet
+
+
+class _BasicBlock(nn.Module):
+    expansion = 1
+
+    def __init__(self, c_in: int, planes: int, stride: int = 1, downsample: nn.Module | None = None) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(c_in, planes, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.downsample = downsample
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return self.relu(out + identity)
+
+
+class _Bottleneck(nn.Module):
+    expansion = 4
+
+    def __init__(self, c_in: int, planes: int, stride: int = 1, downsample: nn.Module | None = None) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(c_in, planes, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.conv3 = nn.Conv2d(planes, planes * 4, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(planes * 4)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = downsample
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        return self.relu(out + identity)
+
+
+class ResNet(nn.Module):
+    def __init__(self, block: type[_BasicBlock] | type[_Bottleneck], layers: Sequence[int], num_classes: int = 1000) -> None:
+        super().__init__()
+        self.c = 64
+        self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        self.layer1 = self._layer(block, 64, layers[0], 1)
+        self.layer2 = self._layer(block, 128, layers[1], 2)
+        self.layer3 = self._layer(block, 256, layers[2], 2)
+        self.layer4 = self._layer(block, 512, layers[3], 2)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(512 * block.expansion, num_classes)
+
+    def _layer(self, block: Any, planes: int, n: int, stride: int) -> nn.Sequential:
+        down = None
+        if stride != 1 or self.c != planes * block.expansion:
+            down = nn.Sequential(nn.Conv2d(self.c, planes * block.expansion, 1, stride, bias=False),
+                                 nn.BatchNorm2d(planes * block.expansion))
+        blocks = [block(self.c, planes, stride, down)]
+        self.c = planes * block.expansion
+        blocks += [block(self.c, planes) for _ in range(1, n)]
+        return nn.Sequential(*blocks)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+# -------------------------------------------------------------------------- MobileNets
+
+
+class MobileNetV1(nn.Module):
+    CFG = [(64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2)] + [(512, 1)] * 5 + [(1024, 2), (1024, 1)]
+
+    def __init__(self, num_classes: int = 1000, width_mult: float = 1.0) -> None:
+        super().__init__()
+        c = _make_divisible(32 * width_mult)
+        layers: list[nn.Module] = [_cbr(3, c, 3, 2)]
+        for out, s in self.CFG:
+            out = _make_divisible(out * width_mult)
+            layers += [_cbr(c, c, 3, s, groups=c), _cbr(c, out, 1)]
+            c = out
+        self.features = nn.Sequential(*layers)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(c, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.flatten(self.avgpool(self.features(x)), 1))
+
+
+class _InvertedResidualV2(nn.Module):
+    def __init__(self, c_in: int, c_out: int, stride: int, expand: int) -> None:
+        super().__init__()
+        hidden = int(round(c_in * expand))
+        self.use_res = stride == 1 and c_in == c_out
+        layers: list[nn.Module] = []
+        if expand != 1:
+            layers.append(_cbr(c_in, hidden, 1, act=nn.ReLU6))
+        layers += [_cbr(hidden, hidden, 3, stride, groups=hidden, act=nn.ReLU6),
+                   nn.Conv2d(hidden, c_out, 1, bias=False), nn.BatchNorm2d(c_out)]
+        self.conv = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv(x) if self.use_res else self.conv(x)
+
+
+class MobileNetV2(nn.Module):
+    CFG = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]
+
+    def __init__(self, num_classes: int = 1000, width_mult: float = 1.0) -> None:
+        super().__init__()
+        c = _make_divisible(32 * width_mult)
+        last = _make_divisible(1280 * max(1.0, width_mult))
+        layers: list[nn.Module] = [_cbr(3, c, 3, 2, act=nn.ReLU6)]
+        for t, ch, n, s in self.CFG:
+            out = _make_divisible(ch * width_mult)
+            for i in range(n):
+                layers.append(_InvertedResidualV2(c, out, s if i == 0 else 1, t))
+                c = out
+        layers.append(_cbr(c, last, 1, act=nn.ReLU6))
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(last, num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.adaptive_avg_pool2d(self.features(x), (1, 1))
+        return self.classifier(torch.flatten(x, 1))
+
+
+class _SqueezeExcitation(nn.Module):
+    """torchvision's SqueezeExcitation: pool -> 1x1 conv -> act -> 1x1 conv -> gate, times x."""
+
+    def __init__(self, c: int, squeeze: int, act: Callable[[], nn.Module] = nn.ReLU,
+                 gate: Callable[[], nn.Module] = nn.Sigmoid) -> None:
+        super().__init__()
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc1 = nn.Conv2d(c, squeeze, 1)
+        self.fc2 = nn.Conv2d(squeeze, c, 1)
+        self.activation = act()
+        self.scale_activation = gate()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = self.fc2(self.activation(self.fc1(self.avgpool(x))))
+        return self.scale_activation(s) * x
+
+
+class _InvertedResidualV3(nn.Module):
+    def __init__(self, c_in: int, k: int, c_exp: int, c_out: int, se: bool, hs: bool, stride: int) -> None:
+        super().__init__()
+        act = nn.Hardswish if hs else nn.ReLU
+        self.use_res = stride == 1 and c_in == c_out
+        layers: list[nn.Module] = []
+        if c_exp != c_in:
+            layers.append(_cbr(c_in, c_exp, 1, act=act))
+        layers.append(_cbr(c_exp, c_exp, k, stride, groups=c_exp, act=act))
+        if se:
+            layers.append(_SqueezeExcitation(c_exp, _make_divisible(c_exp // 4, 8), nn.ReLU, nn.Hardsigmoid))
+        layers.append(_cbr(c_exp, c_out, 1, act=None))
+        self.block = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.block(x) if self.use_res else self.block(x)
+
+
+class MobileNetV3(nn.Module):
+    """MobileNetV3-Large as in torchvision (width 1.0)."""
+
+    CFG = [  # c_in, k, c_exp, c_out, SE, HS, stride
+        (16, 3, 16, 16, False, False, 1), (16, 3, 64, 24, False, False, 2), (24, 3, 72, 24, False, False, 1),
+        (24, 5, 72, 40, True, False, 2), (40, 5, 120, 40, True, False, 1), (40, 5, 120, 40, True, False, 1),
+        (40, 3, 240, 80, False, True, 2), (80, 3, 200, 80, False, True, 1), (80, 3, 184, 80, False, True, 1),
+        (80, 3, 184, 80, False, True, 1), (80, 3, 480, 112, True, True, 1), (112, 3, 672, 112, True, True, 1),
+        (112, 5, 672, 160, True, True, 2), (160, 5, 960, 160, True, True, 1), (160, 5, 960, 160, True, True, 1),
+    ]
+
+    def __init__(self, num_classes: int = 1000) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [_cbr(3, 16, 3, 2, act=nn.Hardswish)]
+        layers += [_InvertedResidualV3(*cfg) for cfg in self.CFG]
+        layers.append(_cbr(160, 960, 1, act=nn.Hardswish))
+        self.features = nn.Sequential(*layers)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.classifier = nn.Sequential(nn.Linear(960, 1280), nn.Hardswish(), nn.Dropout(0.2),
+                                        nn.Linear(1280, num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))
+
+
+# ------------------------------------------------------------------------ EfficientNet
+
+
+class _MBConv(nn.Module):
+    def __init__(self, expand: int, k: int, stride: int, c_in: int, c_out: int) -> None:
+        super().__init__()
+        self.use_res = stride == 1 and c_in == c_out
+        c_exp = _make_divisible(c_in * expand, 8)
+        layers: list[nn.Module] = []
+        if c_exp != c_in:
+            layers.append(_cbr(c_in, c_exp, 1, act=nn.SiLU))
+        layers.append(_cbr(c_exp, c_exp, k, stride, groups=c_exp, act=nn.SiLU))
+        layers.append(_SqueezeExcitation(c_exp, max(1, c_in // 4), nn.SiLU, nn.Sigmoid))
+        layers.append(_cbr(c_exp, c_out, 1, act=None))
+        self.block = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Stochastic depth is the identity at inference.
+        return x + self.block(x) if self.use_res else self.block(x)
+
+
+class EfficientNetB0(nn.Module):
+    CFG = [(1, 3, 1, 32, 16, 1), (6, 3, 2, 16, 24, 2), (6, 5, 2, 24, 40, 2), (6, 3, 2, 40, 80, 3),
+           (6, 5, 1, 80, 112, 3), (6, 5, 2, 112, 192, 4), (6, 3, 1, 192, 320, 1)]
+
+    def __init__(self, num_classes: int = 1000) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [_cbr(3, 32, 3, 2, act=nn.SiLU)]
+        for t, k, s, c_in, c_out, n in self.CFG:
+            for i in range(n):
+                layers.append(_MBConv(t, k, s if i == 0 else 1, c_in if i == 0 else c_out, c_out))
+        layers.append(_cbr(320, 1280, 1, act=nn.SiLU))
+        self.features = nn.Sequential(*layers)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(1280, num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))
+
+
+# ------------------------------------------------------------------------- ShuffleNetV2
+
+
+def channel_shuffle(x: torch.Tensor, groups: int) -> torch.Tensor:
+    b, c, h, w = x.size()
+    x = x.view(b, groups, c // groups, h, w)
+    x = torch.transpose(x, 1, 2).contiguous()
+    return x.view(b, -1, h, w)
+
+
+class _ShuffleUnit(nn.Module):
+    def __init__(self, c_in: int, c_out: int, stride: int) -> None:
+        super().__init__()
+        self.stride = stride
+        bf = c_out // 2
+        if stride > 1:
+            self.branch1 = nn.Sequential(
+                nn.Conv2d(c_in, c_in, 3, stride, 1, groups=c_in, bias=False), nn.BatchNorm2d(c_in),
+                nn.Conv2d(c_in, bf, 1, bias=False), nn.BatchNorm2d(bf), nn.ReLU(inplace=True))
+        else:
+            self.branch1 = nn.Sequential()
+        self.branch2 = nn.Sequential(
+            nn.Conv2d(c_in if stride > 1 else bf, bf, 1, bias=False), nn.BatchNorm2d(bf), nn.ReLU(inplace=True),
+            nn.Conv2d(bf, bf, 3, stride, 1, groups=bf, bias=False), nn.BatchNorm2d(bf),
+            nn.Conv2d(bf, bf, 1, bias=False), nn.BatchNorm2d(bf), nn.ReLU(inplace=True))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.stride == 1:
+            x1, x2 = x.chunk(2, dim=1)
+            out = torch.cat((x1, self.branch2(x2)), dim=1)
+        else:
+            out = torch.cat((self.branch1(x), self.branch2(x)), dim=1)
+        return channel_shuffle(out, 2)
+
+
+class ShuffleNetV2(nn.Module):
+    def __init__(self, repeats: Sequence[int] = (4, 8, 4), channels: Sequence[int] = (24, 116, 232, 464, 1024),
+                 num_classes: int = 1000) -> None:
+        super().__init__()
+        self.conv1 = _cbr(3, channels[0], 3, 2)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        c = channels[0]
+        stages: list[nn.Module] = []
+        for n, out in zip(repeats, channels[1:4]):
+            stages.append(nn.Sequential(_ShuffleUnit(c, out, 2), *[_ShuffleUnit(out, out, 1) for _ in range(n - 1)]))
+            c = out
+        self.stages = nn.Sequential(*stages)
+        self.conv5 = _cbr(c, channels[-1], 1)
+        self.fc = nn.Linear(channels[-1], num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.conv5(self.stages(self.maxpool(self.conv1(x))))
+        return self.fc(x.mean([2, 3]))  # a ReduceMean over H, W, as in torchvision
+
+
+# --------------------------------------------------------------------------- SqueezeNet
+
+
+class _Fire(nn.Module):
+    def __init__(self, c_in: int, squeeze: int, e1: int, e3: int) -> None:
+        super().__init__()
+        self.squeeze = nn.Conv2d(c_in, squeeze, 1)
+        self.expand1x1 = nn.Conv2d(squeeze, e1, 1)
+        self.expand3x3 = nn.Conv2d(squeeze, e3, 3, padding=1)
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.relu(self.squeeze(x))
+        return torch.cat([self.relu(self.expand1x1(x)), self.relu(self.expand3x3(x))], 1)
+
+
+class SqueezeNet(nn.Module):
+    """SqueezeNet 1.1 as in torchvision."""
+
+    def __init__(self, num_classes: int = 1000) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 64, 3, 2), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, ceil_mode=True),
+            _Fire(64, 16, 64, 64), _Fire(128, 16, 64, 64), nn.MaxPool2d(3, 2, ceil_mode=True),
+            _Fire(128, 32, 128, 128), _Fire(256, 32, 128, 128), nn.MaxPool2d(3, 2, ceil_mode=True),
+            _Fire(256, 48, 192, 192), _Fire(384, 48, 192, 192), _Fire(384, 64, 256, 256), _Fire(512, 64, 256, 256))
+        self.classifier = nn.Sequential(nn.Dropout(0.5), nn.Conv2d(512, num_classes, 1), nn.ReLU(inplace=True),
+                                        nn.AdaptiveAvgPool2d(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.flatten(self.classifier(self.features(x)), 1)
+
+
+# ----------------------------------------------------------------------------- DenseNet
+
+
+class _DenseLayer(nn.Module):
+    def __init__(self, c_in: int, growth: int, bn_size: int) -> None:
+        super().__init__()
+        self.norm1 = nn.BatchNorm2d(c_in)
+        self.relu1 = nn.ReLU(inplace=True)
+        self.conv1 = nn.Conv2d(c_in, bn_size * growth, 1, bias=False)
+        self.norm2 = nn.BatchNorm2d(bn_size * growth)
+        self.relu2 = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(bn_size * growth, growth, 3, 1, 1, bias=False)
+
+    def forward(self, prev: list[torch.Tensor]) -> torch.Tensor:
+        x = torch.cat(prev, 1)  # torchvision concatenates all previous features in each layer
+        x = self.conv1(self.relu1(self.norm1(x)))
+        return self.conv2(self.relu2(self.norm2(x)))
+
+
+class _DenseBlock(nn.Module):
+    def __init__(self, n: int, c_in: int, growth: int, bn_size: int) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([_DenseLayer(c_in + i * growth, growth, bn_size) for i in range(n)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        feats = [x]
+        for layer in self.layers:
+            feats.append(layer(feats))
+        return torch.cat(feats, 1)
+
+
+class DenseNet(nn.Module):
+    def __init__(self, growth_rate: int = 32, block_config: Sequence[int] = (6, 12, 24, 16),
+                 num_init_features: int = 64, bn_size: int = 4, num_classes: int = 1000) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [nn.Conv2d(3, num_init_features, 7, 2, 3, bias=False),
+                                   nn.BatchNorm2d(num_init_features), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1)]
+        c = num_init_features
+        for i, n in enumerate(block_config):
+            layers.append(_DenseBlock(n, c, growth_rate, bn_size))
+            c += n * growth_rate
+            if i != len(block_config) - 1:
+                layers += [nn.BatchNorm2d(c), nn.ReLU(inplace=True), nn.Conv2d(c, c // 2, 1, bias=False),
+                           nn.AvgPool2d(2, 2)]
+                c //= 2
+        layers.append(nn.BatchNorm2d(c))
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Linear(c, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.relu(self.features(x))
+        x = torch.flatten(F.adaptive_avg_pool2d(x, (1, 1)), 1)
+        return self.classifier(x)
+
+
+# ---------------------------------------------------------------------------- GoogLeNet
+
+
+class _Inception(nn.Module):
+    def __init__(self, c_in: int, c1: int, c3r: int, c3: int, c5r: int, c5: int, pool_proj: int) -> None:
+        super().__init__()
+        self.branch1 = _cbr(c_in, c1, 1)
+        self.branch2 = nn.Sequential(_cbr(c_in, c3r, 1), _cbr(c3r, c3, 3))
+        self.branch3 = nn.Sequential(_cbr(c_in, c5r, 1), _cbr(c5r, c5, 5))
+        self.branch4 = nn.Sequential(nn.MaxPool2d(3, 1, 1, ceil_mode=True), _cbr(c_in, pool_proj, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.branch1(x), self.branch2(x), self.branch3(x), self.branch4(x)], 1)
+
+
+class GoogLeNet(nn.Module):
+    """Inception v1 (Szegedy et al. 2015) with BN after each conv, as torchvision builds it,
+    but with the paper's 5x5 convolutions in the third branch."""
+
+    def __init__(self, num_classes: int = 1000) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(
+            _cbr(3, 64, 7, 2), nn.MaxPool2d(3, 2, ceil_mode=True), _cbr(64, 64, 1), _cbr(64, 192, 3),
+            nn.MaxPool2d(3, 2, ceil_mode=True))
+        self.blocks = nn.Sequential(
+            _Inception(192, 64, 96, 128, 16, 32, 32), _Inception(256, 128, 128, 192, 32, 96, 64),
+            nn.MaxPool2d(3, 2, ceil_mode=True),
+            _Inception(480, 192, 96, 208, 16, 48, 64), _Inception(512, 160, 112, 224, 24, 64, 64),
+            _Inception(512, 128, 128, 256, 24, 64, 64), _Inception(512, 112, 144, 288, 32, 64, 64),
+            _Inception(528, 256, 160, 320, 32, 128, 128), nn.MaxPool2d(2, 2, ceil_mode=True),
+            _Inception(832, 256, 160, 320, 32, 128, 128), _Inception(832, 384, 192, 384, 48, 128, 128))
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.dropout = nn.Dropout(0.2)
+        self.fc = nn.Linear(1024, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.avgpool(self.blocks(self.stem(x)))
+        return self.fc(self.dropout(torch.flatten(x, 1)))
+
+
+# ------------------------------------------------------------------------------- YOLOv5
+
+
+def _yconv(c_in: int, c_out: int, k: int = 1, s: int = 1, p: int | None = None) -> nn.Sequential:
+    return _cbr(c_in, c_out, k, s, act=nn.SiLU, p=k // 2 if p is None else p)
+
+
+class _YBottleneck(nn.Module):
+    def __init__(self, c_in: int, c_out: int, shortcut: bool = True) -> None:
+        super().__init__()
+        self.cv1 = _yconv(c_in, c_out, 1)
+        self.cv2 = _yconv(c_out, c_out, 3)
+        self.add = shortcut and c_in == c_out
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.cv2(self.cv1(x))
+        return x + y if self.add else y
+
+
+class _C3(nn.Module):
+    def __init__(self, c_in: int, c_out: int, n: int = 1, shortcut: bool = True) -> None:
+        super().__init__()
+        c_ = c_out // 2
+        self.cv1 = _yconv(c_in, c_, 1)
+        self.cv2 = _yconv(c_in, c_, 1)
+        self.cv3 = _yconv(2 * c_, c_out, 1)
+        self.m = nn.Sequential(*[_YBottleneck(c_, c_, shortcut) for _ in range(n)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.cv3(torch.cat((self.m(self.cv1(x)), self.cv2(x)), 1))
+
+
+class _SPPF(nn.Module):
+    def __init__(self, c_in: int, c_out: int, k: int = 5) -> None:
+        super().__init__()
+        c_ = c_in // 2
+        self.cv1 = _yconv(c_in, c_, 1)
+        self.cv2 = _yconv(c_ * 4, c_out, 1)
+        self.m = nn.MaxPool2d(k, 1, k // 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.cv1(x)
+        y1 = self.m(x)
+        y2 = self.m(y1)
+        return self.cv2(torch.cat((x, y1, y2, self.m(y2)), 1))
+
+
+class _Detect(nn.Module):
+    ANCHORS = ((10, 13, 16, 30, 33, 23), (30, 61, 62, 45, 59, 119), (116, 90, 156, 198, 373, 326))
+    STRIDES = (8, 16, 32)
+
+    def __init__(self, nc: int, ch: Sequence[int], resolution: int, decode: bool) -> None:
+        super().__init__()
+        self.nc, self.no, self.na = nc, nc + 5, 3
+        self.decode = decode
+        self.m = nn.ModuleList(nn.Conv2d(c, self.no * self.na, 1) for c in ch)
+        for i, s in enumerate(self.STRIDES):
+            ny = nx = resolution // s
+            yv, xv = torch.meshgrid(torch.arange(ny, dtype=torch.float32), torch.arange(nx, dtype=torch.float32),
+                                    indexing="ij")
+            grid = torch.stack((xv, yv), 2).expand(1, self.na, ny, nx, 2) - 0.5
+            anchors = torch.tensor(self.ANCHORS[i], dtype=torch.float32).view(1, self.na, 1, 1, 2)
+            self.register_buffer(f"grid{i}", grid.contiguous(), persistent=False)
+            self.register_buffer(f"anchor_grid{i}", anchors.expand(1, self.na, ny, nx, 2).contiguous(),
+                                 persistent=False)
+
+    def forward(self, xs: list[torch.Tensor]) -> torch.Tensor:
+        z = []
+        for i, x in enumerate(xs):
+            x = self.m[i](x)
+            bs, _, ny, nx = x.shape
+            x = x.view(bs, self.na, self.no, ny, nx).permute(0, 1, 3, 4, 2).contiguous()
+            y = x.sigmoid()
+            if self.decode:
+                xy, wh, conf = y.split((2, 2, self.nc + 1), 4)
+                xy = (xy * 2 + getattr(self, f"grid{i}")) * self.STRIDES[i]
+                wh = (wh * 2) ** 2 * getattr(self, f"anchor_grid{i}")
+                y = torch.cat((xy, wh, conf), 4)
+            z.append(y.view(bs, self.na * nx * ny, self.no))
+        return torch.cat(z, 1)
+
+
+class YOLOv5(nn.Module):
+    """YOLOv5 (v6.0+ layout). ``width``/``depth`` multiples: n 0.25/0.33, s 0.5/0.33, m 0.75/0.67."""
+
+    def __init__(self, resolution: int = 640, nc: int = 80, width: float = 0.5, depth: float = 0.33,
+                 decode: bool = True) -> None:
+        super().__init__()
+        if resolution % 32:
+            raise ZooError(f"yolov5 needs a resolution divisible by 32, got {resolution}")
+
+        def c(x: int) -> int:
+            return _make_divisible(x * width, 8)
+
+        def n(x: int) -> int:
+            return max(round(x * depth), 1)
+
+        self.b0 = _yconv(3, c(64), 6, 2, 2)
+        self.b1 = _yconv(c(64), c(128), 3, 2)
+        self.b2 = _C3(c(128), c(128), n(3))
+        self.b3 = _yconv(c(128), c(256), 3, 2)
+        self.b4 = _C3(c(256), c(256), n(6))
+        self.b5 = _yconv(c(256), c(512), 3, 2)
+        self.b6 = _C3(c(512), c(512), n(9))
+        self.b7 = _yconv(c(512), c(1024), 3, 2)
+        self.b8 = _C3(c(1024), c(1024), n(3))
+        self.b9 = _SPPF(c(1024), c(1024), 5)
+        self.h10 = _yconv(c(1024), c(512), 1)
+        self.up = nn.Upsample(scale_factor=2, mode="nearest")
+        self.h13 = _C3(c(1024), c(512), n(3), False)
+        self.h14 = _yconv(c(512), c(256), 1)
+        self.h17 = _C3(c(512), c(256), n(3), False)
+        self.h18 = _yconv(c(256), c(256), 3, 2)
+        self.h20 = _C3(c(512), c(512), n(3), False)
+        self.h21 = _yconv(c(512), c(512), 3, 2)
+        self.h23 = _C3(c(1024), c(1024), n(3), False)
+        self.detect = _Detect(nc, (c(256), c(512), c(1024)), resolution, decode)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        p3 = self.b4(self.b3(self.b2(self.b1(self.b0(x)))))
+        p4 = self.b6(self.b5(p3))
+        x10 = self.h10(self.b9(self.b8(self.b7(p4))))
+        x14 = self.h14(self.h13(torch.cat((self.up(x10), p4), 1)))
+        x17 = self.h17(torch.cat((self.up(x14), p3), 1))
+        x20 = self.h20(torch.cat((self.h18(x17), x14), 1))
+        x23 = self.h23(torch.cat((self.h21(x20), x10), 1))
+        return self.detect([x17, x20, x23])
+
+
+# ------------------------------------------------------------------------------ MNASNet
+
+
+class _MnasInvRes(nn.Module):
+    def __init__(self, c_in: int, c_out: int, k: int, stride: int, expand: int) -> None:
+        super().__init__()
+        mid = c_in * expand
+        self.use_res = c_in == c_out and stride == 1
+        self.layers = nn.Sequential(_cbr(c_in, mid, 1), _cbr(mid, mid, k, stride, groups=mid),
+                                    _cbr(mid, c_out, 1, act=None))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers(x) + x if self.use_res else self.layers(x)
+
+
+class MNASNet(nn.Module):
+    """torchvision MNASNet 1.0."""
+
+    STACKS = [(16, 24, 3, 2, 3, 3), (24, 40, 5, 2, 3, 3), (40, 80, 5, 2, 6, 3), (80, 96, 3, 1, 6, 2),
+              (96, 192, 5, 2, 6, 4), (192, 320, 3, 1, 6, 1)]
+
+    def __init__(self, num_classes: int = 1000) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [_cbr(3, 32, 3, 2), _cbr(32, 32, 3, 1, groups=32), _cbr(32, 16, 1, act=None)]
+        for c_in, c_out, k, s, e, r in self.STACKS:
+            layers.append(_MnasInvRes(c_in, c_out, k, s, e))
+            layers += [_MnasInvRes(c_out, c_out, k, 1, e) for _ in range(r - 1)]
+        layers.append(_cbr(320, 1280, 1))
+        self.layers = nn.Sequential(*layers)
+        self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(1280, num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.layers(x).mean([2, 3]))
+
+
+# ------------------------------------------------------------------------------- RegNet
+
+
+class _RegBlock(nn.Module):
+    def __init__(self, c_in: int, c_out: int, stride: int, group_width: int) -> None:
+        super().__init__()
+        groups = c_out // group_width
+        self.proj = (_cbr(c_in, c_out, 1, stride, act=None) if c_in != c_out or stride != 1 else None)
+        self.f = nn.Sequential(_cbr(c_in, c_out, 1), _cbr(c_out, c_out, 3, stride, groups=groups),
+                               _cbr(c_out, c_out, 1, act=None))
+        self.activation = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        sc = x if self.proj is None else self.proj(x)
+        return self.activation(sc + self.f(x))
+
+
+class RegNetX(nn.Module):
+    """torchvision RegNetX-400MF: depths 1-2-7-12, widths 32-64-160-400, group width 16."""
+
+    def __init__(self, depths: Sequence[int] = (1, 2, 7, 12), widths: Sequence[int] = (32, 64, 160, 400),
+                 group_width: int = 16, num_classes: int = 1000) -> None:
+        super().__init__()
+        self.stem = _cbr(3, 32, 3, 2)
+        c = 32
+        stages: list[nn.Module] = []
+        for d, w in zip(depths, widths):
+            stages.append(nn.Sequential(*[_RegBlock(c if i == 0 else w, w, 2 if i == 0 else 1, group_width)
+                                          for i in range(d)]))
+            c = w
+        self.trunk = nn.Sequential(*stages)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(c, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.flatten(self.avgpool(self.trunk(self.stem(x))), 1))
+
+
+# ---------------------------------------------------------------------------------- VGG
+
+
+class VGG(nn.Module):
+    CFG_D: list[int | str] = [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"]
+
+    def __init__(self, resolution: int = 224, num_classes: int = 1000) -> None:
+        super().__init__()
+        if resolution % 32:
+            raise ZooError(f"vgg16 needs a resolution divisible by 32, got {resolution}")
+        layers: list[nn.Module] = []
+        c = 3
+        for v in self.CFG_D:
+            if isinstance(v, str):  # "M"
+                layers.append(nn.MaxPool2d(2, 2))
+            else:
+                layers += [nn.Conv2d(c, v, 3, padding=1), nn.ReLU(inplace=True)]
+                c = v
+        self.features = nn.Sequential(*layers)
+        side = resolution // 32
+        self.classifier = nn.Sequential(
+            nn.Linear(512 * side * side, 4096), nn.ReLU(True), nn.Dropout(),
+            nn.Linear(4096, 4096), nn.ReLU(True), nn.Dropout(), nn.Linear(4096, num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(torch.flatten(self.features(x), 1))
+
+
+# ------------------------------------------------------------------------------- registry
+
+#: name -> builder(resolution, **kwargs). Builders that do not depend on the resolution
+#: ignore it (their global pooling adapts).
+ZOO: dict[str, Callable[..., nn.Module]] = {
+    "resnet18": lambda resolution=224, **kw: ResNet(_BasicBlock, (2, 2, 2, 2), **kw),
+    "resnet50": lambda resolution=224, **kw: ResNet(_Bottleneck, (3, 4, 6, 3), **kw),
+    "mobilenet_v1": lambda resolution=224, **kw: MobileNetV1(**kw),
+    "mobilenet_v2": lambda resolution=224, **kw: MobileNetV2(**kw),
+    "mobilenet_v3": lambda resolution=224, **kw: MobileNetV3(**kw),
+    "efficientnet_b0": lambda resolution=224, **kw: EfficientNetB0(**kw),
+    "shufflenet_v2": lambda resolution=224, **kw: ShuffleNetV2(**kw),
+    "squeezenet": lambda resolution=224, **kw: SqueezeNet(**kw),
+    "densenet121": lambda resolution=224, **kw: DenseNet(**kw),
+    "googlenet": lambda resolution=224, **kw: GoogLeNet(**kw),
+    "yolov5s": lambda resolution=640, **kw: YOLOv5(resolution, **kw),
+    "mnasnet": lambda resolution=224, **kw: MNASNet(**kw),
+    "regnet_x_400mf": lambda resolution=224, **kw: RegNetX(**kw),
+    "vgg16": lambda resolution=224, **kw: VGG(resolution, **kw),
+}
+
+
+def names() -> list[str]:
+    return list(ZOO)
+
+
+def build(name: str, resolution: int = 224, *, seed: int = 0, **kwargs: Any) -> nn.Module:
+    """Build architecture ``name`` with random weights (deterministic for a ``seed``), in eval mode.
+
+    BatchNorm running statistics are randomised too (as after training), so that BN folding
+    and the numeric checks downstream see realistic, non-trivial values.
+    """
+    try:
+        builder = ZOO[name]
+    except KeyError:
+        raise ZooError(f"unknown architecture {name!r}; known: {', '.join(ZOO)}") from None
+    if int(resolution) < 32:
+        raise ZooError(f"resolution must be >= 32, got {resolution}")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        try:
+            model = builder(resolution=int(resolution), **kwargs)
+        except TypeError as e:
+            raise ZooError(f"bad arguments for {name!r}: {e}") from None
+        with torch.no_grad():
+            for m in model.modules():
+                if isinstance(m, nn.BatchNorm2d) and m.running_mean is not None and m.running_var is not None:
+                    m.running_mean.uniform_(-0.1, 0.1)
+                    m.running_var.uniform_(0.5, 1.5)
+                    m.weight.uniform_(0.5, 1.5)
+                    m.bias.uniform_(-0.1, 0.1)
+    return model.eval()
+
+
+def export_onnx(module_or_name: nn.Module | str, resolution: int = 224, opset: int | None = None, *,
+                batch: int = 1, in_channels: int = 3, input_shape: Sequence[int] | None = None,
+                input_name: str = "input", dynamic_batch: bool = False) -> bytes:
+    """Export a module (or a :data:`ZOO` name, built at ``resolution``) to ONNX bytes.
+
+    The input is ``(batch, in_channels, resolution, resolution)`` unless ``input_shape`` is
+    given. ``dynamic_batch`` marks dim 0 as a named dynamic dimension ``batch``.
+    Uses the TorchScript-based exporter (see the module docstring); ``opset`` defaults to
+    :data:`DEFAULT_OPSET`.
+    """
+    module = build(module_or_name, resolution) if isinstance(module_or_name, str) else module_or_name
+    module = module.eval()
+    shape = tuple(int(d) for d in input_shape) if input_shape is not None else (batch, in_channels, resolution, resolution)
+    example = torch.zeros(shape)
+    opset = DEFAULT_OPSET if opset is None else int(opset)
+    buf = io.BytesIO()
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(  # a file-like object is accepted
+            module, (example,), buf,  # type: ignore[arg-type]
+            dynamo=False, opset_version=opset, do_constant_folding=True,
+            input_names=[input_name], output_names=["output"],
+            dynamic_axes={input_name: {0: "batch"}, "output": {0: "batch"}} if dynamic_batch else None,
+        )
+    return buf.getvalue()
+
+
+def param_count(module: nn.Module) -> int:
+    """Trainable parameter count, as torch reports it."""
+    return sum(p.numel() for p in module.parameters())
+
