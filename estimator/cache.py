@@ -1,0 +1,140 @@
+"""The local model cache: the only place pickles are ever read from.
+
+Trained device models are pickled to ``<cache dir>/models/<key>.pkl`` where ``<key>`` is a
+SHA-256 over everything that determines the trained object (see :func:`cache_key`):
+
+* the bytes of the profile's ``measurements.csv`` (its data hash),
+* the training options and the training target (``lum`` or ``single``),
+* :data:`estimator.models.MODEL_CODE_VERSION` (bumped whenever training code changes),
+* the versions of Python, numpy, scikit-learn and crepes.
+
+Cache directory: ``$CL_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/confident-latency``, else
+``~/.cache/confident-latency``. It is created with mode 0700.
+
+Safety rules (pickles execute code when loaded):
+
+* :func:`load` takes a *key*, never a path; the file it opens is always
+  ``<cache dir>/models/<key>.pkl`` with ``key`` checked to be 64 hex digits, so no pickle
+  is loaded from a profile directory, the repository or anywhere else.
+* On POSIX, a cache file that is not owned by the current user, or is writable by group
+  or others, is refused (treated as a miss and reported).
+* Writes go to a temporary file in the same directory and are renamed into place, so a
+  crash never leaves a half-written pickle under a valid key.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import platform
+import re
+import stat
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, Mapping
+
+__all__ = ["ENV_CACHE", "cache_dir", "cache_key", "library_versions", "load", "store", "path_for", "CacheWarning"]
+
+ENV_CACHE = "CL_CACHE_DIR"
+_KEY_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+class CacheWarning(UserWarning):
+    pass
+
+
+def cache_dir() -> Path:
+    env = os.environ.get(ENV_CACHE)
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "confident-latency"
+
+
+def library_versions() -> dict[str, str]:
+    import crepes  # noqa: PLC0415
+    import numpy  # noqa: PLC0415
+    import sklearn  # noqa: PLC0415
+
+    try:
+        from importlib.metadata import version  # noqa: PLC0415
+
+        crepes_v = version("crepes")
+    except Exception:  # pragma: no cover - metadata missing
+        crepes_v = getattr(crepes, "__version__", "unknown")
+    return {
+        "python": platform.python_version(),
+        "numpy": numpy.__version__,
+        "scikit-learn": sklearn.__version__,
+        "crepes": crepes_v,
+    }
+
+
+def cache_key(data_hash: str, options: Mapping[str, Any], code_version: str,
+              versions: Mapping[str, str] | None = None) -> str:
+    payload = {
+        "data": data_hash,
+        "options": dict(options),
+        "code": code_version,
+        "versions": dict(versions if versions is not None else library_versions()),
+    }
+    blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+def path_for(key: str, root: Path | None = None) -> Path:
+    if not _KEY_RE.match(key):
+        raise ValueError(f"invalid cache key {key!r}")
+    return (root or cache_dir()) / "models" / f"{key}.pkl"
+
+
+def _trusted(p: Path) -> bool:
+    if os.name != "posix":
+        return True
+    st = p.stat()
+    if st.st_uid != os.getuid():
+        warnings.warn(f"ignoring cache file {p}: not owned by the current user", CacheWarning, stacklevel=3)
+        return False
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        warnings.warn(f"ignoring cache file {p}: writable by group/others", CacheWarning, stacklevel=3)
+        return False
+    return True
+
+
+def load(key: str, root: Path | None = None) -> Any | None:
+    """The cached object for ``key``, or None on a miss (or an unreadable/untrusted file)."""
+    p = path_for(key, root)
+    if not p.is_file() or not _trusted(p):
+        return None
+    try:
+        with p.open("rb") as f:
+            obj = pickle.load(f)  # noqa: S301 - only from our own cache dir, see module docstring
+    except Exception as e:  # a corrupt or incompatible entry is a miss, not a crash
+        warnings.warn(f"ignoring unreadable cache file {p}: {type(e).__name__}: {e}", CacheWarning, stacklevel=2)
+        return None
+    if getattr(obj, "cache_key", key) != key:
+        warnings.warn(f"ignoring cache file {p}: its content was written under another key", CacheWarning,
+                      stacklevel=2)
+        return None
+    return obj
+
+
+def store(key: str, obj: Any, root: Path | None = None) -> Path:
+    p = path_for(key, root)
+    p.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pkl", dir=p.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, p)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return p

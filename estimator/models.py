@@ -1,0 +1,781 @@
+"""Per-device, per-layer-type latency models with conformal confidence (CM_TV, CM_LV, CM_O).
+
+Models
+------
+For every layer type with at least ``min_rows`` usable benchmark rows, one
+``RandomForestRegressor`` predicts the time per operation ``t_op = t_lum / ops`` from the
+layer's feature vector (:func:`estimator.layers.feature_vector`); a layer's latency is
+``t_op * ops`` (Eq. 7). ``t_op`` is divided by the type's median ``t_op`` (scikit-learn
+stops splitting nodes whose impurity is below machine epsilon, and raw ``t_op`` values
+around 1e-9 ms would make every tree a stump), and by default the forest is fitted on
+``log(t_op)`` and predicts ``exp`` of the trees' mean (``target_transform="log"``): a
+benchmark's layers span 6-8 decades of ops and ``t_op`` spans 3-4 decades (dispatch
+overhead dominates small layers), so a squared-error forest on raw ``t_op`` spends its
+splits on the small layers and mispredicts the large ones (measured on an ONNX Runtime
+CPU benchmark: held-out RMSPE 0.6-2 with log vs 2-1900 with the raw target, per type).
+``target_transform="linear"`` keeps the raw target. Rows measured at or below 0 ms
+(below the timing resolution) are trained on half the type's smallest positive latency;
+their calibration residuals use the measured interval as it is. The hyperparameters
+(``max_features`` x ``min_samples_leaf``) are chosen from a small grid by the out-of-bag
+RMSPE of ``t_op``; every forest uses a fixed seed, so training is deterministic.
+
+Confidence (crepes, out-of-bag calibration, no data split)
+----------------------------------------------------------
+Calibration uses the forest's out-of-bag predictions of the training rows
+(``oob_prediction_``) and crepes ``DifficultyEstimator`` fitted with ``oob=True``; the
+residuals and difficulties go into crepes ``ConformalRegressor`` (its ``alphas`` are the
+calibration scores). Let ``s`` be the *relative spread* of the trees' ``t_op`` predictions:
+the standard deviation of the trees' log predictions for the log-target forest (the
+square root of crepes' out-of-bag tree variance; by the delta method the ``t_op`` spread is
+``t_op_hat * s``), or the trees' standard deviation divided by ``t_op_hat`` for the
+linear target. Then:
+
+* **CM_TV** (variance-based difficulty, ``t_op`` residuals): ``sigma = t_op_hat * (s +
+  beta_TV)``, ``beta_TV = beta_rel * median(s)`` over the calibration rows. The interval
+  ``t_op_hat +- q * sigma`` is multiplied by ``ops``; its width is relative, so across a
+  type it grows with the layer's size.
+* **CM_LV** (variance-based difficulty, *latency* residuals: ``t_op_hat * ops`` vs the
+  measured latency, in ms): ``sigma = t_op_hat * s * ops + beta_LV`` (the spread of the
+  trees' latency predictions), ``beta_LV = beta_rel * median`` of that spread over the
+  calibration rows: an *absolute* floor in ms, so layers far below a type's typical size
+  get at least a fixed absolute width (timer resolution, dispatch overhead) while large
+  layers get proportional widths, as in the paper's Fig. 9b.
+* **CM_O** (k-NN difficulty on the feature vectors alone, ``t_op`` residuals): ``d`` is
+  the sum of distances to the ``k`` nearest benchmarked configurations (leave-one-out
+  for calibration) in feature space min-max scaled to the benchmarked range (crepes'
+  scaling);
+  ``sigma = t_op_hat * (d + beta_O)``, ``beta_O = knn_beta_rel x`` the larger of the
+  median and the mean leave-one-out distance. Its relative width is proportional to the
+  distance from the benchmarked design space whatever the layer's size: far-from-data
+  layers get wide intervals. crepes' k-NN estimator clips scaled features to the
+  training range, which would cap the distance of an out-of-range layer; we switch that
+  clipping off after fitting (``nn_scaler.clip = False``) so distances keep growing
+  outside the range. The features are scaled linearly, not in log space: log scaling
+  compresses extrapolation (on an ONNX Runtime CPU benchmark, ResNet-18 at 1024x1024,
+  whose convs reach 2.4x the largest benchmarked FLOPs, sat at 1.0x the typical
+  leave-one-out distance in log space and at 11x in linear space; in-space networks at
+  0.4-1.2x in both).
+
+Why not crepes' min-max scaled difficulty plus a constant ``beta``: a profile's layers
+span 6-8 decades of ops and 3-4 of ``t_op``, so any constant floor in ``t_op`` or ms units
+is negligible for some layers and dominant for others (on an ONNX Runtime CPU benchmark
+it gave median 90 % relative widths of 4-100x for the large layers of a type). Floors
+proportional to the prediction (TV, O) or at the type's typical spread (LV) keep the
+normalisation meaningful across that range. For the test-time spread, crepes'
+``DifficultyEstimator.apply(X)`` with ``oob=True`` would reuse the training rows'
+out-of-bag masks for new objects; no tree has seen a new layer, so we use the spread over
+*all* trees (the same code, :func:`_sigmas`, computes calibration and test difficulties).
+
+How the smart-padding interval enters calibration
+-------------------------------------------------
+A smart-padding measurement does not give the layer's latency, it gives an interval
+``[t_lum_lo, t_lum_hi]`` (Eq. 4) that contains it. The model is trained on the midpoint
+(intersected with ``[0, inf)``: a latency is never negative), and each calibration row's
+nonconformity is the *worst case over the interval*::
+
+    r = max over y in [lo, hi] of |y - y_hat|  =  |mid - y_hat| + (hi - lo) / 2
+
+(in ``t_op`` units for CM_TV and CM_O, in ms for CM_LV), normalised by the difficulty.
+With this score, the conformal interval ``y_hat +- q sigma`` covers the *whole*
+measured interval of a new layer, and hence whatever its true latency is inside it,
+with the stated confidence (up to the usual out-of-bag caveat). Wide measurement
+intervals (LUMs whose padding pairs differ a lot) therefore widen the calibrated
+intervals; with zero-width intervals (single-layer targets, cost models) the rule reduces
+to the ordinary absolute residual. The scores are crepes ``ConformalRegressor`` alphas;
+per-layer intervals and the predictive distributions used for aggregation are built from
+them in :mod:`estimator.aggregate`.
+
+out_of_design_space rule
+------------------------
+A layer is flagged when any of these holds (reasons are kept per layer):
+
+* ``no_data``: its type has no model (fallback, see below);
+* ``range:<feature>``: a feature lies outside ``[min, max]`` of the benchmarked rows of
+  its type;
+* ``knn``: its k-NN distance to the benchmarked rows exceeds the largest leave-one-out
+  k-NN distance among the benchmarked rows themselves (it is farther from the data than
+  any benchmarked configuration is from the rest);
+* ``batch``: batch size ``n > 1`` (profiles are benchmarked at batch 1).
+
+Fallback rule (types without data, type ``other``, or fewer than ``min_rows`` rows)
+----------------------------------------------------------------------------------
+A roofline fitted to the whole profile: peak rates ``P`` (ops/ms) and ``B`` (bytes/ms)
+are the ``fallback_peak_quantile`` quantiles of ``ops / t`` and ``bytes / t`` over all
+usable benchmark rows (of all types); ``roof = max(ops / P, bytes / B)``. The ratios
+``R = t_measured / roof`` over the same rows form the fallback's predictive distribution:
+point estimate ``roof * median(R)``; CM_TV and CM_LV are ``roof * R`` (its conformal
+quantiles); CM_O is log-symmetric around the point estimate: ``roof * m * exp(+-lam *
+|ln(R / m)|)`` with ``m = median(R)`` and ``lam = max(2, ln(fallback_o_min_factor) /
+d90)``, ``d90`` being the 90 % conformal quantile of ``|ln(R / m)|``: at least twice the
+log-width of the ratios' spread, and the 90 % interval reaches at least a factor
+``fallback_o_min_factor`` (default 4) below and above the point estimate. Fallback layers are always flagged out_of_design_space.
+"""
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from .aggregate import DistBatch, Family, conformal_index
+from .errors import UserError
+from .layers import SPECS, Layer, LayerSpecError, LayerType, describe, feature_names, feature_vector
+
+__all__ = [
+    "MODEL_CODE_VERSION",
+    "METRICS",
+    "TARGETS",
+    "ModelError",
+    "TrainingOptions",
+    "TypeModel",
+    "FallbackModel",
+    "DeviceModels",
+    "BatchPrediction",
+    "TrainingData",
+    "prepare_training_data",
+    "train_models",
+    "get_models",
+    "elem_bytes_for",
+]
+
+#: Bump whenever a change here changes what a trained model predicts (part of the cache key).
+MODEL_CODE_VERSION = "models-6"
+METRICS: tuple[str, ...] = ("CM_TV", "CM_LV", "CM_O")
+TARGETS: tuple[str, ...] = ("lum", "single")
+
+
+class ModelError(UserError):
+    """Training options or data that cannot produce a model."""
+
+
+# ------------------------------------------------------------------------ options
+
+
+@dataclass(frozen=True)
+class TrainingOptions:
+    n_estimators: int = 100
+    grid_estimators: int = 60
+    grid_max_features: tuple[float, ...] = (1.0, 0.6, 0.33)
+    grid_min_samples_leaf: tuple[int, ...] = (1, 3, 5)
+    knn_k: int = 10
+    knn_beta_rel: float = 0.1
+    beta_rel: float = 0.1
+    min_rows: int = 20
+    seed: int = 0
+    fallback_peak_quantile: float = 0.95
+    fallback_o_min_factor: float = 4.0
+    target_transform: str = "log"  # "log": forest on log(t_op) (default); "linear": on t_op itself
+
+    def __post_init__(self) -> None:
+        def bad(msg: str) -> ModelError:
+            return ModelError(f"training option {msg}")
+
+        if self.n_estimators < 20 or self.grid_estimators < 20:
+            raise bad(f"n_estimators/grid_estimators must be >= 20 (out-of-bag estimates need trees), "
+                      f"got {self.n_estimators}/{self.grid_estimators}")
+        if not self.grid_max_features or any(not (0.0 < f <= 1.0) for f in self.grid_max_features):
+            raise bad(f"grid_max_features must be fractions in (0, 1], got {list(self.grid_max_features)}")
+        if not self.grid_min_samples_leaf or any(int(m) != m or m < 1 for m in self.grid_min_samples_leaf):
+            raise bad(f"grid_min_samples_leaf must be integers >= 1, got {list(self.grid_min_samples_leaf)}")
+        if self.knn_k < 1:
+            raise bad(f"knn_k must be >= 1, got {self.knn_k}")
+        if self.min_rows < 5:
+            raise bad(f"min_rows must be >= 5, got {self.min_rows}")
+        if not (self.beta_rel > 0 and self.knn_beta_rel > 0):
+            raise bad("beta_rel and knn_beta_rel must be > 0")
+        if not (0.5 <= self.fallback_peak_quantile <= 1.0):
+            raise bad(f"fallback_peak_quantile must be in [0.5, 1], got {self.fallback_peak_quantile}")
+        if self.fallback_o_min_factor < 1.0:
+            raise bad(f"fallback_o_min_factor must be >= 1, got {self.fallback_o_min_factor}")
+        if self.target_transform not in ("log", "linear"):
+            raise bad(f"target_transform must be 'log' or 'linear', got {self.target_transform!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["grid_max_features"] = [float(x) for x in self.grid_max_features]
+        d["grid_min_samples_leaf"] = [int(x) for x in self.grid_min_samples_leaf]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> "TrainingOptions":
+        if not d:
+            return cls()
+        known = {f for f in cls.__dataclass_fields__}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ModelError(f"unknown training options {unknown}; known: {sorted(known)}")
+        kw: dict[str, Any] = {}
+        for k, v in d.items():
+            default = getattr(cls(), k)
+            try:
+                if isinstance(default, tuple):
+                    if not isinstance(v, (list, tuple)):
+                        raise TypeError
+                    kw[k] = tuple(type(default[0])(x) for x in v)
+                elif isinstance(default, str):
+                    if not isinstance(v, str):
+                        raise TypeError
+                    kw[k] = v
+                elif isinstance(default, bool) or isinstance(v, bool):
+                    raise TypeError
+                elif isinstance(default, int):
+                    if float(v) != int(v):
+                        raise TypeError
+                    kw[k] = int(v)
+                else:
+                    kw[k] = float(v)
+            except (TypeError, ValueError):
+                raise ModelError(f"training option {k!r} must be like {default!r}, got {v!r}") from None
+        return cls(**kw)
+
+
+def elem_bytes_for(precision: str) -> int:
+    p = precision.lower()
+    if "int8" in p or "uint8" in p or p in ("i8", "u8", "q8"):
+        return 1
+    if "16" in p:
+        return 2
+    return 4
+
+
+# ----------------------------------------------------------------------- data prep
+
+
+@dataclass
+class TrainingData:
+    """Usable benchmark rows of one type, as arrays."""
+
+    layer_type: str
+    X: np.ndarray  # (n, d) raw features
+    ops: np.ndarray  # (n,)
+    bytes: np.ndarray  # (n,)
+    lo: np.ndarray  # (n,) measured interval, ms (clipped at 0)
+    hi: np.ndarray
+    mid: np.ndarray
+    params: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _interval(row: Mapping[str, Any], target: str) -> tuple[float, float] | None:
+    if target == "single":
+        t = row.get("t_single_ms", float("nan"))
+        return (max(t, 0.0), max(t, 0.0)) if math.isfinite(t) else None
+    lo, hi = row.get("t_lum_lo_ms", float("nan")), row.get("t_lum_hi_ms", float("nan"))
+    if math.isfinite(lo) and math.isfinite(hi):
+        lo, hi = min(lo, hi), max(lo, hi)
+        return max(lo, 0.0), max(hi, 0.0)
+    t = row.get("t_lum_ms", float("nan"))
+    return (max(t, 0.0), max(t, 0.0)) if math.isfinite(t) else None
+
+
+def prepare_training_data(rows: Iterable[Mapping[str, Any]], target: str = "lum", elem_bytes: int = 4
+                          ) -> tuple[dict[str, TrainingData], dict[str, Any]]:
+    """Group benchmark rows by type into arrays; returns ``(data_by_type, skipped_report)``."""
+    if target not in TARGETS:
+        raise ModelError(f"unknown training target {target!r}; known: {', '.join(TARGETS)}")
+    acc: dict[str, dict[str, list]] = {}
+    skipped: dict[str, int] = {}
+    ops_mismatch = 0
+
+    def skip(why: str) -> None:
+        skipped[why] = skipped.get(why, 0) + 1
+
+    for row in rows:
+        t = row.get("layer_type")
+        if t not in SPECS:
+            skip(f"unknown layer type {t!r}")
+            continue
+        if t == LayerType.OTHER:  # unrelated operators share this type: never modelled, always fallback
+            skip("other: never modelled")
+            continue
+        iv = _interval(row, target)
+        if iv is None:
+            skip(f"{t}: no {target} time")
+            continue
+        try:
+            c = describe(t, row["params"], elem_bytes=elem_bytes)
+        except LayerSpecError as e:
+            skip(f"{t}: invalid params ({e})")
+            continue
+        stored = row.get("ops", float("nan"))
+        if math.isfinite(stored) and abs(stored - c.ops) > 1e-6 * max(c.ops, 1.0):
+            ops_mismatch += 1
+        a = acc.setdefault(t, {"X": [], "ops": [], "bytes": [], "lo": [], "hi": [], "params": []})
+        a["X"].append(feature_vector(t, c.features))
+        a["ops"].append(float(c.ops))
+        a["bytes"].append(float(c.bytes))
+        a["lo"].append(iv[0])
+        a["hi"].append(iv[1])
+        a["params"].append(dict(row["params"]))
+    out: dict[str, TrainingData] = {}
+    for t, a in acc.items():
+        lo, hi = np.asarray(a["lo"]), np.asarray(a["hi"])
+        out[t] = TrainingData(t, np.asarray(a["X"], dtype=float), np.asarray(a["ops"]), np.asarray(a["bytes"]),
+                              lo, hi, (lo + hi) / 2.0, a["params"])
+    report = {"skipped": skipped, "ops_mismatch": ops_mismatch}
+    return out, report
+
+
+# ------------------------------------------------------------------- type models
+
+
+def _rmspe(pred: np.ndarray, true: np.ndarray) -> float:
+    m = true > 0
+    if not m.any():
+        return float("nan")
+    return float(np.sqrt(np.mean(((pred[m] - true[m]) / true[m]) ** 2)))
+
+
+def _within(pred: np.ndarray, true: np.ndarray, tol: float = 0.10) -> float:
+    m = true > 0
+    if not m.any():
+        return float("nan")
+    return float(np.mean(np.abs(pred[m] - true[m]) / true[m] <= tol))
+
+
+def _forest(n_estimators: int, max_features: float, min_samples_leaf: int, seed: int, n_jobs: int):
+    from sklearn.ensemble import RandomForestRegressor  # noqa: PLC0415
+
+    return RandomForestRegressor(n_estimators=n_estimators, max_features=max_features,
+                                 min_samples_leaf=min_samples_leaf, bootstrap=True, oob_score=True,
+                                 random_state=seed, n_jobs=n_jobs)
+
+
+_TINY = 1e-12
+
+
+def _sigmas(betas: Mapping[str, float], p: np.ndarray, rel_sd: np.ndarray, d_knn: np.ndarray, t_scale: float,
+            ops: np.ndarray) -> dict[str, np.ndarray]:
+    """Difficulties of the three metrics (the same code for calibration and prediction).
+
+    ``p``: t_op / t_scale; ``rel_sd``: relative spread of the trees' t_op predictions;
+    ``d_knn``: k-NN distance. CM_TV and CM_O are in (scaled) t_op units and proportional
+    to ``p`` (relative difficulties), CM_LV is in ms with an absolute floor.
+    """
+    p_ = np.maximum(p, _TINY)
+    return {
+        "CM_TV": p_ * (rel_sd + betas["CM_TV"]),
+        "CM_LV": rel_sd * p * t_scale * ops + betas["CM_LV"],
+        "CM_O": p_ * (d_knn + betas["CM_O"]),
+    }
+
+
+@dataclass
+class TypeModel:
+    """The forest and the three conformal regressors of one layer type."""
+
+    layer_type: str
+    feature_names: tuple[str, ...]
+    n_rows: int
+    t_scale: float  # ms per op that the forest's target is divided by
+    log_target: bool  # the forest predicts log(t_op / t_scale)
+    forest: Any  # sklearn RandomForestRegressor
+    hyperparams: dict[str, Any]
+    grid: list[dict[str, Any]]
+    var_de: Any  # crepes DifficultyEstimator (variance, oob)
+    betas: dict[str, float]  # difficulty floors (see _sigmas)
+    knn_de: Any  # crepes DifficultyEstimator (k-NN, oob / leave-one-out)
+    knn_threshold: float
+    feat_min: np.ndarray
+    feat_max: np.ndarray
+    regressors: dict[str, Any]  # metric -> crepes ConformalRegressor
+    families: dict[str, Family]
+    report: dict[str, Any]
+
+    # -- training
+    @classmethod
+    def fit(cls, data: TrainingData, options: TrainingOptions, n_jobs: int = 1) -> "TypeModel":
+        from crepes import ConformalRegressor  # noqa: PLC0415
+        from crepes.extras import DifficultyEstimator  # noqa: PLC0415
+
+        t = data.layer_type
+        n = data.X.shape[0]
+        ops = data.ops
+        t_op = data.mid / ops
+        pos = t_op[t_op > 0]
+        if pos.size == 0:
+            raise ModelError(f"{t}: no positive measured latency")
+        t_scale = float(np.median(pos))
+        y = t_op / t_scale
+        y_lo, y_hi = data.lo / ops / t_scale, data.hi / ops / t_scale
+        log_target = options.target_transform == "log"
+        if log_target:  # rows measured at <= 0 ms train on half the type's smallest positive latency
+            floor_ms = 0.5 * float(data.mid[data.mid > 0].min())
+            y_fit = np.log(np.maximum(data.mid, floor_ms) / ops / t_scale)
+        else:
+            y_fit = y
+
+        def to_top(v: np.ndarray) -> np.ndarray:
+            return np.exp(v) if log_target else np.asarray(v, dtype=float)
+
+        # hyperparameters by out-of-bag RMSPE over a small grid
+        grid: list[dict[str, Any]] = []
+        best: tuple[float, float, int] | None = None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "Some inputs do not have OOB scores"
+            for mf in options.grid_max_features:
+                for msl in options.grid_min_samples_leaf:
+                    rf = _forest(options.grid_estimators, mf, msl, options.seed, n_jobs).fit(data.X, y_fit)
+                    oob = to_top(rf.oob_prediction_)
+                    score = _rmspe(oob, y)
+                    if not math.isfinite(score):
+                        score = float(np.sqrt(np.nanmean((oob - y) ** 2)))
+                    grid.append({"max_features": mf, "min_samples_leaf": msl, "oob_rmspe": score})
+                    if best is None or score < best[0] - 1e-12:
+                        best = (score, mf, msl)
+            assert best is not None
+            _, mf, msl = best
+            forest = _forest(options.n_estimators, mf, msl, options.seed, n_jobs).fit(data.X, y_fit)
+        oob = to_top(np.asarray(forest.oob_prediction_, dtype=float))
+        if not np.all(np.isfinite(oob)):
+            raise ModelError(f"{t}: some rows have no out-of-bag prediction; raise n_estimators")
+
+        # difficulty estimators (crepes), out-of-bag. The spread of the trees' t_op
+        # predictions: their standard deviation, or for a log-target forest t_op_hat times
+        # the standard deviation of the trees' log predictions (delta method).
+        var_de = DifficultyEstimator().fit(data.X, learner=forest, scaler=False, beta=0.0, oob=True)
+        sd_fit = np.sqrt(np.maximum(np.asarray(var_de.apply(), dtype=float), 0.0))
+        rel_sd = sd_fit if log_target else sd_fit / np.maximum(oob, _TINY)
+        sd_ms = rel_sd * oob * t_scale * ops
+        beta_tv = options.beta_rel * float(np.median(rel_sd)) or options.beta_rel * 1e-3
+        beta_lv = options.beta_rel * float(np.median(sd_ms)) or max(options.beta_rel * 1e-3 * float(np.median(data.mid)),
+                                                                    1e-9)
+        k = max(1, min(options.knn_k, n - 1))
+        knn_de = DifficultyEstimator().fit(data.X, k=k, scaler=False, beta=0.0, oob=True)
+        knn_de.nn_scaler.clip = False  # keep growing outside the benchmarked range (see docstring)
+        knn_de.nn.set_params(n_jobs=1)  # crepes uses n_jobs=-1: a thread pool per query costs ~10 ms
+        d_loo = np.asarray(knn_de.apply(), dtype=float)
+        beta_o = max(options.knn_beta_rel * float(np.median(d_loo)), options.knn_beta_rel * float(np.mean(d_loo)),
+                     1e-9)
+        betas = {"CM_TV": beta_tv, "CM_LV": beta_lv, "CM_O": beta_o}
+        sig = _sigmas(betas, oob, rel_sd, d_loo, t_scale, ops)
+
+        # interval-aware nonconformity (see module docstring)
+        r_top = np.abs(y - oob) + (y_hi - y_lo) / 2.0
+        r_ms = r_top * ops * t_scale
+        regressors = {
+            "CM_TV": ConformalRegressor().fit(r_top, sigmas=sig["CM_TV"]),
+            "CM_LV": ConformalRegressor().fit(r_ms, sigmas=sig["CM_LV"]),
+            "CM_O": ConformalRegressor().fit(r_top, sigmas=sig["CM_O"]),
+        }
+        families = {m: Family("sym", np.asarray(cr.alphas, dtype=float), name=f"{t}:{m}")
+                    for m, cr in regressors.items()}
+
+        model = cls(t, feature_names(t), n, t_scale, log_target, forest,
+                    {"max_features": mf, "min_samples_leaf": msl, "n_estimators": options.n_estimators,
+                     "target_transform": options.target_transform},
+                    grid, var_de, betas, knn_de, float(d_loo.max()),
+                    data.X.min(axis=0), data.X.max(axis=0), regressors, families, {})
+        model.report = model._oob_report(data, oob, sig)
+        return model
+
+    def _oob_report(self, data: TrainingData, oob: np.ndarray, sigmas: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        """Out-of-bag metrics (latency RMSPE, share within +-10 %, calibration coverage)."""
+        ops, s = data.ops, self.t_scale
+        pred_ms = oob * s * ops
+        rep: dict[str, Any] = {
+            "n_rows": self.n_rows,
+            "hyperparams": dict(self.hyperparams),
+            "oob_rmspe": _rmspe(pred_ms, data.mid),
+            "oob_within_10pct": _within(pred_ms, data.mid),
+            "median_interval_rel_width": float(np.median((data.hi - data.lo) / np.maximum(data.mid, 1e-300))),
+            "coverage": {},
+        }
+        for c in (0.9,):
+            cov: dict[str, float] = {}
+            for m in METRICS:
+                cr = self.regressors[m]
+                if m == "CM_LV":
+                    iv = cr.predict_int(pred_ms, sigmas=sigmas[m], confidence=c)
+                else:
+                    iv = cr.predict_int(oob, sigmas=sigmas[m], confidence=c) * (s * ops)[:, None]
+                cov[m] = float(np.mean((iv[:, 0] <= data.lo + 1e-15) & (data.hi <= iv[:, 1] + 1e-15)))
+            rep["coverage"][str(c)] = cov
+        return rep
+
+    # -- prediction
+    def _tree_predictions(self, X: np.ndarray) -> np.ndarray:
+        # the trees' own predict (sklearn's per-call validation skipped: X is already checked
+        # float32 C-contiguous, which is what DecisionTreeRegressor.predict passes on)
+        X32 = np.ascontiguousarray(X, dtype=np.float32)
+        n = X32.shape[0]
+        return np.stack([est.tree_.predict(X32).reshape(n, -1)[:, 0] for est in self.forest.estimators_])
+
+    def predict(self, X: np.ndarray, ops: np.ndarray) -> dict[str, Any]:
+        """Batch prediction for ``m`` layers of this type (one pass over the trees)."""
+        X = np.asarray(X, dtype=float)
+        P = self._tree_predictions(X)
+        if self.log_target:
+            p = np.exp(P.mean(axis=0))
+            rel_sd = P.std(axis=0)
+        else:
+            p = P.mean(axis=0)
+            rel_sd = P.std(axis=0) / np.maximum(p, _TINY)
+        d_knn = np.asarray(self.knn_de.apply(X), dtype=float)
+        sig = _sigmas(self.betas, p, rel_sd, d_knn, self.t_scale, ops)
+        t_op_ms = p * self.t_scale
+        pred_ms = t_op_ms * ops
+        below, above = X < self.feat_min, X > self.feat_max
+        reasons: list[list[str]] = []
+        for i in range(X.shape[0]):
+            r = [f"range:{self.feature_names[j]}" for j in np.flatnonzero(below[i] | above[i])]
+            if d_knn[i] > self.knn_threshold * (1 + 1e-9):
+                r.append("knn")
+            reasons.append(r)
+        scale_top = self.t_scale * ops
+        return {
+            "t_op_ms": t_op_ms,
+            "pred_ms": pred_ms,
+            "sigmas": sig,
+            "knn_distance": d_knn,
+            "reasons": reasons,
+            "dist": {
+                "CM_TV": (pred_ms, sig["CM_TV"] * scale_top),
+                "CM_LV": (pred_ms, sig["CM_LV"]),
+                "CM_O": (pred_ms, sig["CM_O"] * scale_top),
+            },
+        }
+
+
+# ---------------------------------------------------------------------- fallback
+
+
+@dataclass
+class FallbackModel:
+    """Roofline over the whole profile for layer types without a model (see docstring)."""
+
+    peak_ops_per_ms: float
+    peak_bytes_per_ms: float
+    median_ratio: float
+    lam: float
+    n_rows: int
+    families: dict[str, Family]
+
+    @classmethod
+    def fit(cls, data: Mapping[str, TrainingData], options: TrainingOptions) -> "FallbackModel":
+        ops = np.concatenate([d.ops for d in data.values()]) if data else np.zeros(0)
+        byt = np.concatenate([d.bytes for d in data.values()]) if data else np.zeros(0)
+        t = np.concatenate([d.mid for d in data.values()]) if data else np.zeros(0)
+        ok = t > 0
+        if ok.sum() < 2:
+            raise ModelError("the profile has fewer than 2 usable measurements with a positive latency; "
+                             "no model (not even the roofline fallback) can be fitted")
+        ops, byt, t = ops[ok], byt[ok], t[ok]
+        q = options.fallback_peak_quantile
+        P = float(np.quantile(ops / t, q))
+        B = float(np.quantile(byt / t, q))
+        roof = np.maximum(ops / P, byt / B)
+        R = t / roof
+        m = float(np.median(R))
+        # CM_O: log-symmetric around the point estimate, log-width lam x that of the ratios
+        dev = np.abs(np.log(R / m))
+        sym = np.sort(np.concatenate([-dev, dev]))
+        d90 = min(sym[conformal_index(sym.size, 0.95)], -sym[conformal_index(sym.size, 0.05)])
+        f_min = options.fallback_o_min_factor
+        if d90 > 0:
+            lam = max(2.0, math.log(f_min) / d90)
+            fam_o = m * np.exp(lam * sym)
+        else:  # (nearly) all ratios equal: give CM_O its minimum factor explicitly
+            lam = float("inf")
+            fam_o = m * np.array([1.0 / f_min, 1.0, f_min])
+        families = {
+            "CM_TV": Family("mult", R, name="fallback:CM_TV"),
+            "CM_LV": Family("mult", R, name="fallback:CM_LV"),
+            "CM_O": Family("mult", fam_o, name="fallback:CM_O"),
+        }
+        return cls(P, B, m, lam, int(ok.sum()), families)
+
+    def roofline_ms(self, ops: np.ndarray, byt: np.ndarray) -> np.ndarray:
+        return np.maximum(np.asarray(ops, float) / self.peak_ops_per_ms, np.asarray(byt, float) / self.peak_bytes_per_ms)
+
+    def predict(self, ops: np.ndarray, byt: np.ndarray) -> dict[str, Any]:
+        roof = self.roofline_ms(ops, byt)
+        pred = roof * self.median_ratio
+        return {"pred_ms": pred, "roof_ms": roof,
+                "dist": {m: (pred, roof) for m in METRICS}}
+
+    def describe(self) -> dict[str, Any]:
+        return {"peak_gops_per_s": self.peak_ops_per_ms / 1e6, "peak_gbytes_per_s": self.peak_bytes_per_ms / 1e6,
+                "median_ratio": self.median_ratio, "cm_o_log_width_factor": self.lam, "n_rows": self.n_rows}
+
+
+# ---------------------------------------------------------------- device models
+
+
+@dataclass
+class BatchPrediction:
+    """Per-layer predictions for a list of layers (input order)."""
+
+    pred_ms: np.ndarray
+    t_op_ms: np.ndarray  # nan for fallback layers
+    ops: np.ndarray
+    fallback: np.ndarray  # bool
+    out_of_design_space: np.ndarray  # bool
+    reasons: list[list[str]]
+    dists: dict[str, DistBatch]  # metric -> per-layer predictive distributions
+
+
+@dataclass
+class DeviceModels:
+    """Everything trained from one profile (what the cache stores)."""
+
+    cache_key: str
+    profile_name: str
+    target: str
+    options: TrainingOptions
+    elem_bytes: int
+    types: dict[str, TypeModel]
+    fallback: FallbackModel
+    data_hash: str
+    versions: dict[str, str]
+    code_version: str
+    report: dict[str, Any]
+    loaded_from_cache: bool = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        s = dict(self.__dict__)
+        s["loaded_from_cache"] = False
+        return s
+
+    @property
+    def modelled_types(self) -> list[str]:
+        return sorted(self.types)
+
+    def design_space(self) -> dict[str, Any]:
+        """Per modelled type: rows and benchmarked feature ranges (for ListDevices)."""
+        return {t: {"n_rows": m.n_rows,
+                    "features": {f: [float(lo), float(hi)] for f, lo, hi in zip(m.feature_names, m.feat_min, m.feat_max)}}
+                for t, m in sorted(self.types.items())}
+
+    def _layer_bytes(self, layer: Layer) -> float:
+        if self.elem_bytes == 4:
+            return float(layer.bytes)
+        try:
+            return float(describe(layer.type, layer.params, elem_bytes=self.elem_bytes).bytes)
+        except LayerSpecError:
+            return float(layer.bytes) * self.elem_bytes / 4.0
+
+    def predict_layers(self, layers: Sequence[Layer]) -> BatchPrediction:
+        """Predict all layers, batching each type into one model call."""
+        N = len(layers)
+        pred = np.zeros(N)
+        t_op = np.full(N, np.nan)
+        ops = np.array([max(float(l.ops), 1.0) for l in layers]) if N else np.zeros(0)
+        fb = np.zeros(N, dtype=bool)
+        reasons: list[list[str]] = [[] for _ in range(N)]
+        by_type: dict[str, list[int]] = {}
+        for i, l in enumerate(layers):
+            by_type.setdefault(l.type, []).append(i)
+            n = l.params.get("n", 1) if isinstance(l.params, Mapping) else 1
+            try:
+                if int(n) > 1:
+                    reasons[i].append("batch")
+            except (TypeError, ValueError):
+                pass
+        parts: dict[str, list[DistBatch]] = {m: [] for m in METRICS}
+        order: list[np.ndarray] = []
+        for t, idx_list in sorted(by_type.items()):
+            idx = np.asarray(idx_list, dtype=np.int64)
+            model = self.types.get(t)
+            if model is not None:
+                X = np.array([feature_vector(t, layers[i].features) for i in idx], dtype=float)
+                out = model.predict(X, ops[idx])
+                t_op[idx] = out["t_op_ms"]
+                for j, i in enumerate(idx):
+                    reasons[i].extend(out["reasons"][j])
+                fams = model.families
+            else:
+                byt = np.array([self._layer_bytes(layers[i]) for i in idx])
+                out = self.fallback.predict(ops[idx], byt)
+                fb[idx] = True
+                for i in idx:
+                    reasons[i].insert(0, "no_data")
+                fams = self.fallback.families
+            pred[idx] = out["pred_ms"]
+            for m in METRICS:
+                c, s = out["dist"][m]
+                parts[m].append(DistBatch(c, s, np.zeros(idx.size, dtype=np.int64), [fams[m]]))
+            order.append(idx)
+        dists: dict[str, DistBatch] = {}
+        if order:
+            perm = np.concatenate(order)
+            inv = np.empty_like(perm)
+            inv[perm] = np.arange(perm.size)
+            for m in METRICS:
+                dists[m] = DistBatch.concat(parts[m]).take(inv)
+        else:
+            for m in METRICS:
+                dists[m] = DistBatch.concat([])
+        ood = np.array([bool(r) for r in reasons], dtype=bool)
+        return BatchPrediction(pred, t_op, ops, fb, ood, reasons, dists)
+
+
+# ------------------------------------------------------------------ train / cache
+
+
+def train_models(rows: Iterable[Mapping[str, Any]], *, profile_name: str, precision: str = "fp32",
+                 target: str = "lum", options: TrainingOptions | None = None, n_jobs: int = 1,
+                 cache_key: str = "", data_hash: str = "",
+                 progress: Callable[[str, int, int], None] | None = None) -> DeviceModels:
+    """Train all type models and the fallback from benchmark rows (deterministic)."""
+    from .cache import library_versions  # noqa: PLC0415
+
+    options = options or TrainingOptions()
+    eb = elem_bytes_for(precision)
+    data, prep = prepare_training_data(rows, target, eb)
+    t0 = time.perf_counter()
+    types: dict[str, TypeModel] = {}
+    few: dict[str, int] = {}
+    todo = sorted(data)
+    for i, t in enumerate(todo):
+        if progress:
+            progress(t, i, len(todo))
+        d = data[t]
+        if d.X.shape[0] < options.min_rows or not np.any(d.mid > 0):
+            few[t] = int(d.X.shape[0])
+            continue
+        types[t] = TypeModel.fit(d, options, n_jobs=n_jobs)
+    if progress:
+        progress("fallback", len(todo), len(todo))
+    fallback = FallbackModel.fit(data, options)
+    report = {
+        "target": target,
+        "rows_used": {t: int(d.X.shape[0]) for t, d in data.items()},
+        "skipped_rows": prep["skipped"],
+        "ops_mismatch_rows": prep["ops_mismatch"],
+        "too_few_rows": few,
+        "types": {t: m.report for t, m in types.items()},
+        "fallback": fallback.describe(),
+        "train_seconds": time.perf_counter() - t0,
+    }
+    return DeviceModels(cache_key, profile_name, target, options, eb, types, fallback, data_hash,
+                        library_versions(), MODEL_CODE_VERSION, report)
+
+
+def get_models(profile: Any, *, target: str = "lum", cache_root: Any = None, retrain: bool = False,
+               n_jobs: int = 1, options: TrainingOptions | None = None,
+               progress: Callable[[str, int, int], None] | None = None) -> DeviceModels:
+    """The trained models of a :class:`~estimator.profile.Profile`, from the cache or trained now.
+
+    The cache key covers the measurements' bytes, the training options and target, the
+    training code version and the library versions (:mod:`estimator.cache`).
+    """
+    from . import cache  # noqa: PLC0415
+
+    if target not in TARGETS:
+        raise ModelError(f"unknown training target {target!r}; known: {', '.join(TARGETS)}")
+    opts = options or TrainingOptions.from_dict(profile.training)
+    data_hash = profile.data_hash()
+    key = cache.cache_key(data_hash, {"options": opts.to_dict(), "target": target, "precision": profile.precision},
+                          MODEL_CODE_VERSION)
+    if not retrain:
+        hit = cache.load(key, cache_root)
+        if isinstance(hit, DeviceModels):
+            hit.loaded_from_cache = True
+            return hit
+    models = train_models(profile.rows(), profile_name=profile.name, precision=profile.precision, target=target,
+                          options=opts, n_jobs=n_jobs, cache_key=key, data_hash=data_hash, progress=progress)
+    cache.store(key, models, cache_root)
+    return models

@@ -1,0 +1,288 @@
+"""The estimator's public face: per-layer and per-network latency with three conformal intervals.
+
+.. code-block:: python
+
+    from estimator.predict import Estimator
+
+    est = Estimator.from_profile("host-cpu")            # trains or loads cached models
+    net = est.estimate_network("resnet18.onnx", confidence=[0.9, 0.95])
+    net.total_ms, net.interval("CM_LV", 0.9)
+    net.to_dict()                                        # JSON-ready
+
+Latency is in milliseconds everywhere. Every layer is estimated: types with a model use
+their random forest, all others (no data, type ``other``, too few rows) the profile's
+roofline fallback, flagged ``fallback`` and ``out_of_design_space``; nothing is dropped
+and no layer is silently zero. Layers of one type are predicted in one batched model
+call. The network total is the sum of layer predictions (Eq. 7); its intervals come from
+the Monte Carlo convolution of the layers' conformal predictive distributions (Eq. 8,
+:mod:`estimator.aggregate`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from .aggregate import COUPLINGS, DEFAULT_SAMPLES, DEFAULT_SEED, DistBatch, aggregate, layer_intervals
+from .errors import UserError
+from .layers import Layer, describe
+from .models import METRICS, BatchPrediction, DeviceModels, get_models
+from .profile import Profile, load_profile
+
+__all__ = ["Estimator", "LayerEstimate", "NetworkEstimate", "make_layer", "parse_confidence", "METRICS"]
+
+
+def parse_confidence(confidence: float | Iterable[float] | None) -> list[float]:
+    """Validate and normalise confidence levels (sorted, unique, each in (0, 1))."""
+    if confidence is None:
+        return [0.9]
+    if isinstance(confidence, (int, float)):
+        confidence = [confidence]
+    out: list[float] = []
+    for c in confidence:
+        try:
+            cf = float(c)
+        except (TypeError, ValueError):
+            raise UserError(f"confidence must be a number in (0, 1), got {c!r}") from None
+        if not (0.0 < cf < 1.0) or not math.isfinite(cf):
+            raise UserError(f"confidence must be in (0, 1) (e.g. 0.9), got {c!r}")
+        out.append(cf)
+    if not out:
+        raise UserError("at least one confidence level is needed")
+    return sorted(set(out))
+
+
+def _ckey(c: float) -> str:
+    return f"{c:g}"
+
+
+def make_layer(layer_type: str, params: Mapping[str, Any], name: str = "") -> Layer:
+    """A :class:`~estimator.layers.Layer` from a bare configuration (pruning tools, tests)."""
+    counts = describe(layer_type, params)
+    return Layer(name=name or layer_type, type=layer_type, params=dict(params), counts=counts)
+
+
+@dataclass
+class LayerEstimate:
+    name: str
+    type: str
+    op_type: str
+    features: dict[str, float]
+    ops: float
+    prediction_ms: float
+    t_op_ms: float | None  # time per operation (None for fallback layers)
+    #: metric -> confidence -> (lower_ms, upper_ms)
+    intervals: dict[str, dict[float, tuple[float, float]]]
+    out_of_design_space: bool
+    ood_reasons: list[str]
+    fallback: bool
+    flags: list[str] = field(default_factory=list)
+
+    def interval(self, metric: str = "CM_LV", confidence: float | None = None) -> tuple[float, float]:
+        per = self.intervals[metric]
+        return per[confidence if confidence is not None else min(per)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "type": self.type,
+            "op_type": self.op_type,
+            "features": dict(self.features),
+            "ops": self.ops,
+            "prediction_ms": self.prediction_ms,
+            "t_op_ms": self.t_op_ms,
+            "intervals": {m: {_ckey(c): [lo, hi] for c, (lo, hi) in per.items()} for m, per in self.intervals.items()},
+            "out_of_design_space": self.out_of_design_space,
+            "ood_reasons": list(self.ood_reasons),
+            "fallback": self.fallback,
+            "flags": list(self.flags),
+        }
+
+
+@dataclass
+class NetworkEstimate:
+    device: str
+    target: str
+    total_ms: float
+    confidence: list[float]
+    #: metric -> confidence -> (lower_ms, upper_ms)
+    intervals: dict[str, dict[float, tuple[float, float]]]
+    layers: list[LayerEstimate]
+    warnings: list[str] = field(default_factory=list)
+    coupling: str = "independent"
+    #: ONNX node -> why it costs nothing (from the importer; not estimated, listed for transparency)
+    free_nodes: dict[str, str] = field(default_factory=dict)
+    name: str = ""
+
+    @property
+    def n_fallback(self) -> int:
+        return sum(l.fallback for l in self.layers)
+
+    @property
+    def n_out_of_design_space(self) -> int:
+        return sum(l.out_of_design_space for l in self.layers)
+
+    def interval(self, metric: str = "CM_LV", confidence: float | None = None) -> tuple[float, float]:
+        per = self.intervals[metric]
+        return per[confidence if confidence is not None else self.confidence[0]]
+
+    def relative_width(self, metric: str = "CM_LV", confidence: float | None = None) -> float:
+        lo, hi = self.interval(metric, confidence)
+        return (hi - lo) / self.total_ms if self.total_ms > 0 else float("inf")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "device": self.device,
+            "target": self.target,
+            "unit": "ms",
+            "total_ms": self.total_ms,
+            "confidence": list(self.confidence),
+            "coupling": self.coupling,
+            "intervals": {m: {_ckey(c): [lo, hi] for c, (lo, hi) in per.items()} for m, per in self.intervals.items()},
+            "n_layers": len(self.layers),
+            "n_fallback": self.n_fallback,
+            "n_out_of_design_space": self.n_out_of_design_space,
+            "layers": [l.to_dict() for l in self.layers],
+            "free_nodes": dict(self.free_nodes),
+            "warnings": list(self.warnings),
+        }
+
+
+class Estimator:
+    """Latency estimates with CM_TV / CM_LV / CM_O intervals for one device profile."""
+
+    def __init__(self, profile: Profile, models: DeviceModels, *, n_samples: int = DEFAULT_SAMPLES,
+                 seed: int = DEFAULT_SEED, coupling: str = "independent") -> None:
+        if n_samples < 100:
+            raise UserError(f"n_samples must be >= 100, got {n_samples}")
+        if coupling not in COUPLINGS:
+            raise UserError(f"coupling must be one of {', '.join(COUPLINGS)}, got {coupling!r}")
+        self.coupling = coupling
+        self.profile = profile
+        self.models = models
+        self.n_samples = int(n_samples)
+        self.seed = int(seed)
+        self._fusion: Any = None
+
+    @classmethod
+    def from_profile(cls, profile: str | Path | Profile, *, root: str | Path | None = None, target: str = "lum",
+                     cache_root: str | Path | None = None, retrain: bool = False, n_jobs: int = 1,
+                     progress: Callable[[str, int, int], None] | None = None, n_samples: int = DEFAULT_SAMPLES,
+                     seed: int = DEFAULT_SEED, coupling: str = "independent") -> "Estimator":
+        prof = profile if isinstance(profile, Profile) else load_profile(profile, root)
+        models = get_models(prof, target=target, cache_root=Path(cache_root) if cache_root else None,
+                            retrain=retrain, n_jobs=n_jobs, progress=progress)
+        return cls(prof, models, n_samples=n_samples, seed=seed, coupling=coupling)
+
+    @property
+    def device(self) -> str:
+        return self.profile.name
+
+    # ------------------------------------------------------------------ layers
+    def predict_batch(self, layers: Sequence[Layer]) -> BatchPrediction:
+        """Raw batched prediction (arrays + per-metric predictive distributions)."""
+        return self.models.predict_layers(layers)
+
+    def layer_distributions(self, layers: Sequence[Layer]) -> dict[str, DistBatch]:
+        """Each layer's conformal predictive distribution per metric (for custom aggregation)."""
+        return self.predict_batch(layers).dists
+
+    def _rows(self, layers: Sequence[Layer], bp: BatchPrediction, confs: list[float]) -> list[LayerEstimate]:
+        ivs: dict[str, dict[float, tuple[np.ndarray, np.ndarray]]] = {
+            m: {c: layer_intervals(bp.dists[m], c) for c in confs} for m in METRICS}
+        cpu_ops = set(self.profile.cpu_fallback_ops)
+        rows: list[LayerEstimate] = []
+        for i, l in enumerate(layers):
+            flags = list(l.flags)
+            if l.op_type and l.op_type in cpu_ops:
+                flags.append("cpu_fallback_op")
+            t_op = None if bp.fallback[i] else float(bp.t_op_ms[i])
+            rows.append(LayerEstimate(
+                name=l.name, type=l.type, op_type=l.op_type, features=dict(l.features), ops=float(l.ops),
+                prediction_ms=float(bp.pred_ms[i]), t_op_ms=t_op,
+                intervals={m: {c: (float(ivs[m][c][0][i]), float(ivs[m][c][1][i])) for c in confs} for m in METRICS},
+                out_of_design_space=bool(bp.out_of_design_space[i]), ood_reasons=list(bp.reasons[i]),
+                fallback=bool(bp.fallback[i]), flags=flags))
+        return rows
+
+    def _warnings(self, layers: Sequence[Layer], bp: BatchPrediction, confs: list[float]) -> list[str]:
+        out: list[str] = []
+        fb_types = sorted({layers[i].type if layers[i].type != "other" else f"other({layers[i].op_type or '?'})"
+                           for i in map(int, np.flatnonzero(bp.fallback))})
+        if fb_types:
+            out.append(f"{int(bp.fallback.sum())} layer(s) of type(s) {', '.join(fb_types)} have no benchmark data "
+                       f"on {self.device}: roofline fallback, flagged out_of_design_space")
+        zero = np.flatnonzero((bp.pred_ms <= 0) & ~bp.fallback)
+        if zero.size:
+            types = sorted({layers[i].type for i in map(int, zero)})
+            out.append(f"{zero.size} layer(s) ({', '.join(types)}) are predicted at 0 ms: their benchmark rows "
+                       f"measured at or below the timing resolution (see their intervals)")
+        n_ood = int((bp.out_of_design_space & ~bp.fallback).sum())
+        if n_ood:
+            out.append(f"{n_ood} modelled layer(s) lie outside the benchmarked design space (see ood_reasons)")
+        for c in confs:
+            bad = bp.dists["CM_LV"].uncertified(c)
+            if bad.any():
+                types = sorted({layers[i].type for i in map(int, np.flatnonzero(bad))})
+                out.append(f"confidence {c:g} needs more calibration points than the profile has for "
+                           f"{', '.join(types)}; those intervals use the largest calibration score")
+        if self.profile.provenance.kind == "estimated":
+            out.append(f"profile {self.device} holds estimated numbers (cost model), not measurements: "
+                       f"{self.profile.provenance.source}")
+        return out
+
+    def estimate_layers(self, layers: Sequence[Layer], confidence: float | Iterable[float] = (0.9,)
+                        ) -> list[LayerEstimate]:
+        """One row per layer (input order), all types in one batched model call each."""
+        return self.estimate_layers_with_warnings(layers, confidence)[0]
+
+    def estimate_layers_with_warnings(self, layers: Sequence[Layer], confidence: float | Iterable[float] = (0.9,)
+                                      ) -> tuple[list[LayerEstimate], list[str]]:
+        """Like :meth:`estimate_layers`, plus the warnings (fallback, out of design space, ...)."""
+        confs = parse_confidence(confidence)
+        layers = list(layers)
+        bp = self.predict_batch(layers)
+        return self._rows(layers, bp, confs), self._warnings(layers, bp, confs)
+
+    # ----------------------------------------------------------------- network
+    def fusion_rules(self) -> Any:
+        if self._fusion is None:
+            self._fusion = self.profile.fusion_rules()
+        return self._fusion
+
+    def load_network(self, src: Any, input_shapes: Any = None) -> Any:
+        """ONNX (path, bytes or ModelProto) -> Network, with this device's fusion rules."""
+        from .onnx_import import load_network  # noqa: PLC0415 (ONNX front end only when needed)
+
+        return load_network(src, input_shapes=input_shapes, fusion=self.fusion_rules())
+
+    def estimate_network(self, network: Any, confidence: float | Iterable[float] = (0.9,), *,
+                         input_shapes: Any = None, name: str = "") -> NetworkEstimate:
+        """Estimate a network: an ONNX model (path/bytes/ModelProto, fused with the profile's
+        rules) or an already imported object with ``.layers`` (taken as already fused)."""
+        confs = parse_confidence(confidence)
+        if hasattr(network, "layers"):
+            net = network
+        else:
+            net = self.load_network(network, input_shapes)
+            if not name and isinstance(network, (str, Path)):
+                name = Path(network).stem
+        layers = list(net.layers)
+        bp = self.predict_batch(layers)
+        rows = self._rows(layers, bp, confs)
+        intervals: dict[str, dict[float, tuple[float, float]]] = {}
+        for k, m in enumerate(METRICS):
+            res, _ = aggregate(bp.dists[m], confs, n_samples=self.n_samples, seed=self.seed + k,
+                               coupling=self.coupling)
+            intervals[m] = {c: (res[c].lower, res[c].upper) for c in confs}
+        warns = [str(w) for w in getattr(net, "warnings", [])] + self._warnings(layers, bp, confs)
+        fn = getattr(net, "free_nodes", None) or {}
+        free = {str(k): str(v) for k, v in fn.items()} if isinstance(fn, Mapping) else {str(k): "" for k in fn}
+        return NetworkEstimate(device=self.device, target=self.models.target, total_ms=float(bp.pred_ms.sum()),
+                               confidence=confs, intervals=intervals, layers=rows, warnings=warns,
+                               free_nodes=free, name=name or str(getattr(net, "name", "") or ""),
+                               coupling=self.coupling)

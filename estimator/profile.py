@@ -1,0 +1,478 @@
+"""Device profiles: the plain-data description of one target, and the ONE loader.
+
+A profile is a directory ``profiles/<name>/`` holding two files:
+
+``profile.json``  metadata (schema below)
+``measurements.csv``  the benchmark table in :mod:`estimator.dataset` format
+
+Nothing else in the directory is read; in particular no pickles. Models are trained
+from ``measurements.csv`` and cached locally (:mod:`estimator.cache`).
+
+``profile.json`` schema (version 1)
+-----------------------------------
+.. code-block:: json
+
+    {
+      "schema": 1,
+      "name": "host-cpu",                      // must equal the directory name
+      "description": "free text (optional)",
+      "hardware": "what was measured: CPU model, board, NPU ...",
+      "runner": "onnxruntime",                 // bench runner that produced the data
+      "precision": "fp32",                     // fp32 | fp16 | int8 | ...
+      "threads": 1,                            // intra-op threads (null if n/a)
+      "provenance": {
+        "kind": "measured",                    // "measured" (hardware) | "estimated" (cost model)
+        "source": "free text: exactly where the numbers came from",
+        "host": "hostname / board the numbers were taken on",
+        "versions": {"onnxruntime": "1.18.0", ...},
+        "date": "2025-01-31"                   // ISO date (or date-time)
+      },
+      "fusion": { ... },                       // estimator.fusion.FusionRules.to_dict()
+      "op_mapping": {                          // optional notes on how ops map to the target
+        "cpu_fallback_ops": ["Resize"],        //   ops the target leaves on the CPU
+        "notes": "free text"
+      },
+      "training": { ... }                      // optional estimator.models.TrainingOptions overrides
+    }
+
+Required: ``name``, ``hardware``, ``runner``, ``precision``, ``provenance.kind``,
+``provenance.source`` and ``provenance.date``. Everything else is optional. Unknown
+top-level keys are kept in :attr:`Profile.extra` (forward compatibility) but unknown keys
+inside ``provenance``/``training`` are errors (typos there would silently change meaning).
+
+Where profiles are found
+------------------------
+``load_profile(name)`` and ``list_profiles()`` search one root directory, the first of:
+
+1. the ``root`` argument,
+2. the ``CL_PROFILES`` environment variable,
+3. ``<source checkout>/profiles`` (the directory next to the ``estimator`` package),
+4. ``<sys.prefix>/share/confident-latency/profiles`` (an installed distribution's data files).
+
+``load_profile`` also accepts a path to a profile directory or to its ``profile.json``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from .dataset import COLUMNS, DatasetError, read_measurements
+from .errors import NotFoundError, UserError
+
+__all__ = [
+    "PROFILE_FILE",
+    "MEASUREMENTS_FILE",
+    "SCHEMA_VERSION",
+    "ProfileError",
+    "Provenance",
+    "Profile",
+    "default_root",
+    "list_profiles",
+    "load_profile",
+    "write_profile_json",
+]
+
+PROFILE_FILE = "profile.json"
+MEASUREMENTS_FILE = "measurements.csv"
+SCHEMA_VERSION = 1
+ENV_ROOT = "CL_PROFILES"
+
+_PROVENANCE_KINDS = ("measured", "estimated")
+_TOP_KEYS = {"schema", "name", "description", "hardware", "runner", "precision", "threads", "provenance",
+             "fusion", "op_mapping", "training"}
+_PROV_KEYS = {"kind", "source", "host", "versions", "date"}
+
+
+class ProfileError(UserError):
+    """A profile directory or its metadata is malformed (the message says where and how)."""
+
+
+@dataclass(frozen=True)
+class Provenance:
+    kind: str  # "measured" | "estimated"
+    source: str
+    date: str
+    host: str = ""
+    versions: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "source": self.source, "host": self.host,
+                "versions": dict(self.versions), "date": self.date}
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One device profile (metadata + the path of its benchmark table)."""
+
+    name: str
+    path: Path  # the profile directory
+    hardware: str
+    runner: str
+    precision: str
+    provenance: Provenance
+    threads: int | None = None
+    description: str = ""
+    fusion: dict[str, Any] = field(default_factory=dict)
+    op_mapping: dict[str, Any] = field(default_factory=dict)
+    training: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def measurements_path(self) -> Path:
+        return self.path / MEASUREMENTS_FILE
+
+    @property
+    def metadata_path(self) -> Path:
+        return self.path / PROFILE_FILE
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        """The benchmark rows (parsed; see :mod:`estimator.dataset`)."""
+        return read_measurements(self.measurements_path)
+
+    def data_hash(self) -> str:
+        """SHA-256 of the measurements file's bytes (part of the model cache key)."""
+        h = hashlib.sha256()
+        with self.measurements_path.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        return h.hexdigest()
+
+    def fusion_rules(self) -> Any:
+        """The profile's fusion rules as :class:`estimator.fusion.FusionRules`.
+
+        Imported lazily so that loading a profile never depends on the ONNX front end.
+        An empty ``fusion`` entry means the library default (``DEFAULT_FUSION``).
+        """
+        from . import fusion as _fusion  # noqa: PLC0415 (lazy on purpose)
+
+        if not self.fusion:
+            return _fusion.DEFAULT_FUSION
+        try:
+            return _fusion.FusionRules.from_dict(self.fusion)
+        except UserError as e:
+            raise ProfileError(f"{self.metadata_path}: fusion: {e}") from e
+        except (TypeError, ValueError, KeyError) as e:
+            raise ProfileError(f"{self.metadata_path}: fusion: {type(e).__name__}: {e}") from e
+
+    @property
+    def cpu_fallback_ops(self) -> list[str]:
+        return list(self.op_mapping.get("cpu_fallback_ops", []))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The metadata as written in ``profile.json`` (plus nothing derived)."""
+        d: dict[str, Any] = {
+            "schema": SCHEMA_VERSION,
+            "name": self.name,
+            "description": self.description,
+            "hardware": self.hardware,
+            "runner": self.runner,
+            "precision": self.precision,
+            "threads": self.threads,
+            "provenance": self.provenance.to_dict(),
+            "fusion": dict(self.fusion),
+            "op_mapping": dict(self.op_mapping),
+            "training": dict(self.training),
+        }
+        d.update(self.extra)
+        return d
+
+    def summary(self) -> dict[str, Any]:
+        """A short description for listings (``estimator devices``, ``ListDevices``)."""
+        return {
+            "name": self.name,
+            "hardware": self.hardware,
+            "runner": self.runner,
+            "precision": self.precision,
+            "threads": self.threads,
+            "provenance": self.provenance.to_dict(),
+            "path": str(self.path),
+        }
+
+
+# ----------------------------------------------------------------------------- roots
+
+
+def _candidate_roots() -> list[tuple[str, Path]]:
+    out: list[tuple[str, Path]] = []
+    env = os.environ.get(ENV_ROOT)
+    if env:
+        out.append((f"${ENV_ROOT}", Path(env).expanduser()))
+    out.append(("source checkout", Path(__file__).resolve().parent.parent / "profiles"))
+    out.append(("installed data", Path(sys.prefix) / "share" / "confident-latency" / "profiles"))
+    return out
+
+
+def default_root() -> Path:
+    """The profiles directory used when no root is given (see the module docstring).
+
+    ``$CL_PROFILES`` wins when set (even if it does not exist yet: an explicit choice
+    must not silently fall through to another directory).
+    """
+    cands = _candidate_roots()
+    if os.environ.get(ENV_ROOT):
+        return cands[0][1]
+    for _, p in cands:
+        if p.is_dir():
+            return p
+    return cands[0][1]
+
+
+def _root(root: str | Path | None) -> Path:
+    return Path(root).expanduser() if root is not None else default_root()
+
+
+def list_profiles(root: str | Path | None = None) -> list[str]:
+    """Names of the profiles under ``root`` (directories holding a ``profile.json``)."""
+    r = _root(root)
+    if not r.is_dir():
+        return []
+    return sorted(p.name for p in r.iterdir() if p.is_dir() and (p / PROFILE_FILE).is_file())
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _req_str(d: Mapping[str, Any], key: str, where: str) -> str:
+    if key not in d:
+        raise ProfileError(f"{where}: missing required key {key!r}")
+    v = d[key]
+    if not isinstance(v, str) or not v.strip():
+        raise ProfileError(f"{where}: {key!r} must be a non-empty string, got {v!r}")
+    return v
+
+
+def _opt_str(d: Mapping[str, Any], key: str, where: str) -> str:
+    v = d.get(key, "")
+    if v is None:
+        return ""
+    if not isinstance(v, str):
+        raise ProfileError(f"{where}: {key!r} must be a string, got {v!r}")
+    return v
+
+
+def _opt_dict(d: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
+    v = d.get(key, {})
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise ProfileError(f"{where}: {key!r} must be an object, got {type(v).__name__}")
+    return dict(v)
+
+
+def _check_date(s: str, where: str) -> str:
+    try:
+        if "T" in s or " " in s:
+            datetime.fromisoformat(s.replace("Z", "+00:00"))
+        else:
+            date.fromisoformat(s)
+    except ValueError:
+        raise ProfileError(f"{where}: 'date' must be an ISO date or date-time, got {s!r}") from None
+    return s
+
+
+def parse_profile_dict(meta: Any, path: Path, *, where: str | None = None) -> Profile:
+    """Validate a ``profile.json`` object and build a :class:`Profile` rooted at ``path``."""
+    where = where or str(path / PROFILE_FILE)
+    if not isinstance(meta, dict):
+        raise ProfileError(f"{where}: top level must be a JSON object, got {type(meta).__name__}")
+    schema = meta.get("schema", SCHEMA_VERSION)
+    if schema != SCHEMA_VERSION:
+        raise ProfileError(f"{where}: unsupported schema {schema!r} (this version reads schema {SCHEMA_VERSION})")
+    name = _req_str(meta, "name", where)
+    if name != path.name:
+        raise ProfileError(f"{where}: name {name!r} does not match the directory name {path.name!r}")
+    hardware = _req_str(meta, "hardware", where)
+    runner = _req_str(meta, "runner", where)
+    precision = _req_str(meta, "precision", where)
+    threads = meta.get("threads")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ProfileError(f"{where}: 'threads' must be a positive integer or null, got {threads!r}")
+
+    if "provenance" not in meta:
+        raise ProfileError(f"{where}: missing required key 'provenance'")
+    prov = meta["provenance"]
+    pw = f"{where}: provenance"
+    if not isinstance(prov, dict):
+        raise ProfileError(f"{pw} must be an object, got {type(prov).__name__}")
+    unknown = sorted(set(prov) - _PROV_KEYS)
+    if unknown:
+        raise ProfileError(f"{pw}: unknown keys {unknown} (allowed: {sorted(_PROV_KEYS)})")
+    kind = _req_str(prov, "kind", pw)
+    if kind not in _PROVENANCE_KINDS:
+        raise ProfileError(f"{pw}: 'kind' must be one of {list(_PROVENANCE_KINDS)}, got {kind!r}")
+    versions = _opt_dict(prov, "versions", pw)
+    bad = {k: v for k, v in versions.items() if not isinstance(v, str)}
+    if bad:
+        raise ProfileError(f"{pw}: 'versions' values must be strings, got {bad}")
+    provenance = Provenance(kind=kind, source=_req_str(prov, "source", pw),
+                            date=_check_date(_req_str(prov, "date", pw), pw),
+                            host=_opt_str(prov, "host", pw), versions=versions)
+
+    training = _opt_dict(meta, "training", where)
+    if training:
+        from .models import TrainingOptions  # noqa: PLC0415 (avoid a cycle at import time)
+
+        try:
+            TrainingOptions.from_dict(training)
+        except UserError as e:
+            raise ProfileError(f"{where}: training: {e}") from e
+    fusion = _opt_dict(meta, "fusion", where)
+    if fusion:
+        from .fusion import FusionRules  # noqa: PLC0415 (lazy: plain data until validated)
+
+        try:
+            FusionRules.from_dict(fusion)
+        except UserError as e:
+            raise ProfileError(f"{where}: fusion: {e}") from e
+    op_mapping = _opt_dict(meta, "op_mapping", where)
+    cfo = op_mapping.get("cpu_fallback_ops", [])
+    if not isinstance(cfo, list) or not all(isinstance(x, str) for x in cfo):
+        raise ProfileError(f"{where}: op_mapping.cpu_fallback_ops must be a list of ONNX op names, got {cfo!r}")
+
+    return Profile(
+        name=name,
+        path=path,
+        hardware=hardware,
+        runner=runner,
+        precision=precision,
+        provenance=provenance,
+        threads=threads,
+        description=_opt_str(meta, "description", where),
+        fusion=fusion,
+        op_mapping=op_mapping,
+        training=training,
+        extra={k: v for k, v in meta.items() if k not in _TOP_KEYS},
+    )
+
+
+def _check_measurements_header(path: Path) -> None:
+    if not path.is_file():
+        raise ProfileError(f"{path.parent}: missing {MEASUREMENTS_FILE}")
+    try:
+        rows = read_measurements(path)
+        next(rows, None)  # reads the header (and checks it) and the first row
+    except DatasetError as e:
+        raise ProfileError(str(e)) from e
+    except UnicodeDecodeError as e:
+        raise ProfileError(f"{path}: not a UTF-8 CSV file ({e})") from e
+
+
+def _resolve(name_or_path: str | Path, root: str | Path | None) -> Path:
+    s = str(name_or_path)
+    p = Path(s).expanduser()
+    looks_like_path = os.sep in s or bool(os.altsep and os.altsep in s) or s.startswith(".") or p.is_absolute()
+    if looks_like_path:
+        if p.name == PROFILE_FILE:
+            p = p.parent
+        if not (p / PROFILE_FILE).is_file():
+            raise NotFoundError(f"no device profile at {p} (expected {p / PROFILE_FILE})")
+        return p
+    r = _root(root)
+    d = r / s
+    if not (d / PROFILE_FILE).is_file():
+        known = list_profiles(r)
+        listing = ", ".join(known) if known else "none"
+        raise NotFoundError(f"unknown device {s!r}; known devices in {r}: {listing}")
+    return d
+
+
+def load_profile(name_or_path: str | Path, root: str | Path | None = None) -> Profile:
+    """Load a device profile by name (under ``root``) or from a directory path.
+
+    Raises :class:`~estimator.errors.NotFoundError` for an unknown device (listing the
+    known ones) and :class:`ProfileError` for malformed metadata or a bad benchmark table.
+    """
+    d = _resolve(name_or_path, root)
+    meta_path = d / PROFILE_FILE
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ProfileError(f"{meta_path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from e
+    except UnicodeDecodeError as e:
+        raise ProfileError(f"{meta_path}: not UTF-8 ({e})") from e
+    prof = parse_profile_dict(meta, d.resolve() if not d.is_absolute() else d)
+    _check_measurements_header(prof.measurements_path)
+    return prof
+
+
+def write_profile_json(directory: str | Path, meta: Mapping[str, Any]) -> Profile:
+    """Validate ``meta`` and write it as ``directory/profile.json`` (for ``bench``/tools).
+
+    The directory's name must equal ``meta['name']``. Returns the parsed profile (the
+    measurements file is not required to exist yet).
+    """
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    meta = dict(meta)
+    meta.setdefault("schema", SCHEMA_VERSION)
+    prof = parse_profile_dict(meta, d)
+    tmp = d / (PROFILE_FILE + ".tmp")
+    tmp.write_text(json.dumps(meta, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    os.replace(tmp, d / PROFILE_FILE)
+    return prof
+
+
+def meta_from_bench_provenance(name: str, provenance: Mapping[str, Any], *, source: str,
+                               hardware: str | None = None, **extra: Any) -> dict[str, Any]:
+    """``profile.json`` metadata from a ``bench export`` provenance sidecar.
+
+    The sidecar lists the environments the rows were measured under; a profile must come
+    from exactly one (one runner, one precision, one thread setting).
+    """
+    envs = provenance.get("environments") if isinstance(provenance, Mapping) else None
+    if not envs:
+        raise ProfileError("bench provenance has no 'environments'")
+    if len(envs) != 1:
+        raise ProfileError(f"bench provenance lists {len(envs)} environments; a profile holds one "
+                           f"(export one env_id)")
+    e = envs[0]
+    env = e.get("environment", {})
+    host = e.get("host") or env.get("host") or {}
+    host_s = ", ".join(f"{k}={v}" for k, v in sorted(host.items())) if isinstance(host, Mapping) else str(host)
+    created = str(e.get("created_at", ""))
+    meta: dict[str, Any] = {
+        "schema": SCHEMA_VERSION,
+        "name": name,
+        "hardware": hardware or str(e.get("device_name") or env.get("device_name") or "unknown"),
+        "runner": str(e.get("runner") or env.get("runner")),
+        "precision": str(e.get("precision") or env.get("precision") or "fp32"),
+        "threads": e.get("threads") or env.get("threads"),
+        "provenance": {
+            "kind": str(e.get("provenance") or env.get("provenance") or "measured"),
+            "source": source,
+            "host": host_s,
+            "versions": {str(k): str(v) for k, v in (e.get("versions") or env.get("versions") or {}).items()},
+            "date": created or date.today().isoformat(),
+        },
+    }
+    meta.update(extra)
+    return meta
+
+
+def create_profile(root: str | Path, name: str, measurements_csv: str | Path, *, source: str,
+                   provenance_json: str | Path | None = None, hardware: str | None = None,
+                   **extra: Any) -> Profile:
+    """Create ``root/name/`` from a ``bench export`` CSV (+ its provenance sidecar)."""
+    import shutil  # noqa: PLC0415
+
+    csv_path = Path(measurements_csv)
+    side = Path(provenance_json) if provenance_json else Path(str(csv_path) + ".provenance.json")
+    if not side.is_file():
+        raise ProfileError(f"no provenance sidecar {side} (bench export writes one next to the CSV)")
+    prov = json.loads(side.read_text(encoding="utf-8"))
+    meta = meta_from_bench_provenance(name, prov, source=source, hardware=hardware, **extra)
+    d = Path(root) / name
+    prof = write_profile_json(d, meta)
+    shutil.copyfile(csv_path, d / MEASUREMENTS_FILE)
+    _check_measurements_header(d / MEASUREMENTS_FILE)
+    return prof
+
+
+# keep the column tuple importable from here for profile writers
+MEASUREMENT_COLUMNS = COLUMNS

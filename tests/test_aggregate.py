@@ -1,0 +1,179 @@
+"""Network-level aggregation (Eq. 8): Monte Carlo convolution of per-layer predictive distributions."""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from crepes import ConformalRegressor
+
+from estimator.aggregate import DistBatch, Family, aggregate, conformal_index, layer_intervals
+
+
+def _uniform_family(n: int = 2000) -> Family:
+    # |U| for U ~ Uniform[-1, 1]: scores (k - 0.5) / n, k = 1..n
+    return Family("sym", (np.arange(1, n + 1) - 0.5) / n)
+
+
+def _batch(n_layers: int, fam: Family, center: float = 10.0, scale: float = 1.0) -> DistBatch:
+    return DistBatch(np.full(n_layers, center), np.full(n_layers, scale), np.zeros(n_layers, dtype=int), [fam])
+
+
+def test_two_uniform_layers_match_the_triangular_convolution():
+    # U1 + U2 with Ui ~ U[-1, 1] is triangular on [-2, 2]: P(|S| <= t) = 1 - (2 - t)^2 / 4
+    res, _ = aggregate(_batch(2, _uniform_family()), [0.5, 0.9], n_samples=200_000, seed=1, clip_min=None)
+    for c in (0.5, 0.9):
+        t = 2 - 2 * math.sqrt(1 - c)
+        assert res[c].lower == pytest.approx(20 - t, abs=0.02)
+        assert res[c].upper == pytest.approx(20 + t, abs=0.02)
+
+
+def test_many_layers_approach_the_normal_convolution():
+    n = 50
+    res, samples = aggregate(_batch(n, _uniform_family(), scale=2.0), [0.9], n_samples=100_000, seed=3,
+                             clip_min=None, return_samples=True)
+    sd = 2.0 * math.sqrt(n / 3.0)  # var of U[-2, 2] is 4/3
+    assert samples.std() == pytest.approx(sd, rel=0.01)
+    assert res[0.9].upper - 10 * n == pytest.approx(1.6449 * sd, rel=0.02)
+
+
+def _exact_cdf(layers: list[tuple[np.ndarray, np.ndarray]], x: float) -> float:
+    """Exact P(sum <= x) by enumerating every combination of discrete layer values."""
+    p = 0.0
+    for combo in itertools.product(*[list(zip(v, w)) for v, w in layers]):
+        if sum(v for v, _ in combo) <= x + 1e-12:
+            p += math.prod(w for _, w in combo)
+    return p
+
+
+def _support(fam: Family, center: float, scale: float) -> tuple[np.ndarray, np.ndarray]:
+    n = fam.n
+    w = np.full(n, 1.0 / (n + 1))
+    w[-1] = 2.0 / (n + 1)  # P(K <= k) = k / (n+1) for k < n; the top score takes the rest
+    if fam.kind == "mult":
+        return scale * fam.scores, w
+    vals = np.concatenate([center - scale * fam.scores, center + scale * fam.scores])
+    return vals, np.concatenate([w, w]) / 2
+
+
+def test_mixed_families_match_an_exact_discrete_convolution():
+    sym = Family("sym", [0.1, 0.4, 0.5, 1.3])
+    mult = Family("mult", [0.8, 1.0, 1.1, 2.5, 3.0])
+    dist = DistBatch([5.0, 2.0, 3.0], [1.0, 0.5, 2.0], [0, 0, 1], [sym, mult])
+    _, samples = aggregate(dist, [0.9], n_samples=200_000, seed=7, clip_min=None, return_samples=True)
+    exact = [_support(sym, 5.0, 1.0), _support(sym, 2.0, 0.5), _support(mult, 0.0, 2.0)]
+    for x in (6.0, 8.0, 9.5, 11.0, 13.0):
+        assert np.mean(samples <= x) == pytest.approx(_exact_cdf(exact, x), abs=0.005)
+
+
+def _far_from_jumps(n: int, c: float) -> float:
+    """Distance of the interval's quantile levels from the discrete distribution's jumps."""
+    levels = [c * (n + 1), (1 - c) / 2 * (n + 1), (1 + c) / 2 * (n + 1)]
+    return min(abs(x - round(x)) for x in levels) / (n + 1)
+
+
+@pytest.mark.parametrize("kind", ["sym", "mult"])
+@pytest.mark.parametrize("confidence", [0.8, 0.9, 0.95])
+def test_single_layer_network_reproduces_the_layer_interval(kind, confidence):
+    # pick n so Monte Carlo noise cannot land the quantile on the wrong side of a jump
+    n = max(range(40, 90), key=lambda m: _far_from_jumps(m, confidence))
+    assert _far_from_jumps(n, confidence) > 0.002
+    rng = np.random.default_rng(0)
+    scores = np.abs(rng.standard_normal(n)) if kind == "sym" else np.exp(rng.standard_normal(n) * 0.3)
+    fam = Family(kind, scores)
+    dist = DistBatch([3.0], [0.7], [0], [fam])
+    lo, hi = layer_intervals(dist, confidence)
+    res, _ = aggregate(dist, [confidence], n_samples=200_000, seed=11)
+    assert res[confidence].lower == pytest.approx(lo[0], rel=1e-12)
+    assert res[confidence].upper == pytest.approx(hi[0], rel=1e-12)
+
+
+@pytest.mark.parametrize("confidence", [0.5, 0.8, 0.9, 0.95])
+def test_layer_intervals_equal_crepes_predict_int(confidence):
+    rng = np.random.default_rng(4)
+    residuals = rng.standard_normal(99) * 3
+    sigmas = rng.random(99) + 0.1
+    cr = ConformalRegressor().fit(residuals, sigmas=sigmas)
+    y_hat = rng.random(20) * 10
+    s_test = rng.random(20) + 0.1
+    expect = cr.predict_int(y_hat, sigmas=s_test, confidence=confidence)
+    dist = DistBatch(y_hat, s_test, np.zeros(20, dtype=int), [Family("sym", cr.alphas)])
+    lo, hi = layer_intervals(dist, confidence, clip_min=None)
+    np.testing.assert_allclose(lo, expect[:, 0])
+    np.testing.assert_allclose(hi, expect[:, 1])
+
+
+def test_more_layers_narrow_the_relative_width():
+    fam = Family("sym", np.abs(np.random.default_rng(1).standard_normal(200)))
+    widths = []
+    for n in (1, 4, 16, 64):
+        res, _ = aggregate(_batch(n, fam, center=10.0, scale=2.0), [0.9], n_samples=20_000, seed=5)
+        widths.append((res[0.9].upper - res[0.9].lower) / (10.0 * n))
+    assert widths[0] > widths[1] > widths[2] > widths[3]
+    # independent errors: relative width ~ 1/sqrt(n)
+    assert widths[3] == pytest.approx(widths[1] / 4, rel=0.15)
+
+
+def test_deterministic_for_a_fixed_seed_and_bounds_clipped_at_zero():
+    fam = Family("sym", [0.5, 1.0, 2.0, 4.0])
+    dist = DistBatch([1.0, 0.5], [1.0, 1.0], [0, 0], [fam])
+    a, sa = aggregate(dist, [0.9], seed=3, return_samples=True)
+    b, sb = aggregate(dist, [0.9], seed=3, return_samples=True)
+    assert a == b and np.array_equal(sa, sb)
+    _, sc = aggregate(dist, [0.9], seed=4, return_samples=True)
+    assert not np.array_equal(sa, sc)
+    # bounds are clipped at 0, samples are not (so the interval stays around the point estimate)
+    assert sa.min() < 0.0 and a[0.9].lower == 0.0 and a[0.9].upper > 1.5
+    lo, hi = layer_intervals(dist, 0.9)
+    assert np.all(lo >= 0) and lo[0] == 0.0
+
+
+def test_wide_layers_do_not_push_the_interval_above_the_point_estimate():
+    fam = Family("sym", np.linspace(0.0, 10.0, 101))
+    dist = _batch(30, fam, center=1.0, scale=1.0)
+    res, _ = aggregate(dist, [0.9], seed=1)
+    assert res[0.9].lower <= 30.0 <= res[0.9].upper
+
+
+def test_conformal_index_and_uncertified_levels():
+    assert conformal_index(57, 0.9) == 52  # ceil(0.9 * 58) = 53rd smallest
+    assert conformal_index(57, 0.05) == 2  # ceil(0.05 * 58) = 3rd smallest
+    assert conformal_index(9, 0.95) == 8  # beyond n/(n+1): clipped to the largest score
+    fam = Family("sym", np.ones(9))
+    dist = DistBatch([1.0], [1.0], [0], [fam])
+    assert not dist.uncertified(0.9)[0] and dist.uncertified(0.95)[0]
+
+
+def test_empty_network_is_zero_and_bad_inputs_raise():
+    res, _ = aggregate(DistBatch.concat([]), [0.9])
+    assert res[0.9].lower == res[0.9].upper == 0.0
+    with pytest.raises(ValueError):
+        aggregate(DistBatch.concat([]), [1.5])
+    with pytest.raises(ValueError):
+        Family("sym", [np.inf])
+    with pytest.raises(ValueError):
+        DistBatch([1.0], [1.0], [1], [Family("sym", [1.0])])
+
+
+def test_concat_and_take_keep_families_aligned():
+    f1, f2 = Family("sym", [1.0]), Family("mult", [2.0])
+    a = DistBatch([1.0, 2.0], [1.0, 1.0], [0, 0], [f1])
+    b = DistBatch([3.0], [1.5], [0], [f2])
+    c = DistBatch.concat([a, b]).take([2, 0, 1])
+    lo, hi = layer_intervals(c, 0.5, clip_min=None)
+    np.testing.assert_allclose(lo, [3.0, 0.0, 1.0])
+    np.testing.assert_allclose(hi, [3.0, 2.0, 3.0])
+
+
+def test_comonotone_coupling_sums_layer_intervals_and_is_wider():
+    fam = Family("sym", np.abs(np.random.default_rng(2).standard_normal(99)))
+    dist = _batch(16, fam, center=10.0, scale=1.0)
+    ind, _ = aggregate(dist, [0.9], seed=1)
+    com, samples = aggregate(dist, [0.9], coupling="comonotone", return_samples=True)
+    lo, hi = layer_intervals(dist, 0.9)
+    assert samples is None
+    assert com[0.9].lower == pytest.approx(lo.sum()) and com[0.9].upper == pytest.approx(hi.sum())
+    assert com[0.9].width > 3 * ind[0.9].width  # ~sqrt(16) = 4 for independent layers
+    with pytest.raises(ValueError, match="coupling"):
+        aggregate(dist, [0.9], coupling="sometimes")

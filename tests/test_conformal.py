@@ -1,0 +1,224 @@
+"""Calibration of CM_TV / CM_LV / CM_O on data from a known synthetic function."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from estimator.aggregate import layer_intervals
+from estimator.models import FallbackModel, TrainingOptions, prepare_training_data, train_models
+from estimator.predict import make_layer
+from tests import synthetic
+
+OPTS = TrainingOptions(n_estimators=100, grid_estimators=40)
+
+
+def _layers(rows):
+    return [make_layer(r["layer_type"], r["params"]) for r in rows]
+
+
+@pytest.fixture(scope="module")
+def trained():
+    train = synthetic.rows(400, seed=1)
+    return train_models(train, profile_name="syn", options=OPTS)
+
+
+@pytest.fixture(scope="module")
+def held_out():
+    return synthetic.rows(800, seed=2)
+
+
+@pytest.mark.parametrize("metric", ["CM_TV", "CM_LV", "CM_O"])
+@pytest.mark.parametrize("confidence", [0.8, 0.9])
+def test_held_out_coverage_matches_confidence(trained, held_out, metric, confidence):
+    bp = trained.predict_layers(_layers(held_out))
+    lo, hi = layer_intervals(bp.dists[metric], confidence)
+    m_lo = np.array([r["t_lum_lo_ms"] for r in held_out])
+    m_hi = np.array([r["t_lum_hi_ms"] for r in held_out])
+    true = np.array([r["t_true_ms"] for r in held_out])
+    whole = np.mean((lo <= m_lo) & (m_hi <= hi))  # the whole measured interval inside
+    truth = np.mean((lo <= true) & (true <= hi))
+    # out-of-bag calibration is close to, not exactly, valid: allow a few points of slack
+    assert confidence - 0.05 <= whole <= confidence + 0.07, whole
+    # covering the whole measured interval is stricter than covering the true latency
+    assert truth >= whole
+
+
+def test_linear_target_is_available_and_calibrated(held_out):
+    m = train_models(synthetic.rows(400, seed=1), profile_name="lin",
+                     options=TrainingOptions(n_estimators=100, grid_estimators=40, target_transform="linear"))
+    assert not m.types["conv2d"].log_target
+    bp = m.predict_layers(_layers(held_out))
+    lo, hi = layer_intervals(bp.dists["CM_TV"], 0.9)
+    m_lo = np.array([r["t_lum_lo_ms"] for r in held_out])
+    m_hi = np.array([r["t_lum_hi_ms"] for r in held_out])
+    assert 0.85 <= np.mean((lo <= m_lo) & (m_hi <= hi)) <= 0.97
+
+
+def test_point_predictions_are_accurate_and_deterministic(trained, held_out):
+    layers = _layers(held_out)
+    bp = trained.predict_layers(layers)
+    true = np.array([r["t_true_ms"] for r in held_out])
+    rel = np.abs(bp.pred_ms - true) / true
+    assert np.median(rel) < 0.1
+    again = train_models(synthetic.rows(400, seed=1), profile_name="syn", options=OPTS)
+    np.testing.assert_array_equal(again.predict_layers(layers).pred_ms, bp.pred_ms)
+
+
+def test_difficulty_is_the_documented_tree_spread(trained):
+    """CM_TV: t_op_hat x (relative tree spread + floor); CM_LV: latency spread + absolute floor (ms)."""
+    tm = trained.types["conv2d"]
+    layers = [make_layer("conv2d", dict(h=16, w=16, c_in=64, c_out=64, k_h=k, k_w=k)) for k in (1, 3, 5)]
+    X = np.array([[l.features[f] for f in tm.feature_names] for l in layers])
+    ops = np.array([l.ops for l in layers])
+    trees = np.stack([e.predict(X) for e in tm.forest.estimators_])  # log(t_op / t_scale)
+    assert tm.log_target
+    p = np.exp(trees.mean(axis=0))
+    s = trees.std(axis=0)
+    bp = trained.predict_layers(layers)
+    np.testing.assert_allclose(bp.pred_ms, p * tm.t_scale * ops, rtol=1e-6)
+    np.testing.assert_allclose(bp.dists["CM_TV"].scale, p * (s + tm.betas["CM_TV"]) * tm.t_scale * ops, rtol=1e-6)
+    np.testing.assert_allclose(bp.dists["CM_LV"].scale, s * p * tm.t_scale * ops + tm.betas["CM_LV"], rtol=1e-6)
+    # CM_TV is relative: its half-width over the prediction does not depend on ops
+    rel_tv = bp.dists["CM_TV"].scale / bp.pred_ms
+    np.testing.assert_allclose(rel_tv, (s + tm.betas["CM_TV"]), rtol=1e-6)
+    # CM_LV has an absolute floor in ms
+    assert np.all(bp.dists["CM_LV"].scale >= tm.betas["CM_LV"])
+
+
+def test_cm_o_is_wider_far_from_data(trained, held_out):
+    inside = _layers(held_out[:200])
+    far = [make_layer("conv2d", dict(h=16, w=16, c_in=1024, c_out=1024, k_h=3, k_w=3)),
+           make_layer("conv2d", dict(h=224, w=224, c_in=96, c_out=96, k_h=11, k_w=11))]
+    bp_in = trained.predict_layers(inside)
+    bp_far = trained.predict_layers(far)
+    lo, hi = layer_intervals(bp_in.dists["CM_O"], 0.9, clip_min=None)
+    rel_in = np.median((hi - lo) / bp_in.pred_ms)
+    lo_f, hi_f = layer_intervals(bp_far.dists["CM_O"], 0.9, clip_min=None)
+    rel_far = (hi_f - lo_f) / bp_far.pred_ms
+    assert np.all(rel_far > 3 * rel_in), (rel_far, rel_in)
+    # the variance metric alone does not see it the same way: CM_O grows more
+    lo_t, hi_t = layer_intervals(bp_far.dists["CM_TV"], 0.9, clip_min=None)
+    assert np.all(rel_far > (hi_t - lo_t) / bp_far.pred_ms)
+    # far layers are flagged, with the reason; typical held-out layers mostly are not
+    assert all(bp_far.out_of_design_space)
+    assert "range:c_in" in bp_far.reasons[0] and "knn" in bp_far.reasons[0]
+    assert np.mean(bp_in.out_of_design_space) < 0.1
+
+
+def test_knn_distance_keeps_growing_outside_the_range(trained):
+    # crepes clips scaled features to the training range; we must not (see models docstring)
+    a = make_layer("conv2d", dict(h=16, w=16, c_in=256, c_out=64, k_h=3, k_w=3))
+    b = make_layer("conv2d", dict(h=16, w=16, c_in=4096, c_out=64, k_h=3, k_w=3))
+    bp = trained.predict_layers([a, b])
+    s = bp.dists["CM_O"].scale / bp.ops
+    assert s[1] > s[0] * 1.5
+
+
+# ----------------------------------------------------------- smart-padding interval
+
+
+def _zero_width(rs):
+    out = []
+    for r in rs:
+        r = dict(r)
+        r["t_lum_lo_ms"] = r["t_lum_hi_ms"] = r["t_lum_ms"]
+        out.append(r)
+    return out
+
+
+def test_interval_width_enters_scores_exactly():
+    """Same midpoints, same forest: each calibration score grows by exactly (hi-lo)/2 / sigma."""
+    base = synthetic.rows(200, seed=5, rel_width=0.3)
+    point = _zero_width(base)
+    m_int = train_models(base, profile_name="a", options=OPTS)
+    m_pt = train_models(point, profile_name="b", options=OPTS)
+    ti, tp = m_int.types["conv2d"], m_pt.types["conv2d"]
+    np.testing.assert_allclose(ti.forest.oob_prediction_, tp.forest.oob_prediction_)
+    data, _ = prepare_training_data(base)
+    d = data["conv2d"]
+    oob = np.exp(ti.forest.oob_prediction_)
+    y = d.mid / d.ops / ti.t_scale
+    half = (d.hi - d.lo) / 2 / d.ops / ti.t_scale
+    s_rel = np.sqrt(ti.var_de.apply())
+    sig = oob * (s_rel + ti.betas["CM_TV"])
+    sig_lv = s_rel * oob * ti.t_scale * d.ops + ti.betas["CM_LV"]
+    expect_int = np.sort(np.abs(y - oob) / sig + half / sig)
+    expect_pt = np.sort(np.abs(y - oob) / sig)
+    np.testing.assert_allclose(ti.families["CM_TV"].scores, expect_int, rtol=1e-9)
+    np.testing.assert_allclose(tp.families["CM_TV"].scores, expect_pt, rtol=1e-9)
+    # latency scores: the same rule in milliseconds
+    expect_lv = np.sort((np.abs(d.mid - oob * ti.t_scale * d.ops) + (d.hi - d.lo) / 2) / sig_lv)
+    np.testing.assert_allclose(ti.families["CM_LV"].scores, expect_lv, rtol=1e-9)
+    # so intervals calibrated on wide measurements are wider
+    lay = [make_layer("conv2d", dict(h=16, w=16, c_in=32, c_out=32, k_h=3, k_w=3))]
+    w_int = np.subtract(*layer_intervals(m_int.predict_layers(lay).dists["CM_TV"], 0.9)[::-1])
+    w_pt = np.subtract(*layer_intervals(m_pt.predict_layers(lay).dists["CM_TV"], 0.9)[::-1])
+    assert w_int[0] > w_pt[0]
+
+
+def test_negative_interval_ends_are_clipped_to_zero():
+    rs = synthetic.rows(30, seed=3)
+    rs[0] = dict(rs[0], t_lum_lo_ms=-0.5, t_lum_hi_ms=0.1, t_lum_ms=-0.2)
+    data, _ = prepare_training_data(rs)
+    d = data["conv2d"]
+    assert d.lo[0] == 0.0 and d.hi[0] == 0.1 and d.mid[0] == pytest.approx(0.05)
+
+
+def test_single_target_uses_single_layer_time_without_interval():
+    rs = synthetic.rows(30, seed=3)
+    data, _ = prepare_training_data(rs, target="single")
+    d = data["conv2d"]
+    np.testing.assert_allclose(d.mid, [r["t_single_ms"] for r in rs])
+    assert np.all(d.lo == d.hi)
+
+
+def test_bad_rows_are_skipped_and_reported():
+    rs = synthetic.rows(25, seed=4)
+    rs.append(dict(rs[0], layer_type="nope"))
+    rs.append(dict(rs[0], params={"h": 1, "w": 1, "c_in": 3, "c_out": 4, "k_h": 7, "k_w": 7, "p_t": 0, "p_b": 0,
+                                  "p_l": 0, "p_r": 0}))
+    rs.append(dict(rs[0], t_lum_lo_ms=float("nan"), t_lum_hi_ms=float("nan"), t_lum_ms=float("nan")))
+    m = train_models(rs, profile_name="x", options=OPTS)
+    sk = m.report["skipped_rows"]
+    assert sk["unknown layer type 'nope'"] == 1
+    assert sum(v for k, v in sk.items() if "invalid params" in k) == 1
+    assert sk["conv2d: no lum time"] == 1
+    assert m.report["rows_used"]["conv2d"] == 25
+
+
+# ------------------------------------------------------------------------ fallback
+
+
+def test_fallback_layers_are_never_zero_and_flagged(trained):
+    layers = [make_layer("softmax", dict(h=1, w=1, c=1000, axis_len=1000)),
+              make_layer("other", dict(h=14, w=14, c=64)),
+              make_layer("add", dict(h=28, w=28, c=64))]
+    bp = trained.predict_layers(layers)
+    assert np.all(bp.fallback) and np.all(bp.out_of_design_space)
+    assert np.all(bp.pred_ms > 0)
+    assert all(r[0] == "no_data" for r in bp.reasons)
+    lo_lv, hi_lv = layer_intervals(bp.dists["CM_LV"], 0.9)
+    lo_o, hi_o = layer_intervals(bp.dists["CM_O"], 0.9)
+    assert np.all(lo_lv < bp.pred_ms) and np.all(bp.pred_ms < hi_lv)
+    # CM_O: at least the minimum factor each side and wider than CM_LV
+    assert np.all(hi_o >= 4 * bp.pred_ms * 0.999) and np.all(lo_o <= bp.pred_ms / 4 * 1.001)
+    assert np.all(hi_o - lo_o > hi_lv - lo_lv)
+
+
+def test_fallback_roofline_uses_peak_rates():
+    data, _ = prepare_training_data(synthetic.rows(100, seed=7) + synthetic.rows(100, seed=8, layer_type="add"))
+    fb = FallbackModel.fit(data, TrainingOptions())
+    all_ops = np.concatenate([d.ops for d in data.values()])
+    all_t = np.concatenate([d.mid for d in data.values()])
+    assert fb.peak_ops_per_ms == pytest.approx(np.quantile(all_ops / all_t, 0.95))
+    # the roofline is (nearly) a lower bound: 95 % of rows are at or above it
+    roof = fb.roofline_ms(all_ops, np.concatenate([d.bytes for d in data.values()]))
+    assert np.mean(all_t >= roof * (1 - 1e-9)) >= 0.9
+
+
+def test_small_types_fall_back():
+    rs = synthetic.rows(60, seed=9) + synthetic.rows(10, seed=9, layer_type="add")
+    m = train_models(rs, profile_name="x", options=OPTS)
+    assert "add" not in m.types and m.report["too_few_rows"] == {"add": 10}
+    bp = m.predict_layers([make_layer("add", dict(h=14, w=14, c=32))])
+    assert bp.fallback[0] and bp.pred_ms[0] > 0

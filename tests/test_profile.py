@@ -1,0 +1,262 @@
+"""Device profile loader, and the model cache (keyed by data hash; pickles only from the cache)."""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+
+from estimator import cache
+from estimator.errors import NotFoundError, UserError
+from estimator.models import DeviceModels, get_models
+from estimator.profile import ProfileError, default_root, list_profiles, load_profile, write_profile_json
+from tests import synthetic
+
+
+@pytest.fixture()
+def root(tmp_path: Path) -> Path:
+    r = tmp_path / "profiles"
+    synthetic.write_profile(r, "dev-a", synthetic.rows(40, seed=1))
+    synthetic.write_profile(r, "dev-b", synthetic.rows(40, seed=2))
+    return r
+
+
+def _edit(root: Path, profile: str, changes: dict) -> None:
+    p = root / profile / "profile.json"
+    meta = json.loads(p.read_text())
+    for k, v in changes.items():
+        if v is None:
+            meta.pop(k, None)
+        else:
+            meta[k] = v
+    p.write_text(json.dumps(meta))
+
+
+def test_list_and_load(root):
+    assert list_profiles(root) == ["dev-a", "dev-b"]
+    p = load_profile("dev-a", root)
+    assert p.name == "dev-a" and p.runner == "onnxruntime" and p.provenance.kind == "estimated"
+    assert p.measurements_path.is_file()
+    assert len(list(p.rows())) == 40
+    # by path, to the directory or to profile.json
+    assert load_profile(root / "dev-b").name == "dev-b"
+    assert load_profile(str(root / "dev-b" / "profile.json")).name == "dev-b"
+    assert p.summary()["provenance"]["source"].startswith("tests/synthetic.py")
+
+
+def test_env_var_selects_the_root(root, monkeypatch):
+    monkeypatch.setenv("CL_PROFILES", str(root))
+    assert default_root() == root
+    assert list_profiles() == ["dev-a", "dev-b"]
+    assert load_profile("dev-b").path == root / "dev-b"
+
+
+def test_source_checkout_root_is_the_repository_profiles_dir(monkeypatch):
+    monkeypatch.delenv("CL_PROFILES", raising=False)
+    repo_profiles = Path(__file__).resolve().parents[1] / "profiles"
+    if repo_profiles.is_dir():
+        assert default_root() == repo_profiles
+
+
+def test_unknown_device_lists_known_ones(root):
+    with pytest.raises(NotFoundError, match=r"unknown device 'nope'.*dev-a, dev-b"):
+        load_profile("nope", root)
+    with pytest.raises(NotFoundError, match="no device profile at"):
+        load_profile(root / "nope")
+
+
+@pytest.mark.parametrize(
+    "changes,msg",
+    [
+        (dict(hardware=None), "missing required key 'hardware'"),
+        (dict(runner=""), "'runner' must be a non-empty string"),
+        (dict(name="other"), "does not match the directory name"),
+        (dict(threads=0), "'threads' must be a positive integer"),
+        (dict(schema=2), "unsupported schema 2"),
+        (dict(provenance={"kind": "guessed", "source": "x", "date": "2025-01-01"}), "'kind' must be one of"),
+        (dict(provenance={"kind": "measured", "date": "2025-01-01"}), "missing required key 'source'"),
+        (dict(provenance={"kind": "measured", "source": "x", "date": "yesterday"}), "ISO date"),
+        (dict(provenance={"kind": "measured", "source": "x", "date": "2025-01-01", "hots": "h"}),
+         r"unknown keys \['hots'\]"),
+        (dict(provenance={"kind": "measured", "source": "x", "date": "2025-01-01", "versions": {"ort": 1}}),
+         "'versions' values must be strings"),
+        (dict(training={"n_trees": 5}), r"training: unknown training options \['n_trees'\]"),
+        (dict(training={"n_estimators": "many"}), "training option 'n_estimators'"),
+        (dict(op_mapping={"cpu_fallback_ops": "Resize"}), "cpu_fallback_ops must be a list"),
+        (dict(fusion={"activations": {"maxpool": ["relu"]}}), "fusion: .*'maxpool' cannot take a fused activation"),
+        (dict(fusion={"bn_into_conv": "yes"}), "fusion: .*'bn_into_conv' must be true or false"),
+    ],
+)
+def test_malformed_metadata_has_precise_errors(root, changes, msg):
+    _edit(root, "dev-a", changes)
+    with pytest.raises(ProfileError, match=msg) as ei:
+        load_profile("dev-a", root)
+    assert "dev-a" in str(ei.value) and "profile.json" in str(ei.value)
+    assert isinstance(ei.value, UserError)
+
+
+def test_invalid_json_and_bad_table(root):
+    (root / "dev-a" / "profile.json").write_text('{"name": "dev-a",\n  "hardware": }')
+    with pytest.raises(ProfileError, match=r"profile.json:2:\d+: invalid JSON"):
+        load_profile("dev-a", root)
+    (root / "dev-b" / "measurements.csv").write_text("layer_type,params\nconv2d,{}\n")
+    with pytest.raises(ProfileError, match="missing columns"):
+        load_profile("dev-b", root)
+    os.remove(root / "dev-b" / "measurements.csv")
+    with pytest.raises(ProfileError, match="missing measurements.csv"):
+        load_profile("dev-b", root)
+
+
+def test_write_profile_json_validates(tmp_path):
+    meta = json.loads((Path(synthetic.write_profile(tmp_path, "x", synthetic.rows(3))) / "profile.json").read_text())
+    meta["name"] = "y"
+    with pytest.raises(ProfileError, match="does not match"):
+        write_profile_json(tmp_path / "x", meta)
+    meta["name"] = "x"
+    assert write_profile_json(tmp_path / "x", meta).name == "x"
+
+
+# ------------------------------------------------------------------------- cache
+
+
+@pytest.fixture()
+def cache_root(tmp_path, monkeypatch) -> Path:
+    d = tmp_path / "cache"
+    monkeypatch.setenv("CL_CACHE_DIR", str(d))
+    return d
+
+
+def test_cache_hit_and_miss_keyed_by_data(root, cache_root):
+    prof = load_profile("dev-a", root)
+    m1 = get_models(prof)
+    assert not m1.loaded_from_cache
+    files = list((cache_root / "models").glob("*.pkl"))
+    assert [f.stem for f in files] == [m1.cache_key]
+    m2 = get_models(prof)
+    assert m2.loaded_from_cache and m2.cache_key == m1.cache_key
+    # changed data misses
+    rows = synthetic.rows(41, seed=1)
+    synthetic.write_profile(root, "dev-a", rows)
+    m3 = get_models(load_profile("dev-a", root))
+    assert not m3.loaded_from_cache and m3.cache_key != m1.cache_key
+    assert len(list((cache_root / "models").glob("*.pkl"))) == 2
+    # the training target is part of the key
+    m4 = get_models(load_profile("dev-a", root), target="single")
+    assert m4.cache_key != m3.cache_key and m4.target == "single"
+
+
+def test_key_covers_code_and_library_versions():
+    v = cache.library_versions()
+    assert {"numpy", "scikit-learn", "crepes", "python"} <= set(v)
+    k = cache.cache_key("d" * 64, {"a": 1}, "code-1", v)
+    assert cache.cache_key("d" * 64, {"a": 1}, "code-2", v) != k
+    assert cache.cache_key("d" * 64, {"a": 1}, "code-1", dict(v, crepes="0.0")) != k
+    assert cache.cache_key("e" * 64, {"a": 1}, "code-1", v) != k
+    assert cache.cache_key("d" * 64, {"a": 2}, "code-1", v) != k
+
+
+_LOADED: list[str] = []
+
+
+class _Tripwire:
+    """Unpickling this records that it happened (stands in for a malicious pickle)."""
+
+    def __reduce__(self):
+        return (_LOADED.append, ("tripwire",))
+
+
+def test_pickles_are_only_loaded_from_the_cache_dir(root, cache_root, monkeypatch):
+    # a pickle planted in the profile directory (and in the repository's profile root) is never read
+    for d in (root / "dev-a", root):
+        for name in ("models.pkl", "model.pkl", f"{'0' * 64}.pkl"):
+            (d / name).write_bytes(pickle.dumps(_Tripwire()))
+    opened: list[Path] = []
+    real_load = pickle.load
+
+    def spy(f, *a, **k):
+        opened.append(Path(f.name).resolve())
+        return real_load(f, *a, **k)
+
+    monkeypatch.setattr(pickle, "load", spy)
+    prof = load_profile("dev-a", root)
+    get_models(prof)
+    m = get_models(prof)
+    assert m.loaded_from_cache
+    assert _LOADED == []
+    assert opened and all(p.is_relative_to(cache_root.resolve()) for p in opened)
+    with pytest.raises(ValueError):
+        cache.path_for("../../etc/passwd")
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permissions")
+def test_untrusted_cache_files_are_refused(root, cache_root):
+    prof = load_profile("dev-a", root)
+    m = get_models(prof)
+    p = cache.path_for(m.cache_key)
+    assert (p.stat().st_mode & 0o777) == 0o600
+    os.chmod(p, 0o666)
+    with pytest.warns(cache.CacheWarning, match="writable by group/others"):
+        assert cache.load(m.cache_key) is None
+    with pytest.warns(cache.CacheWarning):
+        again = get_models(prof)  # retrains and rewrites the entry safely
+    assert not again.loaded_from_cache
+    assert (p.stat().st_mode & 0o777) == 0o600
+
+
+def test_corrupt_cache_entry_is_a_miss(root, cache_root):
+    prof = load_profile("dev-a", root)
+    m = get_models(prof)
+    cache.path_for(m.cache_key).write_bytes(b"not a pickle")
+    with pytest.warns(cache.CacheWarning, match="unreadable"):
+        m2 = get_models(prof)
+    assert isinstance(m2, DeviceModels) and not m2.loaded_from_cache
+
+
+# ------------------------------------------------------------------ estimator API
+
+
+def test_estimator_layers_and_network(root, cache_root):
+    from types import SimpleNamespace
+
+    from estimator.predict import Estimator, make_layer
+
+    est = Estimator.from_profile("dev-a", root=root)
+    layers = [make_layer("conv2d", dict(h=16, w=16, c_in=32, c_out=64, k_h=3, k_w=3), name="c1"),
+              make_layer("softmax", dict(h=1, w=1, c=10, axis_len=10), name="sm")]
+    rows = est.estimate_layers(layers, confidence=[0.9, 0.8])
+    assert [r.name for r in rows] == ["c1", "sm"]
+    assert not rows[0].fallback and rows[1].fallback and rows[1].out_of_design_space
+    for r in rows:
+        assert set(r.intervals) == {"CM_TV", "CM_LV", "CM_O"}
+        lo8, hi8 = r.intervals["CM_LV"][0.8]
+        lo9, hi9 = r.intervals["CM_LV"][0.9]
+        assert lo9 <= lo8 <= r.prediction_ms <= hi8 <= hi9
+    net = est.estimate_network(SimpleNamespace(layers=layers, warnings=["from importer"], free_nodes={"id": "identity"}),
+                               confidence=0.99)
+    assert net.total_ms == pytest.approx(sum(r.prediction_ms for r in rows))
+    assert net.confidence == [0.99] and net.n_fallback == 1
+    d = json.loads(json.dumps(net.to_dict()))
+    assert d["intervals"]["CM_LV"]["0.99"][0] <= d["total_ms"] <= d["intervals"]["CM_LV"]["0.99"][1]
+    assert d["free_nodes"] == {"id": "identity"} and d["warnings"][0] == "from importer"
+    # 40 calibration rows cannot certify 0.99: said so, not hidden
+    assert any("needs more calibration points" in w for w in net.warnings)
+    assert any("roofline fallback" in w for w in net.warnings)
+    with pytest.raises(UserError, match="confidence"):
+        est.estimate_layers(layers, confidence=[0.0])
+
+
+def test_meta_from_bench_provenance():
+    from estimator.profile import meta_from_bench_provenance
+
+    env = {"env_id": 1, "device": "d", "runner": "onnxruntime", "precision": "fp32", "threads": 2,
+           "provenance": "measured", "created_at": "2025-03-01T10:00:00+00:00", "device_name": "Some CPU (CPU)",
+           "host": {"hostname": "h1", "cpu_model": "Some CPU"}, "versions": {"onnxruntime": "1.20.0"}}
+    meta = meta_from_bench_provenance("d", {"environments": [env]}, source="bench run on h1")
+    assert meta["runner"] == "onnxruntime" and meta["threads"] == 2 and meta["hardware"] == "Some CPU (CPU)"
+    assert meta["provenance"] == {"kind": "measured", "source": "bench run on h1", "host": "cpu_model=Some CPU, "
+                                  "hostname=h1", "versions": {"onnxruntime": "1.20.0"},
+                                  "date": "2025-03-01T10:00:00+00:00"}
+    with pytest.raises(ProfileError, match="lists 2 environments"):
+        meta_from_bench_provenance("d", {"environments": [env, env]}, source="x")
