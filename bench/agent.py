@@ -24,7 +24,6 @@ Behaviour:
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 import logging
 import threading
@@ -33,12 +32,13 @@ from collections import OrderedDict
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import grpc
 
 from proto import bench_agent_pb2 as pb2
 from proto import bench_agent_pb2_grpc as pb2_grpc
+from proto.serving import TokenInterceptor, add_health_and_reflection, bind, set_health
 
 from .runners.base import Prepared, Runner, RunnerError, Timing
 
@@ -51,7 +51,6 @@ SERVICE_NAME = pb2.DESCRIPTOR.services_by_name["BenchAgent"].full_name
 DEFAULT_MAX_MODEL_BYTES = 64 << 20
 #: Headroom above max_model_bytes for the rest of the request, so our check fires first.
 _MESSAGE_HEADROOM = 1 << 20
-_HEALTH_PREFIX = "/grpc.health.v1.Health/"
 
 
 @dataclass(frozen=True)
@@ -191,45 +190,12 @@ class BenchAgentServicer(pb2_grpc.BenchAgentServicer):
                 log.exception("release failed")
 
 
-class _TokenInterceptor(grpc.ServerInterceptor):
-    """Refuses every call but health checks unless it carries ``authorization: Bearer <token>``."""
-
-    _MESSAGE = "missing or wrong token: send metadata 'authorization: Bearer <token>'"
+class _TokenInterceptor(TokenInterceptor):
+    """Refuses every call but health checks unless it carries ``authorization: Bearer <token>``
+    (the shared :class:`proto.serving.TokenInterceptor`, logging refusals as the agent)."""
 
     def __init__(self, token: str) -> None:
-        self._expected = f"Bearer {token}".encode()
-
-    @classmethod
-    def _deny(cls, handler: Any) -> Any:
-        def deny(request: Any, context: grpc.ServicerContext) -> Any:
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, cls._MESSAGE)
-
-        def deny_stream(request: Any, context: grpc.ServicerContext) -> Any:
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, cls._MESSAGE)
-            yield  # pragma: no cover - makes this a generator, as streaming handlers are
-
-        req_stream = bool(handler and handler.request_streaming)
-        resp_stream = bool(handler and handler.response_streaming)
-        if req_stream and resp_stream:
-            return grpc.stream_stream_rpc_method_handler(deny_stream)
-        if req_stream:
-            return grpc.stream_unary_rpc_method_handler(deny)
-        if resp_stream:
-            return grpc.unary_stream_rpc_method_handler(deny_stream)
-        return grpc.unary_unary_rpc_method_handler(deny)
-
-    def intercept_service(self, continuation: Callable, handler_call_details: grpc.HandlerCallDetails) -> Any:
-        if handler_call_details.method.startswith(_HEALTH_PREFIX):
-            return continuation(handler_call_details)
-        got = b""
-        for key, value in handler_call_details.invocation_metadata or ():
-            if key == "authorization":
-                got = value.encode() if isinstance(value, str) else bytes(value)
-                break
-        if hmac.compare_digest(got, self._expected):
-            return continuation(handler_call_details)
-        log.warning("refused %s: bad or missing token", handler_call_details.method)
-        return self._deny(continuation(handler_call_details))
+        super().__init__(token, on_deny=lambda method: log.warning("refused %s: bad or missing token", method))
 
 
 class AgentServer:
@@ -259,9 +225,6 @@ def make_server(runner: Runner, *, host: str = "127.0.0.1", port: int = 0, token
                 tls_cert: str | Path | None = None, tls_key: str | Path | None = None,
                 limits: AgentLimits | None = None) -> AgentServer:
     """Create and start a bench agent serving ``runner`` on ``host:port``."""
-    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-    from grpc_reflection.v1alpha import reflection
-
     if limits is None:
         limits = AgentLimits(max_model_bytes=int(max_model_bytes))
     if limits.max_model_bytes < 1:
@@ -277,26 +240,10 @@ def make_server(runner: Runner, *, host: str = "127.0.0.1", port: int = 0, token
     )
     servicer = BenchAgentServicer(runner, limits)
     pb2_grpc.add_BenchAgentServicer_to_server(servicer, server)
-    health_servicer = health.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server)
-    bind = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
-    try:
-        if tls_cert or tls_key:
-            if not (tls_cert and tls_key):
-                raise ValueError("TLS needs both a certificate and its private key")
-            creds = grpc.ssl_server_credentials([(Path(tls_key).read_bytes(), Path(tls_cert).read_bytes())])
-            bound = server.add_secure_port(bind, creds)
-        else:
-            bound = server.add_insecure_port(bind)
-    except RuntimeError as e:
-        raise OSError(f"cannot bind the bench agent to {bind}: {e}") from e
-    if not bound:
-        raise OSError(f"cannot bind the bench agent to {bind}")
+    health_servicer = add_health_and_reflection(server, [SERVICE_NAME])
+    bound = bind(server, host, port, tls_cert=tls_cert, tls_key=tls_key, what="bench agent")
     server.start()
-    health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    health_servicer.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+    set_health(health_servicer, [SERVICE_NAME], serving=True)
     log.info("bench agent serving runner %r (%s) on %s:%d%s%s", runner.name, runner.model_format, host, bound,
              ", token required" if token else "", ", TLS" if tls_cert else "")
     return AgentServer(server, host, bound, servicer)

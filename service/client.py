@@ -1,0 +1,612 @@
+"""The Python client of the estimation service (``estimation.v1.Estimation``).
+
+.. code-block:: python
+
+    from service.client import EstimationClient
+
+    with EstimationClient("127.0.0.1:50071", token=...) as c:
+        c.list_devices()
+        r = c.estimate_network("mobilenet_v2.onnx", "host-cpu", confidence=(0.9, 0.95))
+        r.total_ms, r.interval("CM_LV", 0.9), r.layers[0]["out_of_design_space"]
+        for r in c.estimate_networks((m, "host-cpu") for m in candidates):   # one stream
+            ...
+        c.estimate_layers([{"type": "conv2d", "params": {"h": 56, "w": 56, "c_in": 64, "c_out": 64,
+                                                         "k_h": 3, "k_w": 3}}], "host-cpu")
+
+It depends on ``grpc``, ``onnx``, ``numpy`` and the generated ``proto`` modules only (never
+on the estimator's internals); its one import from ``estimator`` is the
+:class:`~estimator.errors.UserError` base class that :class:`EstimationError` extends.
+
+* Models are sent with their initializer data stripped (:func:`strip_initializers`,
+  ``strip=True``): the server needs shapes, not weights, so a ResNet-50 query is tens of
+  kilobytes instead of 100 MB.
+* Calls that fail with ``UNAVAILABLE`` (server starting, restarting, loading its
+  profiles) are retried ``retries`` times with exponential backoff, within the call's
+  deadline. A broken stream is resumed: the requests not yet answered are sent again.
+* Every other failure raises :class:`EstimationError` with the gRPC status name
+  (``code``) and the server's message; on a stream, a bad item yields a
+  :class:`NetworkResult` whose ``error`` is set and the stream goes on.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import grpc
+import onnx
+from onnx import TensorProto
+
+from estimator.errors import UserError
+from proto import estimation_pb2 as pb2
+from proto import estimation_pb2_grpc as pb2_grpc
+
+__all__ = ["EstimationClient", "EstimationError", "NetworkResult", "LayerResult", "strip_initializers",
+           "DEFAULT_TIMEOUT_S"]
+
+DEFAULT_TIMEOUT_S = 30.0
+#: Integer (and bool) initializers up to this many elements keep their data (shape
+#: arguments, indices, axes); any initializer up to SMALL_ELEMENTS keeps its data (scalars,
+#: Resize scales, Clip bounds, quantisation parameters).
+KEEP_INT_ELEMENTS = 4096
+SMALL_ELEMENTS = 16
+_INT_TYPES = {TensorProto.INT64, TensorProto.INT32, TensorProto.INT16, TensorProto.UINT16, TensorProto.UINT32,
+              TensorProto.UINT64, TensorProto.BOOL}
+_DATA_FIELDS = ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data")
+_MAX_MESSAGE = 256 << 20
+
+
+class EstimationError(UserError):
+    """A call the service refused or could not answer: ``code`` is the gRPC status name."""
+
+    def __init__(self, code: str, message: str, *, request_id: str = "") -> None:
+        super().__init__(f"{code}: {message}" if code else message)
+        self.code = code
+        self.message = message
+        self.request_id = request_id
+        self.grpc_status = code or "UNKNOWN"
+
+    @classmethod
+    def from_rpc(cls, e: grpc.RpcError) -> "EstimationError":
+        code = e.code() if hasattr(e, "code") else None
+        details = e.details() if hasattr(e, "details") else str(e)
+        rid = ""
+        try:
+            for k, v in e.trailing_metadata() or ():  # type: ignore[attr-defined]
+                if k == "x-request-id":
+                    rid = str(v)
+        except Exception:  # noqa: BLE001 - metadata is best effort
+            pass
+        return cls(code.name if code is not None else "UNKNOWN", details or "", request_id=rid)
+
+
+# --------------------------------------------------------------------------- results
+
+Intervals = dict[str, dict[float, tuple[float, float]]]
+
+
+def _intervals(items: Iterable[pb2.Interval]) -> Intervals:
+    out: Intervals = {}
+    for iv in items:
+        out.setdefault(iv.metric, {})[round(iv.confidence, 12)] = (iv.lower_ms, iv.upper_ms)
+    return out
+
+
+def _pick(intervals: Intervals, metric: str, confidence: float | None) -> tuple[float, float]:
+    per = intervals[metric]
+    if confidence is None:
+        return per[min(per)]
+    c = round(float(confidence), 12)
+    if c not in per:
+        raise KeyError(f"no {metric} interval at confidence {confidence}; have {sorted(per)}")
+    return per[c]
+
+
+@dataclass
+class LayerResult:
+    """One layer's estimate (milliseconds)."""
+
+    name: str
+    type: str
+    op_type: str
+    features: dict[str, float]
+    prediction_ms: float
+    intervals: Intervals
+    out_of_design_space: bool
+    fallback: bool
+    flags: list[str] = field(default_factory=list)
+    ood_reasons: list[str] = field(default_factory=list)
+    t_op_ms: float | None = None
+    ops: float = 0.0
+    nodes: list[str] = field(default_factory=list)
+    activation: str = ""
+
+    @classmethod
+    def from_pb(cls, m: pb2.LayerEstimate) -> "LayerResult":
+        return cls(name=m.name, type=m.type, op_type=m.op_type, features=dict(m.features),
+                   prediction_ms=m.prediction_ms, intervals=_intervals(m.intervals),
+                   out_of_design_space=m.out_of_design_space, fallback=m.fallback, flags=list(m.flags),
+                   ood_reasons=list(m.ood_reasons), t_op_ms=m.t_op_ms if m.HasField("t_op_ms") else None,
+                   ops=m.ops, nodes=list(m.nodes), activation=m.activation)
+
+    def interval(self, metric: str = "CM_LV", confidence: float | None = None) -> tuple[float, float]:
+        return _pick(self.intervals, metric, confidence)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "type": self.type, "op_type": self.op_type, "features": dict(self.features),
+                "prediction_ms": self.prediction_ms,
+                "intervals": {m: dict(per) for m, per in self.intervals.items()},
+                "out_of_design_space": self.out_of_design_space, "fallback": self.fallback,
+                "flags": list(self.flags), "ood_reasons": list(self.ood_reasons), "t_op_ms": self.t_op_ms,
+                "ops": self.ops, "nodes": list(self.nodes), "activation": self.activation}
+
+
+@dataclass
+class NetworkResult:
+    """One network's estimate (milliseconds). On a stream, a failed item has ``error`` set
+    (and zeros elsewhere): check :attr:`ok` or call :meth:`raise_for_error`."""
+
+    total_ms: float
+    #: metric -> confidence -> (lower_ms, upper_ms)
+    intervals: Intervals
+    #: per-layer rows (dicts: name, type, op_type, features, prediction_ms, intervals,
+    #: out_of_design_space, fallback, flags, ood_reasons, t_op_ms, ops, nodes, activation)
+    layers: list[dict[str, Any]]
+    warnings: list[str]
+    n_layers: int
+    n_out_of_design_space: int
+    n_fallback: int
+    model_version: str
+    cached: bool
+    server_time_ms: float
+    device: str = ""
+    name: str = ""
+    confidence: list[float] = field(default_factory=list)
+    request_id: str = ""
+    error: EstimationError | None = None
+
+    @classmethod
+    def from_pb(cls, m: pb2.EstimateNetworkResponse) -> "NetworkResult":
+        err = None
+        if m.HasField("error") and (m.error.code or m.error.message):
+            err = EstimationError(m.error.code, m.error.message, request_id=m.request_id)
+        return cls(total_ms=m.total_ms, intervals=_intervals(m.intervals),
+                   layers=[LayerResult.from_pb(l).to_dict() for l in m.layers], warnings=list(m.warnings),
+                   n_layers=m.n_layers, n_out_of_design_space=m.n_out_of_design_space, n_fallback=m.n_fallback,
+                   model_version=m.model_version, cached=m.cached, server_time_ms=m.server_time_ms, device=m.device,
+                   name=m.name, confidence=list(m.confidence), request_id=m.request_id, error=err)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def raise_for_error(self) -> "NetworkResult":
+        if self.error is not None:
+            raise self.error
+        return self
+
+    def interval(self, metric: str = "CM_LV", confidence: float | None = None) -> tuple[float, float]:
+        """``(lower_ms, upper_ms)`` of ``metric`` at ``confidence`` (default: the lowest level)."""
+        return _pick(self.intervals, metric, confidence)
+
+
+# ------------------------------------------------------------------------- stripping
+
+
+def _keep_data(t: TensorProto) -> bool:
+    n = 1
+    for d in t.dims:
+        n *= int(d)
+    if n <= SMALL_ELEMENTS:
+        return True
+    return t.data_type in _INT_TYPES and n <= KEEP_INT_ELEMENTS
+
+
+def _strip_tensor(t: TensorProto) -> None:
+    for f in _DATA_FIELDS:
+        t.ClearField(f)
+    if t.data_location == TensorProto.EXTERNAL:
+        t.ClearField("external_data")
+        t.data_location = TensorProto.DEFAULT
+
+
+def strip_initializers(model: onnx.ModelProto | bytes | str | os.PathLike) -> onnx.ModelProto:
+    """A copy of ``model`` without weight data: initializers keep name, type and dims.
+
+    Kept with their data: integer tensors up to :data:`KEEP_INT_ELEMENTS` elements (shape
+    arguments of Reshape/Slice/Expand/Tile/Pad/Split/Squeeze, indices, axes) and every
+    tensor up to :data:`SMALL_ELEMENTS` elements (scalars, Resize scales, Clip bounds,
+    quantisation scales and zero points). Large float ``Constant`` nodes of the main graph
+    become (stripped) initializers of the same name, which means the same to every
+    consumer. Tensors stored as external data become plain dataless tensors, so the
+    external files are never needed. The input is not modified.
+    """
+    if isinstance(model, onnx.ModelProto):
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
+    elif isinstance(model, (bytes, bytearray, memoryview)):
+        m = onnx.ModelProto()
+        m.ParseFromString(bytes(model))
+    else:
+        m = onnx.load(os.fspath(model), load_external_data=False)
+    g = m.graph
+    for t in g.initializer:
+        if not _keep_data(t):
+            _strip_tensor(t)
+    keep_nodes = []
+    moved = False
+    for node in g.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.output) == 1:
+            val = next((a for a in node.attribute if a.name == "value" and a.type == onnx.AttributeProto.TENSOR),
+                       None)
+            if val is not None and len(node.attribute) == 1 and not _keep_data(val.t):
+                t = g.initializer.add()
+                t.CopyFrom(val.t)
+                t.name = node.output[0]
+                _strip_tensor(t)
+                moved = True
+                continue
+        keep_nodes.append(node)
+    if moved:
+        g.ClearField("node")
+        g.node.extend(keep_nodes)
+    return m
+
+
+def _model_bytes(model: Any, strip: bool) -> bytes:
+    if isinstance(model, onnx.ModelProto):
+        return (strip_initializers(model) if strip else model).SerializeToString()
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        data = bytes(model)
+    elif isinstance(model, (str, os.PathLike)):
+        path = Path(model)
+        if strip:
+            try:
+                return strip_initializers(path).SerializeToString()
+            except FileNotFoundError:
+                raise
+            except Exception:  # noqa: BLE001 - not parseable here: let the server say precisely why
+                return path.read_bytes()
+        return path.read_bytes()
+    else:
+        raise TypeError(f"model must be a path, bytes, an onnx.ModelProto or a list of layer specs, "
+                        f"got {type(model).__name__}")
+    if not strip:
+        return data
+    try:
+        return strip_initializers(data).SerializeToString()
+    except Exception:  # noqa: BLE001 - malformed: send as is, the server answers INVALID_ARGUMENT with why
+        return data
+
+
+# ----------------------------------------------------------------------------- specs
+
+
+def _spec_pb(spec: Any, index: int) -> pb2.LayerSpec:
+    if isinstance(spec, pb2.LayerSpec):
+        return spec
+    if isinstance(spec, Mapping):
+        typ, params, name = spec.get("type"), spec.get("params", {}), spec.get("name", "")
+    elif isinstance(spec, (tuple, list)) and len(spec) in (2, 3):
+        typ, params = spec[0], spec[1]
+        name = spec[2] if len(spec) == 3 else ""
+    else:
+        raise TypeError(f"layer spec {index}: give a dict {{type, params, name?}} or a tuple (type, params[, name]), "
+                        f"got {spec!r}")
+    if not isinstance(typ, str) or not isinstance(params, Mapping):
+        raise TypeError(f"layer spec {index}: type must be a string and params a mapping, got {spec!r}")
+    out = pb2.LayerSpec(type=typ, name=str(name or ""))
+    for k, v in params.items():
+        if isinstance(v, bool):
+            out.params[str(k)] = float(v)
+        elif isinstance(v, (int, float)) or hasattr(v, "__float__") and not isinstance(v, str):
+            out.params[str(k)] = float(v)
+        elif isinstance(v, str):
+            out.options[str(k)] = v
+        elif isinstance(v, (list, tuple)):
+            out.options[str(k)] = ",".join(str(int(x)) for x in v)
+        else:
+            raise TypeError(f"layer spec {index}: parameter {k!r} must be a number, a string or a list of "
+                            f"integers, got {v!r}")
+    return out
+
+
+def _confidences(confidence: float | Iterable[float] | None) -> list[float]:
+    if confidence is None:
+        return []
+    if isinstance(confidence, (int, float)):
+        return [float(confidence)]
+    return [float(c) for c in confidence]
+
+
+# ---------------------------------------------------------------------------- client
+
+
+class EstimationClient:
+    """A connection to one estimation service.
+
+    ``address`` is ``host:port``. ``token`` is sent as ``authorization: Bearer <token>``;
+    ``root_certificates`` (PEM bytes or a file path) switches to TLS (``tls=True`` uses the
+    system roots). ``timeout_s`` is the default deadline per call; ``retries`` how often a
+    call that failed with ``UNAVAILABLE`` is tried again (backoff 0.1 s, 0.2 s, ... up to 2 s).
+    """
+
+    def __init__(self, address: str, *, token: str | None = None, root_certificates: bytes | str | os.PathLike | None = None,
+                 timeout_s: float | None = DEFAULT_TIMEOUT_S, retries: int = 3, tls: bool = False,
+                 server_name: str | None = None) -> None:
+        if retries < 0:
+            raise ValueError(f"retries must be >= 0, got {retries}")
+        self.address = address
+        self.timeout_s = timeout_s
+        self.retries = int(retries)
+        self._metadata: tuple[tuple[str, str], ...] = ()
+        if token is not None:
+            if not token.strip():
+                raise ValueError("the token is empty")
+            self._metadata = (("authorization", f"Bearer {token.strip()}"),)
+        options: list[tuple[str, Any]] = [("grpc.max_receive_message_length", _MAX_MESSAGE),
+                                          ("grpc.max_send_message_length", _MAX_MESSAGE)]
+        if server_name:
+            options.append(("grpc.ssl_target_name_override", server_name))
+        if root_certificates is not None or tls:
+            roots = root_certificates
+            if roots is not None and not isinstance(roots, (bytes, bytearray)):
+                roots = Path(roots).read_bytes()
+            creds = grpc.ssl_channel_credentials(root_certificates=bytes(roots) if roots is not None else None)
+            self._channel = grpc.secure_channel(address, creds, options=options)
+        else:
+            self._channel = grpc.insecure_channel(address, options=options)
+        self._stub = pb2_grpc.EstimationStub(self._channel)
+
+    # ------------------------------------------------------------- plumbing
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "EstimationClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _deadline(self, timeout_s: float | None) -> float | None:
+        t = self.timeout_s if timeout_s is None else timeout_s
+        return None if t is None else time.monotonic() + float(t)
+
+    @staticmethod
+    def _remaining(deadline: float | None) -> float | None:
+        return None if deadline is None else max(deadline - time.monotonic(), 0.0)
+
+    def _backoff(self, attempt: int, deadline: float | None) -> bool:
+        """Sleep before retry ``attempt`` (1-based); False when no time or retries are left."""
+        if attempt > self.retries:
+            return False
+        delay = min(0.1 * 2 ** (attempt - 1), 2.0) * (0.75 + 0.5 * random.random())
+        rem = self._remaining(deadline)
+        if rem is not None and rem <= delay:
+            return False
+        time.sleep(delay)
+        return True
+
+    def _call(self, method: Any, request: Any, timeout_s: float | None) -> Any:
+        deadline = self._deadline(timeout_s)
+        attempt = 0
+        while True:
+            try:
+                return method(request, timeout=self._remaining(deadline), metadata=self._metadata)
+            except grpc.RpcError as e:
+                attempt += 1
+                if e.code() == grpc.StatusCode.UNAVAILABLE and self._backoff(attempt, deadline):
+                    continue
+                raise EstimationError.from_rpc(e) from None
+
+    # ----------------------------------------------------------------- RPCs
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        """Wait until the server's health check says SERVING (profiles loaded)."""
+        from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: PLC0415
+
+        stub = health_pb2_grpc.HealthStub(self._channel)
+        deadline = time.monotonic() + timeout_s
+        last = "no answer"
+        while True:
+            try:
+                r = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=max(min(2.0, deadline - time.monotonic()), 0.01))
+                if r.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+                last = health_pb2.HealthCheckResponse.ServingStatus.Name(r.status)
+            except grpc.RpcError as e:
+                last = f"{e.code().name}: {e.details()}"
+            if time.monotonic() >= deadline:
+                raise EstimationError("UNAVAILABLE", f"the service at {self.address} is not ready after "
+                                      f"{timeout_s:g} s ({last})")
+            time.sleep(0.05)
+
+    def list_devices(self, *, timeout_s: float | None = None) -> list[dict[str, Any]]:
+        """Every loaded device: provenance, coverage (type -> rows and feature ranges), versions."""
+        r = self._call(self._stub.ListDevices, pb2.ListDevicesRequest(), timeout_s)
+        out = []
+        for d in r.devices:
+            pv = d.provenance
+            out.append({
+                "name": d.name, "hardware": d.hardware, "runner": d.runner, "precision": d.precision,
+                "threads": d.threads or None, "description": d.description, "target": d.target,
+                "model_version": d.model_version,
+                "provenance": {"kind": pv.kind, "source": pv.source, "host": pv.host, "versions": dict(pv.versions),
+                               "date": pv.date},
+                "coverage": {c.type: {"n_samples": c.n_samples,
+                                      "ranges": {fr.feature: (fr.min, fr.max) for fr in c.ranges}}
+                             for c in d.coverage},
+                "fallback_types": list(d.fallback_types), "cpu_fallback_ops": list(d.cpu_fallback_ops),
+            })
+        return out
+
+    def server_info(self, *, timeout_s: float | None = None) -> dict[str, Any]:
+        """The server's limits, registry generation and profile load errors."""
+        r = self._call(self._stub.ListDevices, pb2.ListDevicesRequest(), timeout_s)
+        lim = r.limits
+        return {"generation": r.generation, "errors": list(r.errors), "devices": [d.name for d in r.devices],
+                "limits": {"max_message_bytes": lim.max_message_bytes, "max_onnx_bytes": lim.max_onnx_bytes,
+                           "max_layers": lim.max_layers, "max_confidence_levels": lim.max_confidence_levels}}
+
+    def reload_profiles(self, *, timeout_s: float | None = None) -> dict[str, Any]:
+        """Ask the server to reload its profile directory; returns devices, errors, generation."""
+        r = self._call(self._stub.ReloadProfiles, pb2.ReloadProfilesRequest(), timeout_s)
+        return {"devices": list(r.devices), "errors": list(r.errors), "generation": r.generation}
+
+    def network_request(self, model: Any, device: str, *, confidence: float | Iterable[float] | None = (0.9,),
+                        per_layer: bool = True, input_shapes: Mapping[str, Sequence[int]] | Sequence[int] | None = None,
+                        strip: bool = True, name: str = "", request_id: str = "") -> pb2.EstimateNetworkRequest:
+        """The request :meth:`estimate_network` sends (also what a stream item becomes).
+
+        ``model`` is a path, ONNX bytes, an ``onnx.ModelProto`` or a list of layer specs.
+        ``input_shapes`` fixes dynamic dims: ``{input_name: shape}`` or one shape.
+        """
+        req = pb2.EstimateNetworkRequest(device=device, confidence=_confidences(confidence), per_layer=per_layer,
+                                         name=name, request_id=request_id)
+        if isinstance(model, (list, tuple)) and (not model or isinstance(model[0], (Mapping, tuple, list,
+                                                                                   pb2.LayerSpec))):
+            req.layers.layers.extend(_spec_pb(s, i) for i, s in enumerate(model))
+            if not model:
+                req.layers.SetInParent()
+        else:
+            req.onnx = _model_bytes(model, strip)
+        if input_shapes is not None:
+            if isinstance(input_shapes, Mapping):
+                for k, v in input_shapes.items():
+                    req.input_shapes[str(k)].dims.extend(int(d) for d in v)
+            else:
+                req.input_shapes[""].dims.extend(int(d) for d in input_shapes)
+        return req
+
+    def estimate_network(self, model: Any, device: str, *, confidence: float | Iterable[float] | None = (0.9,),
+                         per_layer: bool = True, input_shapes: Mapping[str, Sequence[int]] | Sequence[int] | None = None,
+                         strip: bool = True, timeout_s: float | None = None, name: str = "") -> NetworkResult:
+        """Estimate one network: total, one interval per metric and confidence, per-layer rows."""
+        req = self.network_request(model, device, confidence=confidence, per_layer=per_layer,
+                                   input_shapes=input_shapes, strip=strip, name=name)
+        return NetworkResult.from_pb(self._call(self._stub.EstimateNetwork, req, timeout_s))
+
+    def estimate_networks(self, items: Iterable[Any], *, confidence: float | Iterable[float] | None = (0.9,),
+                          per_layer: bool = False, strip: bool = True, timeout_s: float | None = None
+                          ) -> Iterator[NetworkResult]:
+        """Estimate many networks over one bidirectional stream; results come in order.
+
+        Each item is ``(model, device)``, a dict ``{model, device, confidence?, per_layer?,
+        input_shapes?, name?, strip?}``, or a ready ``EstimateNetworkRequest``. Items are
+        converted lazily, so a generator of candidates streams without being materialised.
+        A bad item yields a result with ``error`` set. ``timeout_s`` bounds the whole stream
+        (default: none). If the connection breaks with ``UNAVAILABLE``, the stream is
+        reopened and the unanswered requests are sent again (up to ``retries`` times).
+        """
+        defaults: dict[str, Any] = {"confidence": confidence, "per_layer": per_layer, "strip": strip}
+        source = iter(items)
+        pending: collections.deque[pb2.EstimateNetworkRequest] = collections.deque()
+        counter = [0]
+
+        def convert(item: Any) -> pb2.EstimateNetworkRequest:
+            if isinstance(item, pb2.EstimateNetworkRequest):
+                req = pb2.EstimateNetworkRequest()
+                req.CopyFrom(item)
+            elif isinstance(item, Mapping):
+                kw = {**defaults, **{k: v for k, v in item.items() if k not in ("model", "device")}}
+                req = self.network_request(item["model"], item["device"], **kw)
+            elif isinstance(item, (tuple, list)) and len(item) == 2:
+                req = self.network_request(item[0], item[1], **defaults)
+            else:
+                raise TypeError(f"stream item {counter[0]}: give (model, device), a dict or an "
+                                f"EstimateNetworkRequest, got {type(item).__name__}")
+            if not req.request_id:
+                req.request_id = str(counter[0])
+            counter[0] += 1
+            return req
+
+        # Threads: gRPC pulls requests() on its own thread, this generator reads responses.
+        # `state` guards pending/carry/epoch and is held only briefly. `pull` serialises
+        # next(source) between an old and a new stream, and is never held by the response
+        # reader, so a source that waits for earlier results (ask/tell) cannot deadlock.
+        state = threading.Lock()
+        pull = threading.Lock()
+        carry: collections.deque[pb2.EstimateNetworkRequest] = collections.deque()
+        current_epoch = [0]
+        failed: list[BaseException] = []
+
+        def requests(replay: list[pb2.EstimateNetworkRequest], epoch: int) -> Iterator[pb2.EstimateNetworkRequest]:
+            yield from replay
+            while True:
+                with pull:
+                    with state:
+                        if epoch != current_epoch[0]:
+                            return  # a newer stream took over
+                        req = carry.popleft() if carry else None
+                        if req is not None:
+                            pending.append(req)
+                    if req is None:
+                        if failed:
+                            return
+                        try:
+                            req = convert(next(source))
+                        except StopIteration:
+                            return
+                        except BaseException as e:  # noqa: BLE001 - raised to the caller after the answered items
+                            failed.append(e)
+                            return
+                        with state:
+                            if epoch != current_epoch[0]:
+                                carry.append(req)  # pulled for a dead stream: the new one sends it
+                                return
+                            pending.append(req)
+                yield req
+
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        attempt = 0
+        while True:
+            with state:
+                current_epoch[0] += 1
+                epoch = current_epoch[0]
+                replay = list(pending)
+            call = self._stub.EstimateNetworks(requests(replay, epoch), timeout=self._remaining(deadline),
+                                               metadata=self._metadata)
+            try:
+                for resp in call:
+                    with state:
+                        if pending:
+                            pending.popleft()
+                    attempt = 0
+                    yield NetworkResult.from_pb(resp)
+                if failed:
+                    raise failed[0]
+                return
+            except grpc.RpcError as e:
+                attempt += 1
+                if e.code() == grpc.StatusCode.UNAVAILABLE and self._backoff(attempt, deadline):
+                    continue
+                raise EstimationError.from_rpc(e) from None
+            finally:
+                call.cancel()
+
+    def estimate_layers(self, specs: Iterable[Any], device: str, confidence: float | Iterable[float] | None = (0.9,),
+                        *, timeout_s: float | None = None) -> list[LayerResult]:
+        """Estimate bare layer configurations (pruning tools); one result per spec, in order.
+
+        A spec is a dict ``{type, params, name?}`` or a tuple ``(type, params[, name])``;
+        numeric parameters go as numbers, strings (``kind="relu6"``, ``mode="linear"``) and
+        integer lists (concat ``channels=[16, 32]``) as options.
+        """
+        req = pb2.EstimateLayersRequest(device=device, confidence=_confidences(confidence),
+                                        layers=[_spec_pb(s, i) for i, s in enumerate(specs)])
+        r = self._call(self._stub.EstimateLayers, req, timeout_s)
+        return [LayerResult.from_pb(m) for m in r.layers]
+
+    def estimate_layers_response(self, specs: Iterable[Any], device: str,
+                                 confidence: float | Iterable[float] | None = (0.9,), *,
+                                 timeout_s: float | None = None) -> dict[str, Any]:
+        """Like :meth:`estimate_layers`, plus the warnings, model version and server time."""
+        req = pb2.EstimateLayersRequest(device=device, confidence=_confidences(confidence),
+                                        layers=[_spec_pb(s, i) for i, s in enumerate(specs)])
+        r = self._call(self._stub.EstimateLayers, req, timeout_s)
+        return {"layers": [LayerResult.from_pb(m) for m in r.layers], "warnings": list(r.warnings),
+                "model_version": r.model_version, "server_time_ms": r.server_time_ms}

@@ -1,0 +1,844 @@
+"""The estimation service: ``estimation.v1.Estimation`` (``proto/estimation.proto``) over the
+estimator's public API (:class:`estimator.predict.Estimator`).
+
+Behaviour
+---------
+* At start every profile under the profiles directory is loaded (models trained, or
+  loaded from the local model cache). The standard health service answers
+  ``NOT_SERVING`` until then and ``SERVING`` after; estimate calls made meanwhile get
+  ``UNAVAILABLE`` (the Python client retries those). Server reflection is on.
+* Devices live in an immutable *registry* (device -> estimator). A reload (``SIGHUP`` or
+  the ``ReloadProfiles`` RPC) builds a new registry off to the side, reusing nothing but
+  the model cache, and swaps the reference at once. A request takes the registry it
+  starts with and finishes on it, so no request is lost or sees a half-built set; each
+  item of a stream takes the registry current when the item is processed. A device
+  whose new profile fails to load keeps its old models (the error is reported).
+* Refusals, each with a precise status, after which the server keeps serving:
+  ``INVALID_ARGUMENT`` (malformed ONNX, impossible shapes, unknown confidence, bad layer
+  spec; any :class:`~estimator.errors.UserError` without a more specific status),
+  ``NOT_FOUND`` (unknown device, listing the known ones), ``RESOURCE_EXHAUSTED`` (ONNX
+  larger than ``max_onnx_bytes``, more than ``max_layers`` layers; gRPC's own receive
+  limit sits 1 MiB above ``max_onnx_bytes`` so the precise check fires first),
+  ``UNAUTHENTICATED`` (token), ``DEADLINE_EXCEEDED`` (checked between the import and
+  the prediction), ``INTERNAL`` for bugs (logged with a traceback).
+* Identical requests for ONNX bytes (same bytes, device, model version, confidence
+  levels, per_layer and input shapes) are answered from a bounded LRU cache
+  (``cached=true``).
+* ``EstimateNetworks`` answers one response per request, in order; an item that fails
+  gets a response with ``error`` set and the stream goes on.
+* Structured logs: one JSON object per line (request id, rpc, device, status, duration)
+  when :func:`setup_json_logging` is installed (the ``estimation-service`` command does).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import sys
+import threading
+import time
+import traceback
+import uuid
+from collections import OrderedDict
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import grpc
+import numpy as np
+
+from estimator.errors import NotFoundError, TooLargeError, UserError
+from estimator.layers import LAYER_TYPES, LayerSpecError
+from estimator.predict import METRICS, Estimator, LayerEstimate, NetworkEstimate, make_layer, parse_confidence
+from estimator.profile import default_root, list_profiles, load_profile
+from proto import estimation_pb2 as pb2
+from proto import estimation_pb2_grpc as pb2_grpc
+from proto.serving import TokenInterceptor, add_health_and_reflection, bind, display_address, set_health
+
+__all__ = [
+    "SERVICE_NAME",
+    "ServerLimits",
+    "DeviceEntry",
+    "Registry",
+    "load_registry",
+    "EstimationServicer",
+    "EstimationServer",
+    "EmbeddedServer",
+    "JsonLogFormatter",
+    "setup_json_logging",
+    "DEFAULT_MAX_MESSAGE_MB",
+    "DEFAULT_CACHE_SIZE",
+    "DEFAULT_WORKERS",
+]
+
+log = logging.getLogger("service")
+log.addHandler(logging.NullHandler())  # a library: silent unless the application configures logging
+
+SERVICE_NAME = pb2.DESCRIPTOR.services_by_name["Estimation"].full_name
+DEFAULT_MAX_MESSAGE_MB = 64.0
+DEFAULT_CACHE_SIZE = 256
+DEFAULT_WORKERS = 8
+DEFAULT_MAX_LAYERS = 100_000
+DEFAULT_MAX_CONFIDENCE_LEVELS = 16
+#: gRPC's receive limit sits this far above max_onnx_bytes, so the precise check fires first.
+_MESSAGE_HEADROOM = 1 << 20
+#: Largest dimension accepted in input_shapes.
+_MAX_DIM = 2**31 - 1
+
+
+# ------------------------------------------------------------------------------ logging
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per record: ts, level, logger, msg, plus the record's ``fields``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, Mapping):
+            doc.update(fields)
+        if record.exc_info:
+            doc["traceback"] = "".join(traceback.format_exception(*record.exc_info))
+        return json.dumps(doc, default=str)
+
+
+def setup_json_logging(level: int = logging.INFO, stream: Any = None) -> Callable[[], None]:
+    """Send the ``service`` and ``proto.serving`` loggers, and Python warnings, to ``stream``
+    (stderr) as JSON lines. Returns a function that restores the previous configuration."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonLogFormatter())
+    names = ("service", "proto.serving", "py.warnings")
+    saved = {n: (list(logging.getLogger(n).handlers), logging.getLogger(n).level, logging.getLogger(n).propagate)
+             for n in names}
+    logging.captureWarnings(True)
+    for name in names:
+        lg = logging.getLogger(name)
+        lg.handlers[:] = [handler]
+        lg.setLevel(level)
+        lg.propagate = False
+
+    def restore() -> None:
+        logging.captureWarnings(False)
+        for n, (handlers, lvl, prop) in saved.items():
+            lg = logging.getLogger(n)
+            lg.handlers[:] = handlers
+            lg.setLevel(lvl)
+            lg.propagate = prop
+
+    return restore
+
+
+def _event(level: int, msg: str, **fields: Any) -> None:
+    if log.isEnabledFor(level):
+        log.log(level, msg, extra={"fields": fields})
+
+
+# ----------------------------------------------------------------------------- registry
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    max_onnx_bytes: int = int(DEFAULT_MAX_MESSAGE_MB * 2**20)
+    max_layers: int = DEFAULT_MAX_LAYERS
+    max_confidence_levels: int = DEFAULT_MAX_CONFIDENCE_LEVELS
+
+    @property
+    def max_message_bytes(self) -> int:
+        return self.max_onnx_bytes + _MESSAGE_HEADROOM
+
+    def to_pb(self) -> pb2.ServerLimits:
+        return pb2.ServerLimits(max_message_bytes=self.max_message_bytes, max_onnx_bytes=self.max_onnx_bytes,
+                                max_layers=self.max_layers, max_confidence_levels=self.max_confidence_levels)
+
+
+@dataclass(frozen=True)
+class DeviceEntry:
+    """One loaded device: its estimator, the ListDevices record and the model version."""
+
+    name: str
+    estimator: Estimator
+    model_version: str
+    info: pb2.DeviceInfo
+
+
+@dataclass(frozen=True)
+class Registry:
+    """An immutable set of loaded devices (swapped whole on reload)."""
+
+    generation: int
+    devices: Mapping[str, DeviceEntry]
+    errors: tuple[str, ...] = ()
+    root: Path | None = None
+
+    def get(self, device: str) -> DeviceEntry:
+        if not device:
+            raise UserError(f"no device given; known devices: {', '.join(self.devices) or 'none'}")
+        try:
+            return self.devices[device]
+        except KeyError:
+            known = ", ".join(sorted(self.devices)) or "none"
+            raise NotFoundError(f"unknown device {device!r}; known devices: {known}") from None
+
+
+def _model_version(est: Estimator) -> str:
+    """A short hash of what determines every answer: trained models and profile metadata."""
+    h = hashlib.sha256()
+    h.update(str(getattr(est.models, "cache_key", "")).encode())
+    h.update(json.dumps(est.profile.to_dict(), sort_keys=True, default=str).encode())
+    h.update(f"{est.n_samples}:{est.seed}".encode())
+    return h.hexdigest()[:16]
+
+
+def _device_info(est: Estimator, version: str) -> pb2.DeviceInfo:
+    prof = est.profile
+    pv = prof.provenance
+    info = pb2.DeviceInfo(
+        name=prof.name, hardware=prof.hardware, runner=prof.runner, precision=prof.precision,
+        provenance=pb2.Provenance(kind=pv.kind, source=pv.source, host=pv.host, versions=dict(pv.versions),
+                                  date=pv.date),
+        model_version=version, threads=int(prof.threads or 0), description=prof.description,
+        target=str(est.models.target), cpu_fallback_ops=list(prof.cpu_fallback_ops))
+    space = est.models.design_space()
+    for t, d in space.items():
+        cov = info.coverage.add(type=t, n_samples=int(d["n_rows"]))
+        for f, (lo, hi) in d["features"].items():
+            cov.ranges.add(feature=f, min=float(lo), max=float(hi))
+    info.fallback_types.extend(t for t in LAYER_TYPES if t not in space)
+    return info
+
+
+def load_registry(root: str | Path, *, previous: Registry | None = None, cache_root: str | Path | None = None,
+                  n_jobs: int = 1) -> Registry:
+    """Load every profile under ``root`` into a new :class:`Registry` (``previous`` is not touched).
+
+    A profile that fails to load is reported in ``errors``; if ``previous`` had that
+    device, its old entry is kept.
+    """
+    root = Path(root)
+    devices: dict[str, DeviceEntry] = {}
+    errors: list[str] = []
+    if not root.is_dir():
+        errors.append(f"{root}: profiles directory does not exist")
+        names: list[str] = []
+    else:
+        names = list_profiles(root)
+    for name in names:
+        t0 = time.perf_counter()
+        try:
+            est = Estimator.from_profile(load_profile(name, root), cache_root=cache_root, n_jobs=n_jobs)
+            est.fusion_rules()  # parse once, before any request needs it
+            version = _model_version(est)
+            devices[name] = DeviceEntry(name, est, version, _device_info(est, version))
+            _event(logging.INFO, "device loaded", device=name, model_version=version,
+                   from_cache=bool(getattr(est.models, "loaded_from_cache", False)),
+                   duration_ms=round((time.perf_counter() - t0) * 1e3, 1))
+        except Exception as e:  # one bad profile must not take the others down
+            msg = f"{root / name}: {e}" if isinstance(e, UserError) else f"{root / name}: {type(e).__name__}: {e}"
+            errors.append(msg)
+            kept = previous.devices.get(name) if previous is not None else None
+            if kept is not None:
+                devices[name] = kept
+            _event(logging.ERROR, "device failed to load", device=name, error=msg, kept_previous=kept is not None)
+    gen = (previous.generation + 1) if previous is not None else 1
+    return Registry(gen, dict(sorted(devices.items())), tuple(errors), root)
+
+
+# ------------------------------------------------------------------------ conversions
+
+
+def _intervals_pb(intervals: Mapping[str, Mapping[float, tuple[float, float]]]) -> list[pb2.Interval]:
+    return [pb2.Interval(metric=m, confidence=float(c), lower_ms=float(lo), upper_ms=float(hi))
+            for m in METRICS if m in intervals for c, (lo, hi) in sorted(intervals[m].items())]
+
+
+def _layer_pb(row: LayerEstimate, layer: Any = None) -> pb2.LayerEstimate:
+    m = pb2.LayerEstimate(
+        name=row.name, type=row.type, op_type=row.op_type or "",
+        features={k: float(v) for k, v in row.features.items()},
+        prediction_ms=float(row.prediction_ms), intervals=_intervals_pb(row.intervals),
+        out_of_design_space=bool(row.out_of_design_space), fallback=bool(row.fallback),
+        flags=[str(f) for f in row.flags], ops=float(row.ops), ood_reasons=[str(r) for r in row.ood_reasons])
+    if row.t_op_ms is not None and math.isfinite(row.t_op_ms):
+        m.t_op_ms = float(row.t_op_ms)
+    if layer is not None:
+        m.nodes.extend(str(n) for n in getattr(layer, "nodes", ()) or ())
+        m.activation = str(getattr(layer, "activation", "") or "")
+    return m
+
+
+def _number(v: float) -> int | float:
+    return int(v) if math.isfinite(v) and v == int(v) and abs(v) < 2**63 else float(v)
+
+
+def _layers_from_specs(specs: Sequence[pb2.LayerSpec], where: str) -> list[Any]:
+    out = []
+    for i, s in enumerate(specs):
+        params: dict[str, Any] = {k: _number(v) for k, v in s.params.items()}
+        clash = sorted(set(params) & set(s.options))
+        label = f"{where}[{i}] ({s.type or '?'}{' ' + repr(s.name) if s.name else ''})"
+        if clash:
+            raise LayerSpecError(f"{label}: {', '.join(clash)} given both as a number and as an option")
+        params.update(dict(s.options))
+        try:
+            out.append(make_layer(s.type, params, s.name))
+        except UserError as e:
+            raise LayerSpecError(f"{label}: {e}") from None
+        except (TypeError, ValueError, OverflowError) as e:
+            raise LayerSpecError(f"{label}: {type(e).__name__}: {e}") from None
+    _check_ranges(out, where)
+    return out
+
+
+#: ONNX ops whose vocabulary description can fail only on an impossible configuration
+#: (window larger than the padded input, groups not dividing the channels) once their
+#: input shape is known.
+_GEOMETRY_OPS = ("Conv", "MaxPool", "AveragePool")
+
+
+#: Largest feature value the models evaluate (the forests compare in float32).
+_MAX_FEATURE = float(np.finfo(np.float32).max) / 16
+
+
+def _check_ranges(layers: Sequence[Any], where: str) -> None:
+    """INVALID_ARGUMENT for a layer whose counts cannot be evaluated (non-finite or beyond float32)."""
+    for i, layer in enumerate(layers):
+        values = [("ops", float(layer.ops))] + [(k, float(v)) for k, v in layer.features.items()]
+        for k, v in values:
+            if not math.isfinite(v) or abs(v) > _MAX_FEATURE:
+                raise UserError(f"impossible shapes: {where}[{i}] ({layer.type} {layer.name!r}): {k} = {v:.3g} is "
+                                f"beyond what the latency models can evaluate (at most {_MAX_FEATURE:.3g})")
+
+
+def _reject_impossible(net: Any) -> None:
+    """INVALID_ARGUMENT for a network with a layer no runtime could execute.
+
+    The importer keeps such a node as a flagged ``other`` layer (``describe_failed``) and
+    says why in a warning; the service refuses the request instead, with that reason.
+    """
+    for layer in net.layers:
+        flags = getattr(layer, "flags", ())
+        shapes = getattr(layer, "input_shapes", ())
+        if "describe_failed" in flags and layer.op_type in _GEOMETRY_OPS and shapes and len(shapes[0]) > 0:
+            why = next((w for w in getattr(net, "warnings", ()) if str(w).startswith(f"layer {layer.name!r}")), "")
+            raise UserError(f"impossible shapes: {why or f'layer {layer.name!r} ({layer.op_type}) cannot be computed'}"
+                            f" (input {'x'.join(map(str, shapes[0]))})")
+
+
+# ---------------------------------------------------------------------------- servicer
+
+
+class _Deadline(Exception):
+    """The call's deadline passed (or the client cancelled it): stop working on it."""
+
+    def __init__(self, message: str, code: grpc.StatusCode = grpc.StatusCode.DEADLINE_EXCEEDED) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class _LRU:
+    """A bounded, thread-safe LRU map."""
+
+    def __init__(self, maxsize: int) -> None:
+        self.maxsize = max(int(maxsize), 0)
+        self._d: OrderedDict[Any, Any] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: Any) -> Any:
+        with self._lock:
+            v = self._d.get(key)
+            if v is None:
+                self.misses += 1
+                return None
+            self._d.move_to_end(key)
+            self.hits += 1
+            return v
+
+    def put(self, key: Any, value: Any) -> None:
+        if not self.maxsize:
+            return
+        with self._lock:
+            self._d[key] = value
+            self._d.move_to_end(key)
+            while len(self._d) > self.maxsize:
+                self._d.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._d.clear()
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+
+_STATUS = {c.name: c for c in grpc.StatusCode}
+#: Statuses that are the client's business (logged at INFO); others at WARNING.
+_EXPECTED = (grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND)
+
+
+def _status_of(e: UserError) -> grpc.StatusCode:
+    return _STATUS.get(getattr(e, "grpc_status", "INVALID_ARGUMENT"), grpc.StatusCode.INVALID_ARGUMENT)
+
+
+def _request_id(request: Any, context: grpc.ServicerContext) -> str:
+    rid = getattr(request, "request_id", "") or ""
+    if not rid:
+        for k, v in context.invocation_metadata() or ():
+            if k == "x-request-id":
+                rid = v if isinstance(v, str) else bytes(v).decode("utf-8", "replace")
+                break
+    return rid[:128] or uuid.uuid4().hex[:16]
+
+
+def _check_deadline(context: grpc.ServicerContext, stage: str) -> None:
+    remaining = context.time_remaining()
+    if remaining is not None and remaining <= 0:
+        raise _Deadline(f"deadline exceeded {stage}")
+    if not context.is_active():
+        raise _Deadline(f"call cancelled by the client {stage}", grpc.StatusCode.CANCELLED)
+
+
+class EstimationServicer(pb2_grpc.EstimationServicer):
+    """``estimation.v1.Estimation`` over a swappable :class:`Registry` of estimators."""
+
+    def __init__(self, profiles_dir: str | Path, *, limits: ServerLimits = ServerLimits(),
+                 cache_size: int = DEFAULT_CACHE_SIZE, cache_root: str | Path | None = None, n_jobs: int = 1
+                 ) -> None:
+        self.profiles_dir = Path(profiles_dir)
+        self.limits = limits
+        self.cache = _LRU(cache_size)
+        self.cache_root = cache_root
+        self.n_jobs = n_jobs
+        self._registry: Registry | None = None
+        self._reload_lock = threading.Lock()
+        self.loaded = threading.Event()
+
+    # -------------------------------------------------------------- registry
+    @property
+    def registry(self) -> Registry | None:
+        return self._registry
+
+    def reload(self) -> Registry:
+        """Build a new registry from the profiles directory and swap it in (thread-safe)."""
+        with self._reload_lock:
+            t0 = time.perf_counter()
+            new = load_registry(self.profiles_dir, previous=self._registry, cache_root=self.cache_root,
+                                n_jobs=self.n_jobs)
+            self._registry = new  # one reference assignment: atomic for every reader
+            first = not self.loaded.is_set()
+            self.loaded.set()
+            _event(logging.INFO, "profiles loaded" if first else "profiles reloaded", generation=new.generation,
+                   devices=list(new.devices), errors=list(new.errors),
+                   duration_ms=round((time.perf_counter() - t0) * 1e3, 1))
+            return new
+
+    def _current(self) -> Registry:
+        reg = self._registry
+        if reg is None:
+            raise _Unavailable("the service is still loading its device profiles; retry shortly")
+        return reg
+
+    # ----------------------------------------------------------------- calls
+    def _unary(self, rpc: str, request: Any, context: grpc.ServicerContext,
+               body: Callable[[str], tuple[Any, dict[str, Any]]]) -> Any:
+        t0 = time.perf_counter()
+        rid = _request_id(request, context)
+        fields: dict[str, Any] = {"request_id": rid, "rpc": rpc, "device": getattr(request, "device", "")}
+        _event(logging.DEBUG, "rpc start", **fields)
+        try:
+            context.set_trailing_metadata((("x-request-id", rid),))
+        except Exception:  # pragma: no cover - metadata is best effort
+            pass
+        code, message = grpc.StatusCode.OK, ""
+        try:
+            resp, extra = body(rid)
+            fields.update(extra)
+            return resp
+        except UserError as e:
+            code, message = _status_of(e), str(e)
+        except _Deadline as e:
+            code, message = e.code, str(e)
+        except _Unavailable as e:
+            code, message = grpc.StatusCode.UNAVAILABLE, str(e)
+        except Exception as e:  # a bug: report it, keep serving
+            code, message = grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}"
+            log.exception("internal error in %s", rpc, extra={"fields": {"request_id": rid, "rpc": rpc}})
+        finally:
+            fields["status"] = code.name
+            fields["duration_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
+            if message:
+                fields["error"] = message[:500]
+            _event(logging.INFO if code in _EXPECTED else logging.WARNING, "rpc", **fields)
+        context.abort(code, message)
+
+    def ListDevices(self, request: pb2.ListDevicesRequest, context: grpc.ServicerContext) -> pb2.ListDevicesResponse:
+        def body(rid: str) -> tuple[Any, dict[str, Any]]:
+            reg = self._current()
+            resp = pb2.ListDevicesResponse(devices=[e.info for e in reg.devices.values()], errors=list(reg.errors),
+                                           generation=reg.generation, limits=self.limits.to_pb())
+            return resp, {"n_devices": len(reg.devices)}
+
+        return self._unary("ListDevices", request, context, body)
+
+    def ReloadProfiles(self, request: pb2.ReloadProfilesRequest, context: grpc.ServicerContext
+                       ) -> pb2.ReloadProfilesResponse:
+        def body(rid: str) -> tuple[Any, dict[str, Any]]:
+            reg = self.reload()
+            return (pb2.ReloadProfilesResponse(devices=list(reg.devices), errors=list(reg.errors),
+                                               generation=reg.generation), {"generation": reg.generation})
+
+        return self._unary("ReloadProfiles", request, context, body)
+
+    def EstimateNetwork(self, request: pb2.EstimateNetworkRequest, context: grpc.ServicerContext
+                        ) -> pb2.EstimateNetworkResponse:
+        def body(rid: str) -> tuple[Any, dict[str, Any]]:
+            resp = self.estimate_network(request, context)
+            resp.request_id = rid
+            return resp, {"cached": resp.cached, "n_layers": resp.n_layers}
+
+        return self._unary("EstimateNetwork", request, context, body)
+
+    def EstimateLayers(self, request: pb2.EstimateLayersRequest, context: grpc.ServicerContext
+                       ) -> pb2.EstimateLayersResponse:
+        def body(rid: str) -> tuple[Any, dict[str, Any]]:
+            return self.estimate_layers(request, context), {"n_layers": len(request.layers)}
+
+        return self._unary("EstimateLayers", request, context, body)
+
+    def EstimateNetworks(self, request_iterator: Iterator[pb2.EstimateNetworkRequest],
+                         context: grpc.ServicerContext) -> Iterator[pb2.EstimateNetworkResponse]:
+        t_stream = time.perf_counter()
+        n = n_err = 0
+        stream_id = uuid.uuid4().hex[:16]
+        code, message = grpc.StatusCode.OK, ""
+        try:
+            for request in request_iterator:
+                t0 = time.perf_counter()
+                rid = request.request_id or f"{stream_id}/{n}"
+                status = "OK"
+                try:
+                    resp = self.estimate_network(request, context)
+                except UserError as e:
+                    status = _status_of(e).name
+                    resp = pb2.EstimateNetworkResponse(device=request.device, error=pb2.Error(code=status, message=str(e)))
+                except _Unavailable as e:
+                    status = "UNAVAILABLE"
+                    resp = pb2.EstimateNetworkResponse(device=request.device, error=pb2.Error(code=status, message=str(e)))
+                except _Deadline:
+                    raise
+                except Exception as e:
+                    status = "INTERNAL"
+                    log.exception("internal error in EstimateNetworks", extra={"fields": {"request_id": rid}})
+                    resp = pb2.EstimateNetworkResponse(
+                        device=request.device,
+                        error=pb2.Error(code=status, message=f"internal error: {type(e).__name__}: {e}"))
+                resp.request_id = rid
+                if status != "OK":
+                    n_err += 1
+                    resp.server_time_ms = (time.perf_counter() - t0) * 1e3
+                _event(logging.INFO, "rpc item", request_id=rid, rpc="EstimateNetworks", device=request.device,
+                       status=status, item=n, cached=resp.cached,
+                       duration_ms=round((time.perf_counter() - t0) * 1e3, 3),
+                       **({"error": resp.error.message[:500]} if status != "OK" else {}))
+                n += 1
+                yield resp
+        except _Deadline as e:
+            code, message = e.code, str(e)
+        except grpc.RpcError as e:  # the client went away mid-stream
+            code, message = grpc.StatusCode.CANCELLED, f"stream broken: {e}"
+        finally:
+            _event(logging.INFO, "rpc", request_id=stream_id, rpc="EstimateNetworks", status=code.name, items=n,
+                   item_errors=n_err, duration_ms=round((time.perf_counter() - t_stream) * 1e3, 3),
+                   **({"error": message} if message else {}))
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            context.abort(code, message)
+
+    # ------------------------------------------------------------ estimation
+    def _confidence(self, values: Sequence[float]) -> list[float]:
+        if len(values) > self.limits.max_confidence_levels:
+            raise TooLargeError(f"{len(values)} confidence levels; at most {self.limits.max_confidence_levels} "
+                                "per request")
+        return parse_confidence(list(values) if len(values) else None)
+
+    def _input_shapes(self, shapes: Mapping[str, pb2.Shape]) -> Any:
+        if not shapes:
+            return None
+        out: dict[str, list[int]] = {}
+        for k, s in shapes.items():
+            dims = list(s.dims)
+            if not dims or any(d < 1 or d > _MAX_DIM for d in dims):
+                raise UserError(f"input_shapes[{k!r}] = {dims}: every dimension must be in [1, {_MAX_DIM}]")
+            out[k] = dims
+        if "" in out:
+            if len(out) > 1:
+                raise UserError("input_shapes: the key '' (the only input) cannot be mixed with named inputs")
+            return out[""]
+        return out
+
+    def estimate_network(self, request: pb2.EstimateNetworkRequest, context: grpc.ServicerContext
+                         ) -> pb2.EstimateNetworkResponse:
+        """One EstimateNetwork (raises UserError/_Deadline/_Unavailable; the caller maps them)."""
+        t0 = time.perf_counter()
+        _check_deadline(context, "before the estimate started")
+        reg = self._current()
+        entry = reg.get(request.device)
+        confs = self._confidence(request.confidence)
+        which = request.WhichOneof("model")
+        if which is None:
+            raise UserError("the request carries no model: set 'onnx' (serialized ONNX bytes) or 'layers'")
+        key = None
+        if which == "onnx":
+            size = len(request.onnx)
+            if size > self.limits.max_onnx_bytes:
+                raise TooLargeError(
+                    f"the ONNX model is {size} bytes; this server accepts at most {self.limits.max_onnx_bytes} bytes "
+                    f"({self.limits.max_onnx_bytes / 2**20:.1f} MiB, --max-message-mb); strip the initializer data "
+                    "(the Python client does so by default)")
+            shapes = self._input_shapes(request.input_shapes)
+            key = (entry.name, entry.model_version, hashlib.sha256(request.onnx).digest(), tuple(confs),
+                   bool(request.per_layer), json.dumps(shapes, sort_keys=True))
+            hit = self.cache.get(key)
+            if hit is not None:
+                resp = pb2.EstimateNetworkResponse()
+                resp.CopyFrom(hit)
+                resp.cached = True
+                if request.name:
+                    resp.name = request.name
+                resp.server_time_ms = (time.perf_counter() - t0) * 1e3
+                return resp
+            est = entry.estimator
+            net = est.load_network(bytes(request.onnx), shapes)
+            _reject_impossible(net)
+            _check_ranges(net.layers, "layers")
+            if len(net.layers) > self.limits.max_layers:
+                raise TooLargeError(f"the network has {len(net.layers)} layers; this server estimates at most "
+                                    f"{self.limits.max_layers} per request")
+            _check_deadline(context, "after importing the ONNX model")
+            result = est.estimate_network(net, confs, name=str(getattr(net, "name", "") or ""))
+            layers = list(net.layers)
+        else:
+            specs = request.layers.layers
+            if not specs:
+                raise UserError("the layer list is empty")
+            if len(specs) > self.limits.max_layers:
+                raise TooLargeError(f"{len(specs)} layers; this server estimates at most {self.limits.max_layers} "
+                                    "per request")
+            if request.input_shapes:
+                raise UserError("input_shapes applies to ONNX models, not to layer lists")
+            layers = _layers_from_specs(specs, "layers")
+            _check_deadline(context, "before the prediction")
+            result = entry.estimator.estimate_network(
+                SimpleNamespace(layers=layers, warnings=[], free_nodes={}, name=request.name), confs,
+                name=request.name)
+        resp = self._network_pb(result, entry, layers if request.per_layer else None)
+        _check_deadline(context, "after the prediction")
+        if key is not None:  # cached under the graph's own name; the request's name is applied per answer
+            self.cache.put(key, resp)
+            out = pb2.EstimateNetworkResponse()
+            out.CopyFrom(resp)
+            resp = out
+            if request.name:
+                resp.name = request.name
+        resp.server_time_ms = (time.perf_counter() - t0) * 1e3
+        return resp
+
+    @staticmethod
+    def _network_pb(res: NetworkEstimate, entry: DeviceEntry, layers: Sequence[Any] | None
+                    ) -> pb2.EstimateNetworkResponse:
+        resp = pb2.EstimateNetworkResponse(
+            device=entry.name, total_ms=float(res.total_ms), intervals=_intervals_pb(res.intervals),
+            warnings=[str(w) for w in res.warnings], n_layers=len(res.layers),
+            n_out_of_design_space=int(res.n_out_of_design_space), n_fallback=int(res.n_fallback),
+            model_version=entry.model_version, confidence=[float(c) for c in res.confidence], name=res.name or "")
+        if layers is not None:
+            resp.layers.extend(_layer_pb(row, layer) for row, layer in zip(res.layers, layers))
+        return resp
+
+    def estimate_layers(self, request: pb2.EstimateLayersRequest, context: grpc.ServicerContext
+                        ) -> pb2.EstimateLayersResponse:
+        t0 = time.perf_counter()
+        _check_deadline(context, "before the estimate started")
+        reg = self._current()
+        entry = reg.get(request.device)
+        confs = self._confidence(request.confidence)
+        if not request.layers:
+            raise UserError("no layers given")
+        if len(request.layers) > self.limits.max_layers:
+            raise TooLargeError(f"{len(request.layers)} layers; this server estimates at most "
+                                f"{self.limits.max_layers} per request")
+        layers = _layers_from_specs(request.layers, "layers")
+        _check_deadline(context, "before the prediction")
+        rows, warns = entry.estimator.estimate_layers_with_warnings(layers, confs)
+        _check_deadline(context, "after the prediction")
+        return pb2.EstimateLayersResponse(layers=[_layer_pb(r) for r in rows], model_version=entry.model_version,
+                                          warnings=[str(w) for w in warns], device=entry.name,
+                                          server_time_ms=(time.perf_counter() - t0) * 1e3)
+
+
+class _Unavailable(Exception):
+    pass
+
+
+# ------------------------------------------------------------------------------ server
+
+
+class EstimationServer:
+    """A gRPC server running :class:`EstimationServicer`, plus health and reflection.
+
+    ``start()`` binds and starts serving (health ``NOT_SERVING``), then loads the profiles
+    (in the calling thread, or in the background with ``wait=False``) and turns health to
+    ``SERVING``. ``stop(grace)`` refuses new calls and lets running ones finish for up to
+    ``grace`` seconds. Usable as a context manager.
+    """
+
+    def __init__(self, profiles_dir: str | Path | None = None, port: int = 0, *, host: str = "127.0.0.1",
+                 token: str | None = None, tls_cert: str | Path | None = None, tls_key: str | Path | None = None,
+                 max_message_mb: float = DEFAULT_MAX_MESSAGE_MB, cache_size: int = DEFAULT_CACHE_SIZE,
+                 workers: int = DEFAULT_WORKERS, max_layers: int = DEFAULT_MAX_LAYERS,
+                 cache_root: str | Path | None = None, n_jobs: int = 1, grace_s: float = 10.0) -> None:
+        if not (max_message_mb > 0 and math.isfinite(max_message_mb)):
+            raise ValueError(f"max_message_mb must be > 0, got {max_message_mb}")
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        if cache_size < 0:
+            raise ValueError(f"cache_size must be >= 0, got {cache_size}")
+        if max_layers < 1:
+            raise ValueError(f"max_layers must be >= 1, got {max_layers}")
+        if token is not None and not token.strip():
+            raise ValueError("the token is empty")
+        if bool(tls_cert) != bool(tls_key):
+            raise ValueError("TLS needs both a certificate and its private key")
+        self.profiles_dir = Path(profiles_dir) if profiles_dir is not None else default_root()
+        self.host = host
+        self.requested_port = int(port)
+        self.token = token.strip() if token else None
+        self.tls_cert, self.tls_key = tls_cert, tls_key
+        self.limits = ServerLimits(max_onnx_bytes=int(max_message_mb * 2**20), max_layers=int(max_layers))
+        self.cache_size = int(cache_size)
+        self.workers = int(workers)
+        self.cache_root = cache_root
+        self.n_jobs = n_jobs
+        self.grace_s = float(grace_s)
+        self.port: int = 0
+        self.server: grpc.Server | None = None
+        self.servicer: EstimationServicer | None = None
+        self._health: Any = None
+        self._loader: threading.Thread | None = None
+        self.load_error: BaseException | None = None
+
+    @property
+    def address(self) -> str:
+        """``host:port`` a local client dials (``127.0.0.1:PORT`` for the loopback default)."""
+        if not self.port:
+            raise RuntimeError("the server is not started")
+        return display_address(self.host, self.port)
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_cert)
+
+    def start(self, *, wait: bool = True) -> "EstimationServer":
+        if self.server is not None:
+            raise RuntimeError("the server is already started")
+        interceptors = []
+        if self.token:
+            interceptors.append(TokenInterceptor(
+                self.token, on_deny=lambda m: _event(logging.WARNING, "rpc", rpc=m.rsplit("/", 1)[-1],
+                                                     status="UNAUTHENTICATED", error="bad or missing token")))
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="estimation"),
+            interceptors=interceptors,
+            options=[("grpc.max_receive_message_length", self.limits.max_message_bytes),
+                     ("grpc.max_send_message_length", max(self.limits.max_message_bytes, 256 << 20)),
+                     ("grpc.so_reuseport", 0)],
+        )
+        servicer = EstimationServicer(self.profiles_dir, limits=self.limits, cache_size=self.cache_size,
+                                      cache_root=self.cache_root, n_jobs=self.n_jobs)
+        pb2_grpc.add_EstimationServicer_to_server(servicer, server)
+        self._health = add_health_and_reflection(server, [SERVICE_NAME])
+        self.port = bind(server, self.host, self.requested_port, tls_cert=self.tls_cert, tls_key=self.tls_key,
+                         what="estimation service")
+        server.start()
+        self.server, self.servicer = server, servicer
+        _event(logging.INFO, "listening", address=self.address, tls=self.tls, token=bool(self.token),
+               profiles=str(self.profiles_dir), workers=self.workers, cache_size=self.cache_size,
+               max_onnx_bytes=self.limits.max_onnx_bytes)
+        if wait:
+            self._load()
+        else:
+            self._loader = threading.Thread(target=self._load, name="estimation-load", daemon=True)
+            self._loader.start()
+        return self
+
+    def _load(self) -> None:
+        assert self.servicer is not None
+        try:
+            self.servicer.reload()
+        except BaseException as e:  # noqa: BLE001 - reported; the server stays NOT_SERVING
+            self.load_error = e
+            log.exception("loading the profiles failed")
+            raise
+        set_health(self._health, [SERVICE_NAME], serving=True)
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Wait until the profiles are loaded (True) or ``timeout`` passes (False)."""
+        if self.servicer is None:
+            raise RuntimeError("the server is not started")
+        return self.servicer.loaded.wait(timeout)
+
+    def reload(self) -> Registry:
+        """Reload the profiles (what SIGHUP and the ReloadProfiles RPC do)."""
+        if self.servicer is None:
+            raise RuntimeError("the server is not started")
+        return self.servicer.reload()
+
+    def stop(self, grace: float | None = None) -> None:
+        """Stop accepting calls; running ones may finish for up to ``grace`` seconds (default grace_s)."""
+        if self.server is None:
+            return
+        g = self.grace_s if grace is None else grace
+        if self._health is not None:
+            set_health(self._health, [SERVICE_NAME], serving=False)
+        t0 = time.perf_counter()
+        self.server.stop(g).wait()
+        _event(logging.INFO, "stopped", grace_s=g, drain_ms=round((time.perf_counter() - t0) * 1e3, 1))
+        self.server = None
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self.server is None:
+            return True
+        return self.server.wait_for_termination(timeout)
+
+    def __enter__(self) -> "EstimationServer":
+        if self.server is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+class EmbeddedServer(EstimationServer):
+    """The in-process server the NAS client starts when no ``--service`` address is given.
+
+    .. code-block:: python
+
+        with EmbeddedServer(profiles_dir) as srv:          # loopback, free port, profiles loaded
+            client = EstimationClient(srv.address)
+
+    Defaults: the default profiles root (:func:`estimator.profile.default_root`),
+    ``127.0.0.1``, a free port, no token, no TLS, a short grace period.
+    """
+
+    def __init__(self, profiles_dir: str | Path | None = None, port: int = 0, *, host: str = "127.0.0.1",
+                 grace_s: float = 2.0, **kwargs: Any) -> None:
+        super().__init__(profiles_dir, port, host=host, grace_s=grace_s, **kwargs)

@@ -1,0 +1,191 @@
+"""Speed of the estimation service (a script, not a test: prints figures, asserts nothing).
+
+Run it on a quiet machine against a real profile, e.g.::
+
+    python tests/perf/service_speed.py --profiles profiles --device host-cpu
+    python tests/perf/service_speed.py --address 127.0.0.1:50071 --device host-cpu   # a running server
+    python tests/perf/service_speed.py --build-tiny /tmp/tiny --single 20 --stream 50 --layers 1000  # try it
+
+Sections
+--------
+1. ``EstimateNetwork`` for MobileNetV2 (224, torch zoo, weights stripped by the client),
+   all three CMs at one confidence (``--confidence``, default 0.9), per-layer rows on:
+   server-side time (``server_time_ms``) and client round trip, p50/p99 over ``--single``
+   calls. The in-process server runs with its response cache off for this section, so
+   every call is a real estimate; a cache hit is timed separately. Beside it, the same
+   estimate in-process through ``Estimator.estimate_network`` (no gRPC), and, if the
+   estimator exposes a switch for its reference (non-fast) evaluation path, that path.
+2. A stream of ``--stream`` distinct networks over one ``EstimateNetworks`` call:
+   networks/s. ``--stream-kind onnx`` (default) generates MobileNetV2-style ONNX graphs
+   with random width, resolution, depth, expansion and kernels (weights stripped, as the
+   client sends them; generation is not timed); ``zoo`` exports torch MobileNetV2
+   variants (width x resolution) instead (slow to export; exported before timing).
+3. ``EstimateLayers`` with ``--layers`` random layer configurations in one request:
+   seconds (server-side and round trip).
+"""
+from __future__ import annotations
+
+import argparse
+import inspect
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from service_common import (add_server_args, fmt_rate, mbv2_like_onnx, pick_device, random_layer_specs,  # noqa: E402
+                            server_address, summary)
+
+from service.client import EstimationClient, strip_initializers  # noqa: E402
+
+
+def _reference_switch() -> str | None:
+    """The keyword of Estimator.estimate_network that selects the reference path, if any."""
+    from estimator.predict import Estimator
+
+    params = inspect.signature(Estimator.estimate_network).parameters
+    for name in ("fast", "use_fast", "reference", "naive"):
+        if name in params:
+            return name
+    return None
+
+
+def section_single(client: EstimationClient, device: str, args: argparse.Namespace, mbv2: bytes) -> None:
+    conf = (args.confidence,)
+    server_ms: list[float] = []
+    rtt_ms: list[float] = []
+    client.estimate_network(mbv2, device, confidence=conf, per_layer=True, strip=False)  # warm-up
+    for i in range(args.single):
+        t0 = time.perf_counter()
+        r = client.estimate_network(mbv2, device, confidence=conf, per_layer=True, strip=False, name=f"run{i}")
+        rtt_ms.append((time.perf_counter() - t0) * 1e3)
+        if r.cached:
+            print("  note: answered from the cache; start the server with --cache-size 0 for this section")
+        server_ms.append(r.server_time_ms)
+    print(f"MobileNetV2 224 ({r.n_layers} layers, stripped {len(mbv2) / 1e3:.1f} kB, CM_TV/CM_LV/CM_O at "
+          f"{args.confidence:g}, per-layer rows on)")
+    print(f"  server time ms : {summary(server_ms)}")
+    print(f"  round trip ms  : {summary(rtt_ms)}")
+    if args.address is None and args.profiles_for_inprocess is not None:
+        from estimator.predict import Estimator
+
+        est = Estimator.from_profile(device, root=args.profiles_for_inprocess)
+        est.estimate_network(mbv2, conf)
+        ms = []
+        for _ in range(args.single):
+            t0 = time.perf_counter()
+            est.estimate_network(mbv2, conf)
+            ms.append((time.perf_counter() - t0) * 1e3)
+        print(f"  in-process Estimator.estimate_network ms: {summary(ms)}")
+        switch = _reference_switch()
+        if switch:
+            value = switch not in ("fast", "use_fast")
+            ref = []
+            for _ in range(args.single):
+                t0 = time.perf_counter()
+                est.estimate_network(mbv2, conf, **{switch: value})
+                ref.append((time.perf_counter() - t0) * 1e3)
+            print(f"  in-process reference path ({switch}={value}) ms: {summary(ref)}")
+        else:
+            print("  (the estimator exposes no reference-path switch; nothing to compare against)")
+
+
+def section_cached(client: EstimationClient, device: str, args: argparse.Namespace, mbv2: bytes) -> None:
+    client.estimate_network(mbv2, device, confidence=(args.confidence,), per_layer=True, strip=False, name="c")
+    ms, srv = [], []
+    for _ in range(max(args.single, 10)):
+        t0 = time.perf_counter()
+        r = client.estimate_network(mbv2, device, confidence=(args.confidence,), per_layer=True, strip=False, name="c")
+        ms.append((time.perf_counter() - t0) * 1e3)
+        srv.append(r.server_time_ms)
+    print(f"  cache hit (cached={r.cached}) round trip ms: {summary(ms)}; server ms p50 {statistics.median(srv):.3f}")
+
+
+def section_stream(client: EstimationClient, device: str, args: argparse.Namespace) -> None:
+    rng = np.random.default_rng(args.seed)
+    if args.stream_kind == "zoo":
+        from estimator import zoo
+
+        widths, resolutions = [0.35, 0.5, 0.75, 1.0, 1.3, 1.4], list(range(96, 321, 8))
+        nets = []
+        for i in range(args.stream):
+            w, res = widths[i % len(widths)], resolutions[(i // len(widths)) % len(resolutions)]
+            nets.append(strip_initializers(zoo.export_onnx(zoo.MobileNetV2(width_mult=w), res)).SerializeToString())
+    else:
+        nets = [mbv2_like_onnx(rng) for _ in range(args.stream)]
+    distinct = len(set(nets))
+    items = [{"model": b, "device": device, "confidence": (args.confidence,), "strip": False} for b in nets]
+    t0 = time.perf_counter()
+    n = errors = cached = 0
+    srv = []
+    for r in client.estimate_networks(items, per_layer=False):
+        n += 1
+        errors += not r.ok
+        cached += r.cached
+        srv.append(r.server_time_ms)
+    dt = time.perf_counter() - t0
+    print(f"EstimateNetworks stream: {n} networks ({distinct} distinct, {args.stream_kind}) in {dt:.2f} s = "
+          f"{fmt_rate(n, dt)}; errors {errors}, cached {cached}; per-item server ms: {summary(srv)}")
+
+
+def section_layers(client: EstimationClient, device: str, args: argparse.Namespace) -> None:
+    rng = np.random.default_rng(args.seed + 1)
+    specs = random_layer_specs(rng, args.layers)
+    t0 = time.perf_counter()
+    resp = client.estimate_layers_response(specs, device, confidence=(args.confidence,), timeout_s=600)
+    dt = time.perf_counter() - t0
+    n_fb = sum(r.fallback for r in resp["layers"])
+    print(f"EstimateLayers: {len(resp['layers'])} layer variants in one request: {dt:.3f} s round trip, "
+          f"{resp['server_time_ms'] / 1e3:.3f} s server ({n_fb} fallback)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    add_server_args(ap)
+    ap.add_argument("--confidence", type=float, default=0.9)
+    ap.add_argument("--single", type=int, default=200, help="EstimateNetwork calls for p50/p99 (default 200)")
+    ap.add_argument("--stream", type=int, default=1000, help="distinct networks on the stream (default 1000)")
+    ap.add_argument("--stream-kind", choices=("onnx", "zoo"), default="onnx")
+    ap.add_argument("--layers", type=int, default=10_000, help="layer variants for EstimateLayers (default 10000)")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+
+    from estimator import zoo
+
+    mbv2 = strip_initializers(zoo.export_onnx("mobilenet_v2", 224)).SerializeToString()
+    args.profiles_for_inprocess = None
+    if args.address is None:
+        from estimator.profile import default_root
+        from service_common import build_tiny_profile
+
+        args.profiles_for_inprocess = (build_tiny_profile(args.build_tiny) if args.build_tiny
+                                       else (args.profiles or default_root()))
+        args.profiles = args.profiles_for_inprocess
+        args.build_tiny = None
+    print("service speed (noisy unless the machine is quiet)")
+    # section 1 without the response cache (in-process server), then the rest with it
+    with server_address(args, cache_size=0) as (address, ckw):
+        with EstimationClient(address, timeout_s=600, **ckw) as client:
+            client.wait_ready(600)
+            device = pick_device(client, args.device)
+            print(f"device {device} at {address}")
+            section_single(client, device, args, mbv2)
+            if args.address is not None:
+                section_cached(client, device, args, mbv2)
+            section_stream(client, device, args)
+            section_layers(client, device, args)
+    if args.address is None:
+        with server_address(args) as (address, ckw):
+            with EstimationClient(address, timeout_s=600, **ckw) as client:
+                client.wait_ready(600)
+                section_cached(client, device, args, mbv2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
