@@ -25,7 +25,7 @@ import pytest
 from proto import estimation_pb2 as pb2
 from proto import estimation_pb2_grpc as pb2_grpc
 from service.server import EmbeddedServer
-from tests.service_support import DEVICE, ProfileSet, conv_net_onnx, profile_set, self_signed_cert
+from tests.service_support import DEVICE, ProfileSet, conv_chain_onnx, conv_net_onnx, profile_set, self_signed_cert
 
 pytestmark = pytest.mark.slow
 
@@ -349,9 +349,11 @@ def test_deadline_exceeded_is_honoured_by_the_server(server: EmbeddedServer, stu
     import logging
 
     caplog.set_level(logging.INFO, logger="service")
-    big = conv_net_onnx(256, width=64)  # a fresh model: not in the cache, takes a while to import
+    # A fresh model (not cached) that arrives quickly (12 MB on loopback) but whose import and
+    # estimate take seconds (5,000 layers at ~0.4 ms each), far past the 0.3 s deadline.
+    big = conv_chain_onnx(5000)
     with pytest.raises(grpc.RpcError) as ei:
-        stub.EstimateNetwork(pb2.EstimateNetworkRequest(device=DEVICE, onnx=big, request_id="late"), timeout=0.05)
+        stub.EstimateNetwork(pb2.EstimateNetworkRequest(device=DEVICE, onnx=big, request_id="late"), timeout=0.3)
     assert ei.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     # the server noticed too (it checks the deadline before and after the import) and logged it
     deadline = time.monotonic() + 60
