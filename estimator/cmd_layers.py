@@ -7,8 +7,8 @@ import sys
 from typing import Any
 
 from .layers import Layer, LayerType
-from .onnx_import import (DEFAULT_SIMPLIFY_TIMEOUT_S, InputShapeError, Network, load_network,
-                          parse_input_shape)
+from .cliargs import MODEL_HELP, input_shapes_from_args, model_source
+from .onnx_import import DEFAULT_SIMPLIFY_TIMEOUT_S, Network, load_network
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -17,7 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Simplify an ONNX model (onnxsim), extract its layers in topological order with the "
                     "generic fusion rules, and print them with totals, warnings and the operators outside "
                     "the layer vocabulary.")
-    p.add_argument("model", metavar="MODEL.onnx", help="ONNX file")
+    p.add_argument("model", metavar="MODEL.onnx", help=MODEL_HELP)
     p.add_argument("--input-shape", action="append", default=[], metavar="[NAME:]DIMS",
                    help="fix an input's shape, e.g. 1x3x224x224 (single input) or input:1x3x224x224; repeatable")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
@@ -27,27 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def input_shapes_from_args(specs: list[str]) -> dict[str, tuple[int, ...]] | tuple[int, ...] | None:
-    """``--input-shape`` values -> ``input_shapes`` for :func:`load_network`."""
-    if not specs:
-        return None
-    parsed = [parse_input_shape(s) for s in specs]
-    unnamed = [shape for name, shape in parsed if name is None]
-    if unnamed:
-        if len(parsed) > 1:
-            raise InputShapeError("give NAME:DIMS for every --input-shape when there is more than one")
-        return unnamed[0]
-    out: dict[str, tuple[int, ...]] = {}
-    for name, shape in parsed:
-        assert name is not None
-        if name in out:
-            raise InputShapeError(f"--input-shape given twice for input {name!r}")
-        out[name] = shape
-    return out
-
-
 def run(args: argparse.Namespace) -> int:
-    net = load_network(args.model, input_shapes=input_shapes_from_args(args.input_shape),
+    src, _ = model_source(args.model)
+    net = load_network(src, input_shapes=input_shapes_from_args(args.input_shape),
                        simplify=not args.no_simplify, simplify_timeout_s=args.simplify_timeout)
     if args.json:
         d = net.to_dict()

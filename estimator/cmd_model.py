@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .aggregate import COUPLINGS
+from .cliargs import MODEL_HELP, input_shapes_from_args, model_source
 from .errors import UserError
 from .models import METRICS, TARGETS
 from .predict import Estimator, NetworkEstimate, parse_confidence
@@ -178,23 +179,8 @@ def plot_layer_widths(est: NetworkEstimate, path: str | Path, confidence: float 
 def _cmd_predict(args: argparse.Namespace) -> int:
     confs = _confidences(args.confidence)
     est = _estimator(args)
-    shapes: Any = None
-    if args.input_shape:
-        from .onnx_import import parse_input_shape  # noqa: PLC0415
-
-        parsed = [parse_input_shape(s) for s in args.input_shape]
-        if len(parsed) == 1 and parsed[0][0] is None:
-            shapes = list(parsed[0][1])
-        else:
-            if any(n is None for n, _ in parsed):
-                raise UserError("with several --input-shape values, name each one: NAME:1x3x224x224")
-            shapes = {n: list(s) for n, s in parsed}
-    path = Path(args.model)
-    if not path.is_file():
-        from .errors import NotFoundError  # noqa: PLC0415
-
-        raise NotFoundError(f"no such ONNX file: {path}")
-    net = est.estimate_network(path, confs, input_shapes=shapes, name=path.stem)
+    src, name = model_source(args.model)
+    net = est.estimate_network(src, confs, input_shapes=input_shapes_from_args(args.input_shape), name=name)
     if args.json:
         json.dump(net.to_dict(), sys.stdout, indent=2, default=_json_default)
         print()
@@ -457,7 +443,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("predict", help="per-layer and network latency with CM_TV/CM_LV/CM_O intervals",
                               description="Per-layer table (prediction, CM_TV/CM_LV/CM_O intervals, "
                                           "out-of-design-space and fallback flags) and network totals.")
-    p.add_argument("model", metavar="MODEL.onnx", help="ONNX model")
+    p.add_argument("model", metavar="MODEL.onnx", help=MODEL_HELP)
     _common(p)
     p.add_argument("--confidence", action="append", metavar="C",
                    help="confidence level(s) in (0, 1), repeatable or comma-separated (default 0.9)")

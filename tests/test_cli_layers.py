@@ -197,3 +197,18 @@ def test_oldest_and_newest_opset_in_a_subprocess(opset, tmp_path):
     p = run_cli(str(path), "--json")
     assert p.returncode == 0, p.stderr
     assert [(la["type"], la["activation"]) for la in json.loads(p.stdout)["layers"]] == EXPECTED
+
+
+def test_zoo_reference_needs_no_file(capsys):
+    d = run_main(capsys, "zoo:squeezenet@64", "--json")
+    want = count(zoo.build("squeezenet", 64), (1, 3, 64, 64))
+    assert d["totals"]["macs"] == want.macs
+
+
+@pytest.mark.parametrize("ref,fragment", [("zoo:nope", "unknown zoo network 'nope'"),
+                                          ("zoo:resnet18@abc", "zoo resolution must be an integer"),
+                                          ("zoo:resnet18@8", "zoo resolution must be in")])
+def test_bad_zoo_reference(capsys, ref, fragment):
+    assert cli.main(["layers", ref]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and fragment in err
