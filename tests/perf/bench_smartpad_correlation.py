@@ -12,7 +12,12 @@ and print the Pearson correlation of T_LUM and of T_single with the reference (t
 T_LUM: >= 0.975), on raw values and on log values, plus the median ratios. Run it on a
 quiet machine: timings taken beside other work are noisy.
 
+With ``--runner vela`` the same is done on Arm Vela's cost model (int8 TFLite, i.MX93
+Ethos-U65 defaults; needs the ``tflite`` extra): the reference is then Vela's own
+per-layer estimate of the LUM's operators inside the padded model.
+
     python tests/perf/bench_smartpad_correlation.py            # full: 200 configs
+    python tests/perf/bench_smartpad_correlation.py --runner vela --n 100
     python tests/perf/bench_smartpad_correlation.py --n 20 --runs 5   # smoke
 """
 from __future__ import annotations
@@ -28,10 +33,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.modelgen import padded_model, to_onnx  # noqa: E402
+from bench.modelgen import ModelIR, padded_model, to_onnx  # noqa: E402
 from bench.runners.onnxruntime_runner import OnnxRuntimeRunner  # noqa: E402
 from bench.sampling import limits_for, sample_type  # noqa: E402
-from bench.smartpad import SmartPad, lum_profile_ms  # noqa: E402
+from bench.smartpad import SmartPad, lum_profile_ms, render_model  # noqa: E402
 from bench.storage import Store  # noqa: E402
 
 
@@ -48,13 +53,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--db", default=None, help="keep the measurements in this database (default: temporary)")
+    ap.add_argument("--runner", choices=("onnxruntime", "vela"), default="onnxruntime")
     a = ap.parse_args(argv)
 
-    lim = limits_for("onnxruntime", max_ops=a.max_ops)
+    lim = limits_for(a.runner, max_ops=a.max_ops)
     half = a.n // 2
     plan = sample_type("conv2d", a.n - half, seed=a.seed, limits=lim) + sample_type("dwconv2d", half, seed=a.seed,
                                                                                       limits=lim)
-    runner = OnnxRuntimeRunner(threads=a.threads)
+    if a.runner == "vela":
+        from bench.runners.vela_runner import VelaRunner  # noqa: PLC0415
+        from bench.tflite_models import ir_op_of_tensor  # noqa: PLC0415
+
+        runner = VelaRunner()
+
+        def reference_ms(ir: ModelIR) -> float:
+            per = runner.per_layer(runner.prepare(render_model(ir, "tflite")))
+            lum_ops = set(ir.lum_op_names())
+            return sum(ms for t, ms in per.items() if ir_op_of_tensor(t, ir) in lum_ops)
+    else:
+        runner = OnnxRuntimeRunner(threads=a.threads)
+
+        def reference_ms(ir: ModelIR) -> float:
+            return lum_profile_ms(runner.per_layer(runner.prepare(to_onnx(ir)), warmup=a.warmup, runs=a.runs), ir)
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory() as d:
         db = Path(a.db) if a.db else Path(d) / "corr.sqlite"
@@ -69,8 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             if r is None:
                 continue
             ir = padded_model(c.layer_type, c.params)
-            prof = runner.per_layer(runner.prepare(to_onnx(ir)), warmup=a.warmup, runs=a.runs)
-            ref.append(lum_profile_ms(prof, ir))
+            ref.append(reference_ms(ir))
             lum.append(r["t_lum_ms"])
             single.append(r["single_median_ms"])
             types.append(c.layer_type)
@@ -81,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"configurations: {len(ref_a)} ({types.count('conv2d')} conv2d, {types.count('dwconv2d')} dwconv2d), "
           f"max ops {a.max_ops:.3g}, warmup {a.warmup}, runs {a.runs}, threads {a.threads}; "
           f"{st.padding_measured} padding pairs; {dt:.0f} s")
-    print(f"reference (ORT per-node profile of the LUM in the padded model): "
+    what = "Vela per-layer estimate" if a.runner == "vela" else "ORT per-node profile"
+    print(f"runner {a.runner}; reference ({what} of the LUM in the padded model): "
           f"median {np.median(ref_a):.4g} ms, range [{ref_a.min():.3g}, {ref_a.max():.3g}] ms")
     pos = (lum_a > 0) & (ref_a > 0) & (single_a > 0)
     for name, v in (("T_LUM midpoint (smart padding)", lum_a), ("T_single (single-layer model)", single_a)):
