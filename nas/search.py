@@ -1,0 +1,314 @@
+"""The search loop: service, storage, study, sampler, patience, progress, reports.
+
+:func:`run_search` is what ``nas search`` runs. Several processes (on one or several
+machines) running it with the same ``--storage`` and ``--study`` share one study: each
+takes the next trial from the sampler (TPE with the constant liar, so running trials are
+not proposed twice), heartbeats mark a dead worker's trial FAIL and queue a retry
+(:mod:`nas.storage`), and ``--trials`` counts the trials *this* worker runs.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, TextIO
+
+from estimator.errors import UserError
+
+from .report import write_reports
+from .scoring import latency_constraint
+from .storage import default_url, open_storage, redact
+from .trial import CandidateError, Evaluator, SearchAborted, SearchSettings, supports_set_constraint
+from .units import format_ms
+
+__all__ = ["SearchRequest", "SearchOutcome", "run_search", "connect", "Patience", "STUDY_KEYS"]
+
+#: study user attributes that must agree between workers and resumed runs
+STUDY_KEYS = ("device", "budget_ms", "confidence", "penalty_weight", "multi_objective", "space", "space_options",
+              "objective", "objective_options")
+
+
+@dataclass
+class SearchRequest:
+    settings: SearchSettings
+    trials: int = 100
+    timeout_s: float | None = None
+    service: str | None = None
+    token: str | None = None
+    ca_cert: str | None = None
+    profiles: str | None = None
+    storage: str | None = None
+    study: str | None = None
+    out: Path = Path("nas-out")
+    patience: int = 25
+    seed: int | None = None
+    heartbeat_s: int = 10
+    progress: bool = True
+    connect_timeout_s: float = 15.0
+    n_startup_trials: int = 10
+
+
+@dataclass
+class SearchOutcome:
+    study_name: str
+    storage: str
+    summary: dict[str, Any]
+    stopped_reason: str = ""
+    trials_run: int = 0
+    elapsed_s: float = 0.0
+    files: list[str] = field(default_factory=list)
+
+
+class Patience:
+    """Stop when this worker's last ``n`` trials were all infeasible, or all failed."""
+
+    def __init__(self, n: int, settings: SearchSettings) -> None:
+        self.n = int(n)
+        self.s = settings
+        self.infeasible = 0
+        self.failed = 0
+        self.min_upper = math.inf
+        self.last_error = ""
+        self.reason = ""
+        self.fatal = False
+
+    def __call__(self, study: Any, trial: Any) -> None:
+        import optuna  # noqa: PLC0415
+
+        if trial.state == optuna.trial.TrialState.COMPLETE:
+            self.failed = 0
+            if trial.user_attrs.get("feasible"):
+                self.infeasible = 0
+            else:
+                self.infeasible += 1
+                up = trial.user_attrs.get("CM_LV_upper_ms")
+                if up is not None:
+                    self.min_upper = min(self.min_upper, float(up))
+        elif trial.state == optuna.trial.TrialState.FAIL:
+            self.failed += 1
+            self.last_error = str(trial.user_attrs.get("fail_reason", "")) or "see `nas show`"
+        if not self.n or self.reason:
+            return
+        if self.infeasible >= self.n:
+            b = self.s.budget_ms
+            hint = ""
+            if math.isfinite(self.min_upper):
+                hint = (f" (the smallest CM_LV upper bound seen was {format_ms(self.min_upper)} against a budget of "
+                        f"{format_ms(b)})")
+            suggest = max(self.min_upper, b) * 1.2 if math.isfinite(self.min_upper) else 2 * b
+            self.reason = (f"stopped: the last {self.infeasible} candidates were all infeasible: their CM_LV upper bound "
+                           f"at confidence {self.s.confidence:g} exceeded the budget{hint}. Raise the budget "
+                           f"(e.g. --budget {suggest:.3g}ms), lower the resolution range or the widths "
+                           f"(built-in spaces: --space-option resolutions=[96,128] --space-option widths=[0.35,0.5]), "
+                           f"use a smaller --space, or wait longer with --patience")
+            study.stop()
+        elif self.failed >= self.n:
+            self.fatal = True
+            self.reason = (f"stopped: the last {self.failed} trials all failed; last error: {self.last_error}. "
+                           f"Fix the objective or search space (see `nas show` for every trial's fail_reason)")
+            study.stop()
+
+
+def connect(req: SearchRequest, stack: list[Any]) -> Any:
+    """A ready :class:`service.client.EstimationClient` (starting the embedded server if needed)."""
+    from service.client import EstimationClient, EstimationError  # noqa: PLC0415
+
+    if req.service:
+        try:
+            client = EstimationClient(req.service, token=req.token, root_certificates=req.ca_cert,
+                                      timeout_s=120.0)
+        except (ValueError, OSError) as e:
+            raise UserError(f"--service {req.service}: {e}") from None
+        stack.append(client)
+        try:
+            client.wait_ready(timeout_s=req.connect_timeout_s)
+        except EstimationError as e:
+            raise UserError(f"cannot reach the estimation service at {req.service} ({e.message}); start one "
+                            f"(`estimation-service serve`) or leave out --service to run it in-process") from None
+        return client
+    from service.server import EmbeddedServer  # noqa: PLC0415
+
+    try:
+        srv = EmbeddedServer(req.profiles)
+        srv.start()
+    except UserError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise UserError(f"cannot start the in-process estimation service: {type(e).__name__}: {e}") from None
+    stack.append(srv)
+    client = EstimationClient(srv.address, timeout_s=120.0)
+    stack.append(client)
+    return client
+
+
+def check_device(client: Any, device: str, where: str) -> dict[str, Any]:
+    from service.client import EstimationError  # noqa: PLC0415
+
+    try:
+        devices = client.list_devices()
+    except EstimationError as e:
+        raise UserError(f"the estimation service at {where} refused ListDevices: {e}") from None
+    names = [d["name"] for d in devices]
+    if device not in names:
+        errors = []
+        try:
+            errors = client.server_info().get("errors", [])
+        except EstimationError:
+            pass
+        known = ", ".join(names) if names else "none"
+        extra = f"; profiles that failed to load: {'; '.join(errors)}" if errors else ""
+        raise UserError(f"unknown device {device!r}: the estimation service at {where} knows {known}{extra}")
+    return next(d for d in devices if d["name"] == device)
+
+
+def _study(req: SearchRequest, storage: Any, name: str) -> Any:
+    import optuna  # noqa: PLC0415
+
+    s = req.settings
+    kwargs: dict[str, Any] = {}
+    if not supports_set_constraint():
+        kwargs["constraints_func"] = latency_constraint
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        sampler = optuna.samplers.TPESampler(seed=req.seed, multivariate=True, constant_liar=True,
+                                             n_startup_trials=req.n_startup_trials, **kwargs)
+    directions: list[Any] = ["maximize", "minimize"] if s.multi_objective else ["maximize"]
+    try:
+        study = optuna.create_study(storage=storage, study_name=name, sampler=sampler, directions=directions,
+                                    load_if_exists=True)
+    except Exception as e:  # noqa: BLE001 - storage trouble: one line
+        raise UserError(f"cannot create or load study {name!r}: {type(e).__name__}: {e}") from None
+    have = [d.name.lower() for d in study.directions]
+    if have != directions:
+        raise UserError(f"study {name!r} was created {'with' if len(have) == 2 else 'without'} --multi-objective; "
+                        f"use the same mode or another --study")
+    want = s.study_attrs()
+    attrs = study.user_attrs
+    if "budget_ms" not in attrs:
+        try:
+            for k, v in want.items():
+                study.set_user_attr(k, v)
+            study.set_user_attr("created", time.strftime("%Y-%m-%dT%H:%M:%S"))
+        except Exception:  # noqa: BLE001 - another worker wrote them at the same moment: compare below
+            time.sleep(0.5)
+        attrs = study.user_attrs
+    if "budget_ms" in attrs:
+        diff = [k for k in STUDY_KEYS if k in attrs and attrs[k] != want[k]]
+        if diff:
+            was = ", ".join(f"{k}={attrs[k]!r}" for k in diff)
+            now = ", ".join(f"{k}={want[k]!r}" for k in diff)
+            raise UserError(f"study {name!r} was created with {was}; this run asks for {now}. Use the same "
+                            f"settings to continue it, or a new --study name")
+    return study
+
+
+def run_search(req: SearchRequest, *, err: TextIO | None = None, out: TextIO | None = None,
+               on_trial: Callable[[Any], None] | None = None) -> SearchOutcome:
+    """Run (or continue) a study; write the reports; return the outcome."""
+    import optuna  # noqa: PLC0415
+    from tqdm import tqdm  # noqa: PLC0415
+
+    err = err or sys.stderr
+    out = out or sys.stdout
+    s = req.settings
+    if req.trials < 1:
+        raise UserError(f"--trials must be >= 1, got {req.trials}")
+    if req.patience < 0:
+        raise UserError(f"--patience must be >= 0, got {req.patience}")
+    stack: list[Any] = []
+    out_dir = Path(req.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    url = req.storage or default_url(out_dir)
+    where = req.service or "in-process"
+    t_start = time.perf_counter()
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # failures are reported one line each, below
+    try:
+        client = connect(req, stack)
+        check_device(client, s.device, where)
+        storage = open_storage(url, heartbeat_interval=req.heartbeat_s)
+        name = req.study or f"{s.device}-{s.space.rpartition(':')[2]}"
+        study = _study(req, storage, name)
+        evaluator = Evaluator(client, s)
+        patience = Patience(req.patience, s)
+        n_done = [0]
+        bar = tqdm(total=req.trials, desc=f"nas {name}", unit="cand", file=err, disable=not req.progress,
+                   dynamic_ncols=True, leave=True)
+
+        def progress(study: Any, trial: Any) -> None:
+            n_done[0] += 1
+            bar.update(1)
+            if trial.state == optuna.trial.TrialState.FAIL:
+                bar.write(f"trial {trial.number} failed: {trial.user_attrs.get('fail_reason') or 'see nas show'}",
+                          file=err)
+            ua = trial.user_attrs
+            if "latency_ms" in ua:
+                bar.set_postfix_str(f"#{trial.number} {ua['latency_ms']:.3g} ms "
+                                    f"{'ok' if ua.get('feasible') else 'over'}", refresh=False)
+            if on_trial is not None:
+                on_trial(trial)
+
+        stopped = ""
+        aborted: BaseException | None = None
+        interrupted = False
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                warnings.simplefilter("ignore", FutureWarning)
+                study.optimize(evaluator, n_trials=req.trials, timeout=req.timeout_s, catch=(CandidateError,),
+                               callbacks=[progress, patience], gc_after_trial=False)
+        except SearchAborted as e:
+            aborted = e
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            bar.close()
+        stopped = patience.reason
+        try:
+            doc = write_reports(out_dir, study, client=None if aborted else client, space_fn=s.space_fn,
+                                space_options=s.space_options, init_seed=s.init_seed)
+        except Exception as e:  # noqa: BLE001 - the search result is in the storage; say so
+            if aborted:
+                raise aborted from None
+            raise UserError(f"the search finished but writing the reports to {out_dir} failed: "
+                            f"{type(e).__name__}: {e}") from None
+        if aborted:
+            raise aborted
+        if interrupted:  # the reports of what was done so far are written; now say so and stop
+            print(f"interrupted; reports of the {doc['n_trials']} trials so far are in {out_dir}", file=err)
+            raise KeyboardInterrupt
+        elapsed = time.perf_counter() - t_start
+        outcome = SearchOutcome(study_name=name, storage=redact(url), summary=doc, stopped_reason=stopped,
+                                trials_run=n_done[0], elapsed_s=elapsed, files=list(doc.get("files", [])))
+        text = (out_dir / "summary.txt").read_text(encoding="utf-8")
+        print(text.rstrip("\n"), file=out)
+        print(f"storage: {redact(url)} (study {name!r}); this worker ran {n_done[0]} trials in {elapsed:.1f} s; "
+              f"{evaluator.n_cache_hits} repeated architectures reused; reports in {out_dir}", file=out)
+        if stopped:
+            if patience.fatal or doc.get("best") is None:
+                raise UserError(stopped)
+            print(f"warning: {stopped}", file=err)
+        elif not doc.get("n_complete") and doc.get("n_failed"):
+            last = doc["failures"][-1] if doc.get("failures") else {"trial": "?", "reason": "see `nas show`"}
+            raise UserError(f"every trial failed ({doc['n_failed']}); last: trial {last['trial']}: {last['reason']}")
+        elif doc.get("best") is None and doc.get("n_complete"):
+            low = doc.get("min_cm_lv_upper_ms")
+            raise UserError(f"no feasible architecture among the study's {doc['n_complete']} candidates"
+                            + (f" (smallest CM_LV upper bound {format_ms(low)} against a budget of "
+                               f"{format_ms(s.budget_ms)})" if low is not None else "")
+                            + "; raise --budget, lower the resolution range or widths (--space-option), or run "
+                              "more --trials")
+        return outcome
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+        for obj in reversed(stack):
+            try:
+                if hasattr(obj, "stop"):
+                    obj.stop(0.5)
+                else:
+                    obj.close()
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                pass

@@ -1,0 +1,70 @@
+"""Parsing of the CLI's quantities: latency budgets (with a unit) and durations."""
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from estimator.errors import UserError
+
+__all__ = ["parse_budget", "parse_duration", "parse_option", "format_ms"]
+
+_NUM = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
+_TIME_UNITS_MS = {"ms": 1.0, "us": 1e-3, "µs": 1e-3, "μs": 1e-3, "s": 1e3}
+_DURATION_UNITS_S = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def parse_budget(text: str) -> float:
+    """``"50ms"``, ``"500us"``, ``"0.05s"`` -> milliseconds. A bare number is refused."""
+    s = str(text).strip()
+    m = re.fullmatch(_NUM + r"\s*([a-zA-Zµμ]*)", s)
+    if not m:
+        raise UserError(f"--budget {text!r}: give a latency with a unit, e.g. 50ms, 500us or 0.05s")
+    value, unit = float(m.group(1)), m.group(2)
+    if not unit:
+        raise UserError(f"--budget {text!r} has no unit: write {text}ms (or us, s); a bare number is ambiguous")
+    if unit not in _TIME_UNITS_MS:
+        raise UserError(f"--budget {text!r}: unknown unit {unit!r}; use ms, us or s")
+    ms = value * _TIME_UNITS_MS[unit]
+    if not (ms > 0 and math.isfinite(ms)):
+        raise UserError(f"--budget {text!r} must be a positive latency")
+    return ms
+
+
+def parse_duration(text: str) -> float:
+    """``"300"`` (seconds), ``"90s"``, ``"5min"``, ``"2h"`` -> seconds."""
+    s = str(text).strip()
+    m = re.fullmatch(_NUM + r"\s*([a-zA-Z]*)", s)
+    if not m or (m.group(2) and m.group(2) not in _DURATION_UNITS_S):
+        raise UserError(f"--timeout {text!r}: give seconds or a duration such as 90s, 5min, 2h")
+    v = float(m.group(1)) * _DURATION_UNITS_S.get(m.group(2) or "s", 1.0)
+    if not v > 0:
+        raise UserError(f"--timeout {text!r} must be positive")
+    return v
+
+
+def parse_option(text: str, flag: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` with VALUE parsed as JSON when it is JSON (numbers, lists, true/false)."""
+    key, sep, raw = str(text).partition("=")
+    key = key.strip()
+    if not sep or not key.isidentifier():
+        raise UserError(f"{flag} {text!r}: write KEY=VALUE, e.g. {flag} resolutions=[96,128]")
+    raw = raw.strip()
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = raw
+    if isinstance(value, list):
+        value = tuple(value)
+    return key, value
+
+
+def format_ms(ms: float) -> str:
+    if not math.isfinite(ms):
+        return str(ms)
+    if ms >= 100:
+        return f"{ms:.0f} ms"
+    if ms >= 1:
+        return f"{ms:.2f} ms"
+    return f"{ms * 1e3:.0f} us"

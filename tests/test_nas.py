@@ -1,0 +1,456 @@
+"""`nas search` / `nas show` end to end on a small REAL profile measured here.
+
+The session fixture measures seven layer types on this machine with ``bench run --runner
+onnxruntime`` (12 configurations each), exports them, turns them into a profile in a
+temporary directory and trains its models once (model cache in the same directory).
+Every search starts the real estimation service (in-process, or as a separate server on
+a real port), builds real torch modules, exports them with torch.onnx + onnxsim and
+queries the service over gRPC. Nothing is stubbed.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from nas.cli import main as nas_main
+from nas.spaces import Architecture, GlobalPool
+
+pytestmark = pytest.mark.slow
+
+DEVICE = "nas-t"
+PROFILE_TYPES = "conv2d,dwconv2d,add,mul,globalpool,fc,activation"
+#: a small MobileNet sub-space: candidates export in well under a second
+SMALL = ["--space-option", "resolutions=[64,96]", "--space-option", "widths=[0.35,0.5]",
+         "--space-option", "max_depth=2"]
+
+
+# ------------------------------------------------------------------ profile (session)
+
+
+def build_env(base: Path) -> dict[str, Path]:
+    """Measure, export and load a small real profile once per session (shared with the
+    distributed tests, which call this with the same ``base``)."""
+    root = base / "profiles"
+    cache = base / "cache"
+    done = base / "done"
+    if not done.is_file():
+        import bench.cli as bench_cli
+        from estimator.profile import create_profile
+
+        base.mkdir(parents=True, exist_ok=True)
+        db = base / "bench.sqlite"
+        rc = bench_cli.main(["run", "--device", DEVICE, "--runner", "onnxruntime", "--layers", PROFILE_TYPES,
+                             "--samples", "12", "--warmup", "1", "--runs", "3", "--max-ops", "2e7", "--out", str(db),
+                             "--no-progress"])
+        assert rc == 0
+        csv_path = base / "bench.csv"
+        assert bench_cli.main(["export", str(db), "--csv", str(csv_path)]) == 0
+        create_profile(root, DEVICE, csv_path, source=f"pytest (tests/test_nas.py): bench run --samples 12 "
+                                                         f"--max-ops 2e7 ({PROFILE_TYPES})",
+                       training={"n_estimators": 40, "grid_estimators": 30, "grid_max_features": [1.0, 0.5],
+                                 "grid_min_samples_leaf": [1, 3], "min_rows": 5, "knn_k": 3})
+        old = os.environ.get("CL_CACHE_DIR")
+        os.environ["CL_CACHE_DIR"] = str(cache)
+        try:
+            from service.server import EmbeddedServer
+
+            with EmbeddedServer(root) as srv:  # trains the models into the cache once
+                assert srv.servicer is not None
+        finally:
+            if old is None:
+                os.environ.pop("CL_CACHE_DIR", None)
+            else:
+                os.environ["CL_CACHE_DIR"] = old
+        done.write_text("ok\n")
+    return {"base": base, "root": root, "cache": cache}
+
+
+@pytest.fixture(scope="session")
+def nas_env(tmp_path_factory) -> dict[str, Path]:
+    return build_env(tmp_path_factory.getbasetemp() / "nas-env")
+
+
+@pytest.fixture(autouse=True)
+def _cache_env(nas_env, monkeypatch):
+    monkeypatch.setenv("CL_CACHE_DIR", str(nas_env["cache"]))
+
+
+def search(env: dict[str, Path], out: Path, *extra: str, budget: str = "10s", trials: int = 4,
+           seed: int = 0) -> int:
+    return nas_main(["search", "--device", DEVICE, "--budget", budget, "--trials", str(trials), "--seed", str(seed),
+                     "--profiles", str(env["root"]), "--out", str(out), "--no-progress", *extra])
+
+
+def load_study(out: Path, name: str) -> Any:
+    import optuna
+
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{out / 'nas.db'}")
+
+
+# ----------------------------------------------------------- spaces and objectives
+
+
+def kernel_space(trial: Any, *, kernels: tuple[int, ...] = (3, 15)) -> Architecture:
+    """A tiny network whose depthwise kernel is the only choice: 15 lies outside every
+    profile `bench` can produce (its kernels stop at 11)."""
+    k = trial.suggest_categorical("kernel", list(kernels))
+    m = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+                      nn.Conv2d(16, 16, k, 1, k // 2, groups=16, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+                      nn.Conv2d(16, 32, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU(), GlobalPool(), nn.Linear(32, 10))
+    return Architecture(m, (1, 3, 32, 32), {"kernel": k})
+
+
+def constant_objective(model: nn.Module, trial: Any) -> float:
+    """Every candidate scores the same: only the penalty can separate them."""
+    assert isinstance(model, nn.Module) and trial.user_attrs["input_shape"] == [1, 3, 32, 32]
+    return 1.0
+
+
+def flaky_objective(model: nn.Module, trial: Any) -> float:
+    if trial.number % 2 == 1:
+        raise ValueError(f"boom in trial {trial.number}")
+    return 1.0
+
+
+def broken_objective(model: nn.Module, trial: Any) -> float:
+    raise RuntimeError("training diverged")
+
+
+# ------------------------------------------------------------------------ unit tests
+
+
+def test_budget_units():
+    from estimator.errors import UserError
+    from nas.units import parse_budget
+
+    assert parse_budget("50ms") == 50.0
+    assert parse_budget("500us") == pytest.approx(0.5)
+    assert parse_budget("0.05s") == pytest.approx(50.0)
+    assert parse_budget(" 2.5 ms") == 2.5
+    for bad, msg in (("50", "no unit"), ("50 parsecs", "unknown unit"), ("-3ms", "with a unit"),
+                     ("0ms", "positive"), ("fast", "with a unit")):
+        with pytest.raises(UserError, match=msg):
+            parse_budget(bad)
+    from nas.units import parse_duration, parse_option
+
+    assert parse_duration("300") == 300 and parse_duration("5min") == 300 and parse_duration("2h") == 7200
+    with pytest.raises(UserError, match="duration"):
+        parse_duration("soon")
+    assert parse_option("resolutions=[96,128]", "--space-option") == ("resolutions", (96, 128))
+    assert parse_option("act=relu", "--space-option") == ("act", "relu")
+    with pytest.raises(UserError, match="KEY=VALUE"):
+        parse_option("resolutions", "--space-option")
+
+
+def test_penalty_formula_grows_with_cm_o_width_and_ood_layers():
+    from nas.scoring import Estimate, penalised, penalty
+
+    def est(width: float, n_ood: int) -> Estimate:
+        return Estimate(total_ms=2.0, confidence=0.9, intervals={"CM_TV": (1.0, 3.0), "CM_LV": (1.5, 2.5),
+                                                                  "CM_O": (1.0, 1.0 + width)},
+                        n_layers=10, n_out_of_design_space=n_ood, n_fallback=0)
+
+    base = penalty(est(2.0, 0), 0.1)
+    assert base.P == pytest.approx(math.log(2.0))
+    assert penalised(100.0, base) == pytest.approx(100.0 * math.exp(-0.1 * math.log(2.0)))
+    assert penalised(100.0, penalty(est(4.0, 0), 0.1)) < penalised(100.0, base)  # wider CM_O
+    assert penalised(100.0, penalty(est(2.0, 3), 0.1)) < penalised(100.0, base)  # more OOD layers
+    assert penalised(-5.0, penalty(est(2.0, 3), 0.1)) < -5.0  # negative scores get more negative
+    assert penalised(100.0, penalty(est(1e9, 10), 0.1)) > 0  # never flips the sign
+    assert penalised(100.0, penalty(est(4.0, 5), 0.0)) == 100.0  # W = 0: off
+
+
+def test_spaces_build_and_export():
+    import optuna
+
+    from nas.export import to_onnx
+    from nas.spaces import SPACES, SpaceError, mobilenet, rebuild, resnet
+
+    assert {"mobilenet", "resnet"} <= set(SPACES)
+    p = {"resolution": 64, "width": 0.5}
+    for i in range(5):
+        p.update({f"s{i}_depth": 2, f"s{i}_expansion": 4, f"s{i}_kernel": 7, f"s{i}_se": True,
+                  f"s{i}_act": ["relu", "hardswish", "silu"][i % 3]})
+    a = rebuild(mobilenet, p, {"resolutions": (64,)})
+    assert a.input_shape == (1, 3, 64, 64) and a.description["stages"][0]["kernel"] == 7
+    with torch.no_grad():
+        y = a.module.eval()(torch.randn(a.input_shape))
+    assert y.shape == (1, 1000)
+    from nas.proxy import naswot, synflow
+
+    class _T:
+        user_attrs = {"input_shape": list(a.input_shape)}
+
+    s1, s2 = naswot(a.module, _T()), naswot(a.module, _T())
+    assert s1 == s2 and 0 < s1 < 16 * math.log(10 ** 7)  # deterministic; log det of a 16x16 kernel
+    assert math.isfinite(synflow(a.module, _T()))
+    # BN folded for the export only: the module comes back unchanged, the ONNX computes the same
+    with torch.no_grad():
+        for m in a.module.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.1, 0.1)
+                m.running_var.uniform_(0.5, 1.5)
+                m.weight.uniform_(0.5, 1.5)
+    state = {k: v.clone() for k, v in a.module.state_dict().items()}
+    a.module.train()
+    model = to_onnx(a.module, a.input_shape)
+    assert a.module.training and sum(isinstance(m, nn.BatchNorm2d) for m in a.module.modules()) > 20
+    assert all(torch.equal(state[k], v) for k, v in a.module.state_dict().items())
+    x = torch.randn(a.input_shape)
+    with torch.no_grad():
+        ref = a.module.eval()(x).numpy()
+    import onnxruntime as ort
+
+    got = ort.InferenceSession(model.SerializeToString()).run(None, {"input": x.numpy()})[0]
+    assert abs(got - ref).max() <= 1e-4 * max(abs(ref).max(), 1e-3)
+    ops = {n.op_type for n in model.graph.node}
+    assert {"Conv", "HardSwish", "Sigmoid", "HardSigmoid", "ReduceMean", "Gemm"} <= ops
+    assert not ops & {"BatchNormalization", "Flatten", "Reshape"}  # BN folded, pooling without reshape
+    r = rebuild(resnet, {"resolution": 64, "block": "bottleneck", "base_width": 32, "stem_kernel": 7,
+                         **{f"s{i}_depth": 1 for i in range(4)}}, {"resolutions": (64,)})
+    with torch.no_grad():
+        assert r.module.eval()(torch.randn(r.input_shape)).shape == (1, 1000)
+    with pytest.raises(SpaceError, match="kernels"):
+        mobilenet(optuna.trial.FixedTrial(p), kernels=(4,))
+
+
+# ------------------------------------------------------------------ end to end
+
+
+def test_search_end_to_end(nas_env, tmp_path, capsys):
+    """Probe (multi-objective, generous budget), then the same seeded candidates under the
+    median CM_LV upper bound: feasibility, best, files, reproduction through the service,
+    `nas show`, resume, and a refused change of settings."""
+    out = tmp_path / "out"
+    # 1. multi-objective probe: all feasible, Pareto set
+    assert search(nas_env, out, "--study", "probe", "--multi-objective", *SMALL, trials=6, seed=3) == 0
+    probe = load_study(out, "probe")
+    assert [d.name for d in probe.directions] == ["MAXIMIZE", "MINIMIZE"]
+    done = [t for t in probe.trials if t.state.name == "COMPLETE"]
+    assert len(done) == 6
+    front = json.loads((out / "pareto.json").read_text())
+    assert front
+    pts = {t.number: (t.values[0], t.values[1]) for t in done}
+    for p in front:  # nobody dominates a Pareto member
+        s, l = pts[p["trial"]]
+        assert not any(s2 >= s and l2 <= l and (s2 > s or l2 < l) for s2, l2 in pts.values())
+    uppers = sorted({t.user_attrs["CM_LV_upper_ms"] for t in done})
+    assert len(uppers) >= 2
+    mid = len(uppers) // 2
+    budget = (uppers[mid - 1] + uppers[mid]) / 2  # strictly between two candidates' bounds
+    capsys.readouterr()
+
+    # 2. the same seeded candidates, single objective, budget between them
+    out2 = tmp_path / "out2"
+    assert search(nas_env, out2, "--study", "main", *SMALL, trials=6, seed=3, budget=f"{budget:.9f}ms") == 0
+    text = capsys.readouterr().out
+    study = load_study(out2, "main")
+    trials = [t for t in study.trials if t.state.name == "COMPLETE"]
+    assert len(trials) == 6
+    assert sorted(t.user_attrs["CM_LV_upper_ms"] for t in trials) == pytest.approx(
+        sorted(t.user_attrs["CM_LV_upper_ms"] for t in done))  # same candidates as the probe
+    for t in trials:
+        est = t.user_attrs["estimate"]
+        assert set(est["intervals"]) == {"CM_TV", "CM_LV", "CM_O"}
+        for lo, hi in est["intervals"].values():
+            assert 0 <= lo <= hi
+        lo, hi = est["intervals"]["CM_LV"]
+        assert lo <= est["latency_ms"] <= hi
+        assert t.user_attrs["feasible"] == (hi <= budget)
+        assert t.user_attrs["constraint_ms"] == pytest.approx(hi - budget)
+        assert t.constraints and max(t.constraints.values()) == pytest.approx(hi - budget)
+        assert est["n_out_of_design_space"] == len(est["ood_layers"])
+        assert "n_fallback" in est and est["n_layers"] > 10
+        assert all(l["reasons"] for l in est["ood_layers"])
+    n_bad = sum(1 for t in trials if not t.user_attrs["feasible"])
+    assert 1 <= n_bad <= 5
+    summary = json.loads((out2 / "summary.json").read_text())
+    assert summary["n_rejected_by_budget"] == n_bad and summary["n_feasible"] == 6 - n_bad
+    best = summary["best"]
+    feasible = [t for t in trials if t.user_attrs["feasible"]]
+    assert best["trial"] == max(feasible, key=lambda t: t.value).number
+    assert best["intervals"]["CM_LV"][1] <= budget
+    assert "rejected by the budget (CM_LV upper > budget): " + str(n_bad) in text
+    assert f"best feasible: trial {best['trial']}" in text
+
+    # files
+    for f in ("best.onnx", "best.json", "best_layers.csv", "best_layers.txt", "trials.csv", "pareto.png",
+              "summary.json", "summary.txt"):
+        assert (out2 / f).is_file(), f
+    assert (out2 / "pareto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = list(csv.DictReader((out2 / "best_layers.csv").open()))
+    assert len(rows) == best["n_layers"]
+    assert {"CM_TV_lower_ms", "CM_LV_upper_ms", "CM_O_upper_ms", "flags", "ood_reasons"} <= set(rows[0])
+    assert sum("OOD" in r["flags"] for r in rows) == best["n_out_of_design_space"]
+    assert sum(float(r["prediction_ms"]) for r in rows) == pytest.approx(best["latency_ms"])
+    desc = json.loads((out2 / "best.json").read_text())
+    assert desc["params"] == study.trials[best["trial"]].params and desc["description"]["family"] == "mobilenet"
+    assert desc["reestimate_matches"] is True
+    assert len(list(csv.DictReader((out2 / "trials.csv").open()))) == 6
+
+    # the exported ONNX (with weights) estimated again through a fresh service: same numbers
+    import onnx
+
+    from service.client import EstimationClient
+    from service.server import EmbeddedServer
+
+    model = onnx.load(str(out2 / "best.onnx"))
+    assert sum(t.ByteSize() for t in model.graph.initializer) > 10_000  # weights are there
+    with EmbeddedServer(nas_env["root"]) as srv, EstimationClient(srv.address) as client:
+        again = client.estimate_network(out2 / "best.onnx", DEVICE, confidence=(0.9,))
+    rec = study.trials[best["trial"]].user_attrs["estimate"]
+    assert again.total_ms == pytest.approx(rec["latency_ms"], rel=1e-9)
+    for m in ("CM_TV", "CM_LV", "CM_O"):
+        assert again.interval(m, 0.9) == pytest.approx(tuple(rec["intervals"][m]), rel=1e-9, abs=1e-12)
+    assert again.n_out_of_design_space == rec["n_out_of_design_space"] and again.n_fallback == rec["n_fallback"]
+
+    # nas show (reads the storage)
+    assert nas_main(["show", "--out", str(out2), "--study", "main"]) == 0
+    shown = capsys.readouterr().out
+    assert f"best feasible: trial {best['trial']}" in shown and "CM_LV_hi" in shown
+    assert nas_main(["show", "--out", str(out2)]) == 0
+    assert "main" in capsys.readouterr().out
+
+    # resume: the study continues; other settings are refused
+    assert search(nas_env, out2, "--study", "main", *SMALL, trials=2, seed=4, budget=f"{budget:.9f}ms") == 0
+    assert len(load_study(out2, "main").trials) == 8
+    capsys.readouterr()
+    assert search(nas_env, out2, "--study", "main", *SMALL, trials=1, budget="123ms") == 2
+    err = capsys.readouterr().err
+    assert "was created with budget_ms=" in err and "new --study" in err
+
+
+def test_cm_o_penalty_prefers_the_design_space(nas_env, tmp_path, capsys):
+    """Equal scores: the candidate with a kernel no profile benchmarked (15) loses to the one
+    inside the design space, and the report says why."""
+    from service.client import EstimationClient
+    from service.server import EmbeddedServer
+
+    with EmbeddedServer(nas_env["root"]) as srv, EstimationClient(srv.address) as c:
+        cov = next(d for d in c.list_devices() if d["name"] == DEVICE)["coverage"]["dwconv2d"]["ranges"]
+    assert cov["k_h"][1] < 15
+
+    out = tmp_path / "out"
+    rc = search(nas_env, out, "--space", "tests.test_nas:kernel_space", "--objective", "tests.test_nas:constant_objective",
+                "--penalty-weight", "0.5", trials=8, seed=0)
+    text = capsys.readouterr().out
+    assert rc == 0
+    study = load_study(out, f"{DEVICE}-kernel_space")
+    done = [t for t in study.trials if t.state.name == "COMPLETE"]
+    assert {t.params["kernel"] for t in done} == {3, 15}
+    for t in done:
+        assert t.user_attrs["result"]["score"] == 1.0
+        reasons = [r for l in t.user_attrs["estimate"]["ood_layers"] for r in l["reasons"]]
+        assert ("range:k_h" in reasons) == (t.params["kernel"] == 15)
+    k3 = next(t for t in done if t.params["kernel"] == 3)
+    k15 = next(t for t in done if t.params["kernel"] == 15)
+    assert k15.user_attrs["result"]["penalty"]["P"] > k3.user_attrs["result"]["penalty"]["P"]
+    assert k15.value < k3.value < 1.0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["best"]["params"] == {"kernel": 3}
+    assert summary["n_penalised_ood"] >= sum(1 for t in done if t.params["kernel"] == 15)
+    why = summary["penalty_decided"]
+    assert why and all(study.trials[w["trial"]].params["kernel"] == 15 for w in why)
+    assert "range:k_h" in why[0]["why"] and "lost to the CM_O penalty" in text and "range:k_h" in text
+    assert json.loads((out / "best.json").read_text())["description"] == {"kernel": 3}
+
+
+# --------------------------------------------------------------------- bad input
+
+
+def test_unknown_device(nas_env, tmp_path, capsys):
+    rc = nas_main(["search", "--device", "nope", "--budget", "5ms", "--profiles", str(nas_env["root"]),
+                   "--out", str(tmp_path), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "unknown device 'nope'" in err and DEVICE in err and "Traceback" not in err
+
+
+def test_unreachable_service(nas_env, tmp_path, capsys):
+    from tests.pg import free_port
+
+    addr = f"127.0.0.1:{free_port()}"
+    rc = nas_main(["search", "--device", DEVICE, "--budget", "5ms", "--service", addr, "--connect-timeout", "2",
+                   "--out", str(tmp_path), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    line = next(l for l in err.splitlines() if l.startswith("nas: error:"))
+    assert f"cannot reach the estimation service at {addr}" in line and "leave out --service" in line
+    assert "Traceback" not in err
+
+
+def test_budget_without_unit(nas_env, tmp_path, capsys):
+    rc = nas_main(["search", "--device", DEVICE, "--budget", "50", "--out", str(tmp_path), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--budget '50' has no unit: write 50ms" in err
+
+
+def test_objective_that_raises_fails_only_its_trial(nas_env, tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = search(nas_env, out, "--space", "tests.test_nas:kernel_space", "--objective",
+                "tests.test_nas:flaky_objective", "--study", "flaky", trials=4)
+    captured = capsys.readouterr()
+    assert rc == 0
+    states = {t.number: t.state.name for t in load_study(out, "flaky").trials}
+    assert states == {0: "COMPLETE", 1: "FAIL", 2: "COMPLETE", 3: "FAIL"}
+    failed = [t for t in load_study(out, "flaky").trials if t.state.name == "FAIL"]
+    for t in failed:
+        assert t.user_attrs["fail_reason"] == (f"objective tests.test_nas:flaky_objective raised ValueError: "
+                                               f"boom in trial {t.number}")
+        assert "estimate" in t.user_attrs  # the latency was estimated before the objective ran
+    assert "trial 1 failed: objective tests.test_nas:flaky_objective raised ValueError" in captured.err
+    assert "Traceback" not in captured.err
+    assert json.loads((out / "summary.json").read_text())["n_failed"] == 2
+
+
+def test_objective_that_always_raises_stops_with_patience(nas_env, tmp_path, capsys):
+    rc = search(nas_env, tmp_path / "out", "--space", "tests.test_nas:kernel_space", "--objective",
+                "tests.test_nas:broken_objective", "--patience", "3", trials=10)
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "the last 3 trials all failed; last error: objective tests.test_nas:broken_objective raised " \
+           "RuntimeError: training diverged" in err
+    assert len(load_study(tmp_path / "out", f"{DEVICE}-kernel_space").trials) == 3
+
+
+def test_infeasible_budget_stops_with_advice(nas_env, tmp_path, capsys):
+    rc = search(nas_env, tmp_path / "out", "--space", "tests.test_nas:kernel_space", "--patience", "3",
+                trials=10, budget="1us")
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "the last 3 candidates were all infeasible" in err
+    assert "Raise the budget" in err and "resolution" in err
+    s = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert s["n_rejected_by_budget"] == 3 and s["best"] is None
+
+
+def test_bad_space_and_objective_names(nas_env, tmp_path, capsys):
+    assert nas_main(["search", "--device", DEVICE, "--budget", "5ms", "--space", "nope", "--out", str(tmp_path)]) == 2
+    assert "unknown search space 'nope'; built-in: mobilenet, resnet" in capsys.readouterr().err
+    assert nas_main(["search", "--device", DEVICE, "--budget", "5ms", "--objective", "no.such.module:f",
+                     "--out", str(tmp_path)]) == 2
+    assert "cannot import module 'no.such.module'" in capsys.readouterr().err
+    assert nas_main(["search", "--device", DEVICE, "--budget", "5ms", "--space-option", "colour=3",
+                     "--out", str(tmp_path)]) == 2
+    assert "does not take option(s) colour" in capsys.readouterr().err
+
+
+def test_remote_service_with_token(nas_env, tmp_path, capsys):
+    from service.server import EmbeddedServer
+
+    with EmbeddedServer(nas_env["root"], token="s3cret") as srv:
+        common = ["--device", DEVICE, "--budget", "10s", "--service", srv.address, "--space",
+                  "tests.test_nas:kernel_space", "--no-progress", "--trials", "2", "--seed", "0"]
+        assert nas_main(["search", *common, "--token", "s3cret", "--out", str(tmp_path / "a")]) == 0
+        assert "best feasible: trial" in capsys.readouterr().out
+        assert nas_main(["search", *common, "--token", "wrong", "--out", str(tmp_path / "b")]) == 2
+        err = capsys.readouterr().err
+        assert "refused ListDevices: UNAUTHENTICATED" in err
