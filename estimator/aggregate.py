@@ -43,19 +43,42 @@ single-layer network this reproduces the layer interval (up to Monte Carlo resol
 at jump points of the discrete distribution). Independence is the paper's assumption;
 ``coupling="comonotone"`` gives the other extreme (perfectly correlated layer errors:
 the sum of the layer intervals), to be compared against measured networks.
+
+Where the draws come from (sample slots)
+----------------------------------------
+Each family has its own random stream, and the ``j``-th layer of a family (in network
+order) always takes the ``j``-th *slot* of that stream: ``n_samples`` outcome indices drawn
+uniformly (``Generator.integers``) by a generator seeded with ``(seed, family key, j //
+SLOT_BLOCK)``, row ``j % SLOT_BLOCK`` of that block (rows of a block are drawn in order, so
+drawing fewer rows gives a prefix of the same numbers). The family key is the family's
+``name`` (its position in the batch for unnamed or repeated names). Within a sample every
+layer has its own independent draw and samples are independent of each other, exactly as
+Eq. 8 needs; what the slots add is that the draws do not depend on which *other* layer
+types a network contains or on how many: two NAS candidates that share a layer type see
+the same draws for its first layers (common random numbers, so their intervals differ by
+their layers, not by Monte Carlo noise), and a service can keep the drawn blocks of a
+family and re-use them for every request (:class:`SampleBank`). The straightforward
+reference (:meth:`DistBatch.sum_samples`) draws the blocks anew each time; the bank gives
+the same totals up to floating-point summation order (relative 1e-15).
 """
 from __future__ import annotations
 
+import hashlib
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Literal, Sequence
 
 import numpy as np
 
-__all__ = ["Family", "DistBatch", "conformal_index", "layer_intervals", "aggregate", "NetworkInterval",
-           "DEFAULT_SAMPLES", "DEFAULT_SEED", "COUPLINGS"]
+__all__ = ["Family", "DistBatch", "SampleBank", "conformal_index", "layer_intervals", "aggregate",
+           "intervals_from_samples",
+           "NetworkInterval", "DEFAULT_SAMPLES", "DEFAULT_SEED", "COUPLINGS", "SLOT_BLOCK"]
 
 DEFAULT_SAMPLES = 10_000
 DEFAULT_SEED = 20240611
+#: Sample slots per generator block (see "Where the draws come from").
+SLOT_BLOCK = 8
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,6 +106,52 @@ class Family:
     def max_certified_confidence(self) -> float:
         """The largest ``c`` for which the conformal interval is finite (``n / (n+1)``)."""
         return self.n / (self.n + 1.0)
+
+    @property
+    def n_outcomes(self) -> int:
+        """Size of the uniform index a draw takes (sym: sign x ``J``, mult: ``J``; ``J`` in 0..n)."""
+        return 2 * (self.n + 1) if self.kind == "sym" else self.n + 1
+
+    def values(self, v: np.ndarray) -> np.ndarray:
+        """The unit draw (score times sign for sym) of each outcome index in ``v``."""
+        n = self.n
+        if self.kind == "sym":
+            # one integer per draw: its low bit is the sign, the rest J uniform on 0..n
+            a = self.scores[np.minimum(v >> 1, n - 1)]
+            a *= (v & 1) * 2.0 - 1.0
+            return a
+        return self.scores[np.minimum(v, n - 1)]
+
+    def table(self) -> np.ndarray:
+        """:meth:`values` of every outcome index, ``table()[v] == values(v)`` (cached)."""
+        t = self.__dict__.get("_table")
+        if t is None:
+            t = self.values(np.arange(self.n_outcomes, dtype=np.int64))
+            t.setflags(write=False)
+            object.__setattr__(self, "_table", t)
+        return t
+
+
+def _family_keys(families: Sequence[Family]) -> list[str]:
+    """Stream keys: the family name, made unique by position where missing or repeated."""
+    seen: set[str] = set()
+    keys = []
+    for i, f in enumerate(families):
+        k = f.name if f.name and f.name not in seen else f"{f.name}#{i}"
+        seen.add(k)
+        keys.append(k)
+    return keys
+
+
+def _slot_rng(seed: int, key: str, block: int) -> np.random.Generator:
+    """The generator of sample-slot block ``block`` of the family stream ``key``."""
+    k = int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "little")
+    return np.random.default_rng(np.random.SeedSequence([int(seed) % (1 << 64), k, int(block)]))
+
+
+def _draw_slots(fam: Family, seed: int, key: str, block: int, rows: int, n_samples: int) -> np.ndarray:
+    """Outcome indices of the first ``rows`` slots of a block, shape ``(rows, n_samples)``."""
+    return _slot_rng(seed, key, block).integers(0, fam.n_outcomes, size=(rows, n_samples))
 
 
 def conformal_index(n: int, p: float) -> int:
@@ -141,44 +210,140 @@ class DistBatch:
         lim = np.array([f.max_certified_confidence() for f in self.families]) if self.families else np.zeros(0)
         return lim[self.family] < confidence if self.family.size else np.zeros(0, dtype=bool)
 
-    def sample(self, n_samples: int, rng: np.random.Generator, clip_min: float | None = None) -> np.ndarray:
-        """Per-layer draws, shape ``(N, n_samples)`` (memory: N x n_samples floats)."""
+    def sample(self, n_samples: int, seed: int = DEFAULT_SEED, clip_min: float | None = None) -> np.ndarray:
+        """Per-layer draws, shape ``(N, n_samples)`` (memory: N x n_samples floats); the same
+        draws whose per-sample sums :meth:`sum_samples` returns."""
         out = np.empty((len(self), n_samples))
-        for fi in np.unique(self.family):
-            rows = np.flatnonzero(self.family == fi)
-            out[rows] = self._draw(int(fi), rows, n_samples, rng)
+        for rows, b, v in self._slot_draws(n_samples, seed):
+            out[rows] = self._scaled(rows, v)
         if clip_min is not None:
             np.maximum(out, clip_min, out=out)
         return out
 
-    def _draw(self, fi: int, rows: np.ndarray, n_samples: int, rng: np.random.Generator) -> np.ndarray:
-        fam = self.families[fi]
-        n = fam.n
-        if fam.kind == "sym":
-            # one integer per draw: its low bit is the sign, the rest J uniform on 0..n
-            v = rng.integers(0, 2 * (n + 1), size=(rows.size, n_samples))
-            a = fam.scores[np.minimum(v >> 1, n - 1)]
-            a *= (v & 1) * 2.0 - 1.0
-            a *= self.scale[rows, None]
-            a += self.center[rows, None]
-            return a
-        j = rng.integers(0, n + 1, size=(rows.size, n_samples))
-        a = fam.scores[np.minimum(j, n - 1)]
+    def _slot_draws(self, n_samples: int, seed: int):
+        """Yields ``(rows, block, outcome indices)`` for every block of every family."""
+        keys = _family_keys(self.families)
+        for fi in np.unique(self.family):
+            fam = self.families[int(fi)]
+            rows_all = np.flatnonzero(self.family == fi)
+            for b, s in enumerate(range(0, rows_all.size, SLOT_BLOCK)):
+                rows = rows_all[s:s + SLOT_BLOCK]
+                yield rows, b, _draw_slots(fam, seed, keys[int(fi)], b, rows.size, n_samples)
+
+    def _scaled(self, rows: np.ndarray, v: np.ndarray) -> np.ndarray:
+        fam = self.families[int(self.family[rows[0]])]
+        a = fam.values(v)
         a *= self.scale[rows, None]
+        if fam.kind == "sym":
+            a += self.center[rows, None]
         return a
 
-    def sum_samples(self, n_samples: int, rng: np.random.Generator, clip_min: float | None = None,
-                    chunk: int = 256) -> np.ndarray:
-        """Draws of the network total, shape ``(n_samples,)``, without materialising all layers."""
+    def sum_samples(self, n_samples: int, seed: int = DEFAULT_SEED, clip_min: float | None = None) -> np.ndarray:
+        """Draws of the network total, shape ``(n_samples,)``, block by block (the reference
+        implementation; :class:`SampleBank` gives the same totals from kept blocks)."""
         total = np.zeros(n_samples)
-        for fi in np.unique(self.family):
-            rows_all = np.flatnonzero(self.family == fi)
-            for s in range(0, rows_all.size, chunk):
-                rows = rows_all[s:s + chunk]
-                d = self._draw(int(fi), rows, n_samples, rng)
-                if clip_min is not None:
-                    np.maximum(d, clip_min, out=d)
-                total += d.sum(axis=0)
+        for rows, _, v in self._slot_draws(n_samples, seed):
+            d = self._scaled(rows, v)
+            if clip_min is not None:
+                np.maximum(d, clip_min, out=d)
+            total += d.sum(axis=0)
+        return total
+
+
+class SampleBank:
+    """Kept sample slots (their unit draws ``Family.table()[v]``), one contiguous matrix per
+    family stream, so that a network total costs one matrix-vector product per family
+    instead of fresh random draws. Slots are drawn block by block as networks need them.
+
+    Thread-safe; bounded by ``max_bytes`` (the least recently used families are dropped and
+    drawn again when needed; a family that alone would not fit is drawn for the call and
+    not kept). The totals equal :meth:`DistBatch.sum_samples` up to summation order.
+    """
+
+    def __init__(self, max_bytes: int = 192 << 20) -> None:
+        self.max_bytes = int(max_bytes)
+        #: key -> [family, slot matrix (capacity x n_samples), filled rows]
+        self._fams: OrderedDict[tuple, list] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._fams)
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def clear(self) -> None:
+        with self._lock:
+            self._fams.clear()
+            self._bytes = 0
+
+    def _slots(self, fam: Family, seed: int, key: str, rows: int, n_samples: int) -> np.ndarray:
+        """The unit draws of the first ``rows`` slots of a family stream, ``(rows, n_samples)``."""
+        k = (int(seed), key, id(fam), int(n_samples))
+        with self._lock:
+            ent = self._fams.get(k)
+            if ent is not None and ent[0] is fam:
+                self._fams.move_to_end(k)
+                if ent[2] >= rows:
+                    return ent[1][:rows]
+            else:
+                ent = None
+            filled = ent[2] if ent is not None else 0
+            old = ent[1] if ent is not None else None
+        n_blocks = -(-rows // SLOT_BLOCK)
+        cap = max(n_blocks, 2 * (filled // SLOT_BLOCK)) * SLOT_BLOCK
+        table = fam.table()
+        mat = np.empty((cap, n_samples))
+        if filled:
+            mat[:filled] = old[:filled]  # type: ignore[index]
+        for b in range(filled // SLOT_BLOCK, n_blocks):
+            v = _draw_slots(fam, seed, key, b, SLOT_BLOCK, n_samples)
+            np.take(table, v, out=mat[b * SLOT_BLOCK:(b + 1) * SLOT_BLOCK])
+        done = n_blocks * SLOT_BLOCK
+        if mat.nbytes <= self.max_bytes:
+            with self._lock:
+                cur = self._fams.get(k)
+                if cur is None or cur[2] < done:
+                    if cur is not None:
+                        self._bytes -= cur[1].nbytes
+                    self._fams[k] = [fam, mat, done]  # the family is kept alive, so its id stays unique
+                    self._fams.move_to_end(k)
+                    self._bytes += mat.nbytes
+                    while self._bytes > self.max_bytes and len(self._fams) > 1:
+                        first = next(iter(self._fams))
+                        if first == k:
+                            self._fams.move_to_end(k)
+                            continue
+                        self._bytes -= self._fams.pop(first)[1].nbytes
+        return mat[:rows]
+
+    def sum_samples(self, dist: DistBatch, n_samples: int, seed: int = DEFAULT_SEED) -> np.ndarray:
+        """Draws of the network total, the numbers :meth:`DistBatch.sum_samples` gives."""
+        total = np.zeros(n_samples)
+        if not len(dist):
+            return total
+        keys = _family_keys(dist.families)
+        center = 0.0
+        fam_idx = dist.family
+        if fam_idx.size > 1 and np.any(fam_idx[1:] < fam_idx[:-1]):
+            order = np.argsort(fam_idx, kind="stable")
+        else:
+            order = np.arange(fam_idx.size)
+        fam_sorted = fam_idx[order]
+        cuts = np.flatnonzero(fam_sorted[1:] != fam_sorted[:-1]) + 1
+        bounds = [0, *cuts.tolist(), int(fam_sorted.size)]
+        for s0, e0 in zip(bounds[:-1], bounds[1:]):
+            fi = int(fam_sorted[s0])
+            fam = dist.families[fi]
+            rows = order[s0:e0]
+            vals = self._slots(fam, seed, keys[fi], e0 - s0, n_samples)
+            total += dist.scale[rows] @ vals
+            if fam.kind == "sym":
+                center += float(dist.center[rows].sum())
+        if center:
+            total += center
         return total
 
 
@@ -222,7 +387,8 @@ COUPLINGS = ("independent", "comonotone")
 
 def aggregate(dist: DistBatch, confidences: Sequence[float], *, n_samples: int = DEFAULT_SAMPLES,
               seed: int = DEFAULT_SEED, clip_min: float | None = 0.0, coupling: str = "independent",
-              return_samples: bool = False) -> tuple[dict[float, NetworkInterval], np.ndarray | None]:
+              return_samples: bool = False, bank: SampleBank | None = None
+              ) -> tuple[dict[float, NetworkInterval], np.ndarray | None]:
     """Network-level intervals of one metric.
 
     ``coupling="independent"`` (default): Monte Carlo convolution of the layers'
@@ -230,6 +396,9 @@ def aggregate(dist: DistBatch, confidences: Sequence[float], *, n_samples: int =
     as 1/sqrt(layers). ``coupling="comonotone"``: perfectly correlated layer errors (every
     layer at the same quantile), whose interval is exactly the sum of the layer intervals;
     the conservative bound when layer errors share a systematic cause.
+
+    ``bank`` takes the draws from kept sample-slot blocks (the same numbers, see
+    :class:`SampleBank`); without it every block is drawn here.
 
     Returns ``({confidence: NetworkInterval}, samples_or_None)`` (samples only for the
     independent coupling). Deterministic for a fixed ``seed``. An empty network has the
@@ -252,13 +421,19 @@ def aggregate(dist: DistBatch, confidences: Sequence[float], *, n_samples: int =
     if len(dist) == 0:
         return {float(c): NetworkInterval(float(c), 0.0, 0.0) for c in confidences}, (
             np.zeros(n_samples) if return_samples else None)
-    rng = np.random.default_rng(seed)
-    total = dist.sum_samples(n_samples, rng)
+    total = bank.sum_samples(dist, n_samples, seed) if bank is not None else dist.sum_samples(n_samples, seed)
+    return intervals_from_samples(total, confidences, clip_min), (total if return_samples else None)
+
+
+def intervals_from_samples(total: np.ndarray, confidences: Sequence[float], clip_min: float | None = 0.0
+                           ) -> dict[float, NetworkInterval]:
+    """Equal-tailed ``inverted_cdf`` quantile intervals of Monte Carlo totals (one partition)."""
+    levels = [p for c in confidences for p in ((1.0 - c) / 2.0, (1.0 + c) / 2.0)]
+    q = np.quantile(total, levels, method="inverted_cdf")
     out: dict[float, NetworkInterval] = {}
-    for c in confidences:
-        q = np.quantile(total, [(1.0 - c) / 2.0, (1.0 + c) / 2.0], method="inverted_cdf")
-        lo, hi = float(q[0]), float(q[1])
+    for i, c in enumerate(confidences):
+        lo, hi = float(q[2 * i]), float(q[2 * i + 1])
         if clip_min is not None:
             lo, hi = max(lo, clip_min), max(hi, clip_min)
         out[float(c)] = NetworkInterval(float(c), lo, hi)
-    return out, (total if return_samples else None)
+    return out

@@ -131,8 +131,14 @@ class LayerTypeSpec:
 
 # --------------------------------------------------------------------------- helpers
 
+#: Integers up to this size survive the float round trip in _i unchanged.
+_EXACT_INT = 2**53
+
 
 def _i(p: Mapping[str, Any], key: str, default: int | None = None) -> int:
+    v = p.get(key)
+    if type(v) is int and -_EXACT_INT <= v <= _EXACT_INT:  # the common case: what the checks below return
+        return v
     if key in p and p[key] is not None:
         v = p[key]
     elif default is not None:

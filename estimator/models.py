@@ -658,7 +658,8 @@ class DeviceModels:
             return float(layer.bytes) * self.elem_bytes / 4.0
 
     def predict_layers(self, layers: Sequence[Layer]) -> BatchPrediction:
-        """Predict all layers, batching each type into one model call."""
+        """Predict all layers, batching each type into one model call (the reference path;
+        :class:`estimator.fastpath.FastModels` gives the same numbers faster)."""
         N = len(layers)
         pred = np.zeros(N)
         t_op = np.full(N, np.nan)

@@ -9,12 +9,19 @@ Pipeline of :func:`load_network`
    :class:`DynamicShapeError` naming each dynamic input and its dims.
 3. onnxsim simplifies the graph (constant folding, BN folding, dropout removal). This is
    the same for every device. If it fails, times out, or cannot run because initializers
-   carry no data, the original graph is used and a warning is recorded.
-4. ONNX shape inference (with data propagation) gives every tensor's shape. It runs on a
-   light copy of the model without large weight data, so it is cheap. On an unsimplified
-   graph, small constant subgraphs (shape arithmetic such as torch's ``chunk``) are
-   evaluated with ONNX's reference implementation between inference rounds, so the
-   fallback finds the same shapes onnxsim would have.
+   carry no data, the original graph is used and a warning is recorded. On the fast path
+   (``fast=True``, the default) a graph onnxsim would return unchanged (see
+   :func:`_already_simple`: vocabulary ops only, nothing to fold, fuse or remove) is taken
+   as simplified without starting the onnxsim worker.
+4. Every tensor's shape. On the fast path :mod:`estimator.onnx_shapes` propagates them in
+   one pass (evaluating small constant subgraphs with numpy on the way); wherever it cannot
+   reproduce the reference exactly (an unknown operator, a node out of order, ...) the
+   reference runs instead: ONNX shape inference (with data propagation) on a light copy of
+   the model without large weight data, and on an unsimplified graph small constant
+   subgraphs (shape arithmetic such as torch's ``chunk``) evaluated with ONNX's reference
+   implementation between inference rounds, so the fallback finds the same shapes onnxsim
+   would have. Both give the same shapes (``tests/test_fastpath.py``); the fast path fills
+   :attr:`Network.model`'s ``value_info`` only when the record is read.
 5. Every node becomes part of exactly one layer or is listed in :attr:`Network.free_nodes`
    with the reason it costs nothing (constants, identities, dropout, shape arithmetic,
    no-ops such as a reshape to the same shape or a one-input concat, dead code).
@@ -49,6 +56,14 @@ concat) becomes a broadcast ``mul`` layer (flag ``batchnorm``) with its scale an
 (2 x channels) as parameters, which matches torch. PReLU slopes count as parameters;
 scalar constants and buffers (e.g. YOLO anchor grids) do not.
 
+Impossible nodes
+----------------
+A convolution or pooling window that does not fit its padded input, a non-positive kernel,
+stride or dilation, negative pads, or convolution groups that do not divide the input and
+output channels raise :class:`ImpossibleShapeError` (an :class:`OnnxImportError`) naming
+the node, its window and its input: no runtime could execute such a model, so there is
+nothing to estimate.
+
 Layer flags
 -----------
 ``unknown_op`` (type ``other``: operator outside the vocabulary), ``batch_gt_1``,
@@ -60,7 +75,8 @@ output computed with ceil; bottom/right pads are extended so the counts match),
 with h = 1), ``conv3d``/``pool3d`` (type other), ``non_channel_axis`` (concat along
 another axis: h = w = 1, channels = elements per batch item), ``auto_pad``,
 ``shape_mismatch`` (the vocabulary's output shape differs from ONNX's),
-``describe_failed`` (the node could not be mapped; type other, with a warning),
+``describe_failed`` (the node could not be mapped for another reason; type other, with a
+warning),
 ``domain=...`` (operator from a non-default domain), ``subgraph`` (If/Loop/Scan: inner
 nodes are not counted), ``embedding`` (Gather from a constant table), ``dilated_pool``,
 ``resizes_batch_or_channels``, ``pads_batch``.
@@ -87,11 +103,12 @@ from typing import Any, Iterable, Mapping, Sequence, Union
 import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, numpy_helper
 
 from .errors import NotFoundError, UserError
 from .fusion import FusionRules
-from .layers import Layer, LayerSpecError, LayerType, describe, hwc
+from .layers import Layer, LayerSpecError, LayerType, conv_out, describe, hwc
+from .onnx_shapes import GraphNode, graph_nodes, is_dataless, node_attrs, propagate_shapes, to_array
 
 __all__ = [
     "Network",
@@ -99,6 +116,7 @@ __all__ = [
     "OnnxFileNotFoundError",
     "DynamicShapeError",
     "InputShapeError",
+    "ImpossibleShapeError",
     "load_model",
     "load_network",
     "parse_input_shape",
@@ -107,6 +125,7 @@ __all__ = [
 
 #: Default wall-clock limit for onnxsim, in seconds.
 DEFAULT_SIMPLIFY_TIMEOUT_S = 60.0
+_VALUE_INFO_LOCK = threading.Lock()
 
 ModelSource = Union[str, os.PathLike, bytes, bytearray, memoryview, onnx.ModelProto]
 Shape = tuple[int, ...]
@@ -128,6 +147,12 @@ class InputShapeError(OnnxImportError):
     """``input_shapes`` does not fit the model's inputs."""
 
 
+class ImpossibleShapeError(OnnxImportError):
+    """A node no runtime could execute with the model's shapes: a convolution or pooling
+    window that does not fit its (padded) input, a non-positive kernel, stride or dilation,
+    or convolution groups that do not divide the input and output channels."""
+
+
 def _one_line(s: object) -> str:
     return " ".join(str(s).split())
 
@@ -145,10 +170,11 @@ def load_model(src: ModelSource) -> onnx.ModelProto:
     return _load(src)[0]
 
 
-def _load(src: ModelSource) -> tuple[onnx.ModelProto, bytes | None]:
-    """The model and, when it was parsed from bytes, those bytes."""
+def _load(src: ModelSource, nodes: list[GraphNode] | None = None) -> tuple[onnx.ModelProto, bytes | None]:
+    """The model and, when it was parsed from bytes, those bytes. With ``nodes`` (an empty
+    list), the graph's nodes are appended to it as :class:`GraphNode` and validated from there."""
     if isinstance(src, onnx.ModelProto):
-        _validate(src, "model")
+        _validate(src, "model", nodes)
         return src, None
     if isinstance(src, (bytes, bytearray, memoryview)):
         data, what = bytes(src), "ONNX bytes"
@@ -175,11 +201,11 @@ def _load(src: ModelSource) -> tuple[onnx.ModelProto, bytes | None]:
         raise OnnxImportError(
             f"{what}: not a valid ONNX model: protobuf parsing failed ({_one_line(e) or 'decode error'}); "
             "the file is truncated or not ONNX") from None
-    _validate(model, what)
+    _validate(model, what, nodes)
     return model, data
 
 
-def _validate(model: onnx.ModelProto, what: str) -> None:
+def _validate(model: onnx.ModelProto, what: str, nodes: list[GraphNode] | None = None) -> None:
     if model.ir_version <= 0 or not model.HasField("graph"):
         missing = "an IR version" if model.ir_version <= 0 else "a graph"
         raise OnnxImportError(f"{what}: not an ONNX model (it has no {missing})")
@@ -188,11 +214,14 @@ def _validate(model: onnx.ModelProto, what: str) -> None:
     g = model.graph
     if not g.node:
         raise OnnxImportError(f"{what}: the ONNX graph has no nodes")
+    if nodes is not None:
+        nodes.extend(graph_nodes(model))
+    all_nodes: Sequence[Any] = nodes if nodes is not None else g.node
     defined = {i.name for i in g.input} | {t.name for t in g.initializer}
     defined |= {t.values.name for t in g.sparse_initializer}
-    for n in g.node:
+    for n in all_nodes:
         defined.update(o for o in n.output if o)
-    for n in g.node:
+    for n in all_nodes:
         for i in n.input:
             if i and i not in defined:
                 raise OnnxImportError(
@@ -332,13 +361,26 @@ class Network:
     warnings: list[str] = field(default_factory=list)
     #: ONNX node name -> why it costs nothing (constant, identity, dropout, shape arithmetic, dead).
     free_nodes: dict[str, str] = field(default_factory=dict)
-    #: The graph the layers were extracted from (simplified when ``simplified``), with node
-    #: names made unique and inferred shapes in ``value_info``. It describes structure, not
-    #: weights: initializers over 4 KiB keep their dims and type but not their data.
-    model: onnx.ModelProto | None = field(default=None, repr=False, compare=False)
+    _model: onnx.ModelProto | None = field(default=None, repr=False, compare=False)
     simplified: bool = False
     opset: int = 0
     name: str = ""
+    #: The fast path propagated shapes itself: ``value_info`` is filled (by ONNX shape
+    #: inference, with constant folding when True) on first access of :attr:`model`.
+    _pending_value_info: bool | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def model(self) -> onnx.ModelProto | None:
+        """The graph the layers were extracted from (simplified when ``simplified``), with node
+        names made unique and inferred shapes in ``value_info``. It describes structure, not
+        weights: initializers over 4 KiB keep their dims and type but not their data."""
+        if self._pending_value_info is not None and self._model is not None:
+            with _VALUE_INFO_LOCK:
+                fold = self._pending_value_info
+                if fold is not None:
+                    _infer_shapes(self._model, [], fold=fold)
+                    self._pending_value_info = None
+        return self._model
 
     @property
     def macs(self) -> int:
@@ -391,6 +433,7 @@ def load_network(
     fusion: FusionRules | Mapping[str, Any] | None = None,
     simplify: bool = True,
     simplify_timeout_s: float | None = DEFAULT_SIMPLIFY_TIMEOUT_S,
+    fast: bool = True,
 ) -> Network:
     """Extract the layers of an ONNX model.
 
@@ -398,9 +441,16 @@ def load_network(
     single-input model); ``fusion`` is a device's :class:`FusionRules` (or its dict form),
     :data:`~estimator.fusion.DEFAULT_FUSION` when ``None``. ``simplify_timeout_s`` bounds
     onnxsim (run in a reused worker process); ``None`` runs it in-process without a limit.
+
+    ``fast`` (default) propagates shapes with :mod:`estimator.onnx_shapes` instead of ONNX
+    shape inference wherever that gives the same shapes (it falls back to ONNX's otherwise),
+    fills ``Network.model``'s ``value_info`` only when it is read, and does not start onnxsim
+    for a graph it would leave as it is (nothing to fold, fuse or remove; see
+    :func:`_already_simple`). ``fast=False`` is the reference path. Both give the same layers.
     """
     rules = fusion if isinstance(fusion, FusionRules) else FusionRules.from_dict(fusion)
-    model, raw = _load(src)
+    nodes: list[GraphNode] | None = [] if fast else None
+    model, raw = _load(src, nodes)
     if isinstance(src, onnx.ModelProto):  # never modify the caller's model
         model = onnx.ModelProto()
         model.CopyFrom(src)
@@ -409,22 +459,39 @@ def load_network(
     inputs = _fix_inputs(model, input_shapes)
     warnings: list[str] = []
     simplified = False
+    shapes: dict[str, Shape | None] | None = None
+    dataless: list[str] = []
     if simplify:
         dataless = [t.name for t in model.graph.initializer if _dataless(t)]
         if dataless:
             warnings.append(
                 f"onnxsim skipped: {len(dataless)} initializer(s) carry no data (stripped or external weights, "
                 f"e.g. {dataless[0]!r}); layers come from the unsimplified graph")
+        elif nodes is not None and _already_simple(model, nodes, propagate_shapes(model, nodes)):
+            simplified = True  # onnxsim would return the graph as it is
         else:
             try:
                 model = _run_onnxsim(model, simplify_timeout_s, raw)
                 simplified = True
+                if nodes is not None:
+                    nodes = graph_nodes(model)
             except _SimplifyFailed as e:
                 warnings.append(f"onnxsim failed ({e}); layers come from the unsimplified graph")
-    _strip_large(model, _STRIP_BYTES)  # the record describes structure; weights would only cost memory
-    _name_nodes(model)
-    shapes = _infer_shapes(model, warnings, fold=not simplified)
-    ex = _Extractor(model, shapes, rules, warnings)
+    stripped = _strip_large(model, _STRIP_BYTES)  # the record describes structure; weights would only cost memory
+    _name_nodes(model, nodes)
+    fold = not simplified
+    const_values: dict[str, np.ndarray] = {}
+    if nodes is not None:
+        # initializers without data: those found above (nothing changed them since), or none
+        # after onnxsim (which only runs on models with all data) or without simplify
+        known = set(dataless).union(stripped) if simplify and not simplified else None
+        shapes = propagate_shapes(model, nodes, dataless=known, const_values=const_values)
+    pending = None
+    if shapes is None:
+        shapes = _infer_shapes(model, warnings, fold=fold)
+    else:
+        pending = fold
+    ex = _Extractor(model, shapes, rules, warnings, nodes, const_values if pending is not None else None)
     layers, free = ex.run()
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     outputs = {o.name: shapes.get(o.name) for o in model.graph.output}
@@ -435,41 +502,102 @@ def load_network(
     others = sorted({layer.op_type for layer in layers if layer.type == LayerType.OTHER})
     if others:
         warnings.append(f"operators outside the layer vocabulary (kept as type 'other'): {', '.join(others)}")
-    return Network(layers=layers, inputs=inputs, outputs=outputs, warnings=warnings, free_nodes=free, model=model,
-                   simplified=simplified, opset=opset, name=model.graph.name)
+    return Network(layers=layers, inputs=inputs, outputs=outputs, warnings=warnings, free_nodes=free, _model=model,
+                   simplified=simplified, opset=opset, name=model.graph.name, _pending_value_info=pending)
+
+
+#: Operators a graph may consist of for onnxsim to leave it unchanged (see _already_simple).
+_SIMPLE_OPS = frozenset({"Conv", "Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "LeakyRelu", "Add",
+                         "Mul", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Concat", "Gemm",
+                         "Flatten", "Softmax"})
+
+
+def _already_simple(model: onnx.ModelProto, nodes: Sequence[GraphNode],
+                    shapes: Mapping[str, Shape | None] | None) -> bool:
+    """Whether onnxsim would return the graph as it is, judged conservatively: only
+    operators from :data:`_SIMPLE_OPS`; no node whose inputs are all constant (nothing to
+    fold; no Constant nodes), no element-wise op with a constant operand (no bias or scale
+    for the optimizer to fuse into a conv or Gemm), no Concat of a single input or of another
+    Concat, no Flatten of a tensor that already has rank <= 2, no dead node or unused
+    initializer, every shape known. Anything else goes through onnxsim as before."""
+    if shapes is None:
+        return False
+    g = model.graph
+    static = {t.name for t in g.initializer}
+    if len(g.sparse_initializer):
+        return False
+    producer: dict[str, GraphNode] = {}
+    for n in nodes:
+        for o in n.output:
+            if o:
+                producer[o] = n
+    used: set[str] = set()
+    for n in nodes:
+        if n.domain not in ("", "ai.onnx") or n.op_type not in _SIMPLE_OPS:
+            return False
+        ins = [x for x in n.input if x]
+        used.update(ins)
+        if not ins or all(x in static for x in ins) or static.intersection(ins[:1]):
+            return False
+        if n.op_type in ("Add", "Mul") and any(x in static for x in ins):
+            return False
+        if n.op_type == "Concat" and (len(ins) < 2 or any(x in producer and producer[x].op_type == "Concat"
+                                                          for x in ins)):
+            return False
+        if n.op_type == "Flatten" and len(shapes.get(ins[0]) or ()) <= 2:
+            return False
+        if any(shapes.get(o) is None for o in n.output if o):
+            return False
+    if any(t.name not in used for t in g.initializer):
+        return False
+    live: set[int] = set()
+    stack = [o.name for o in g.output]
+    seen: set[str] = set()
+    while stack:
+        t = stack.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        n = producer.get(t)
+        if n is None:
+            continue
+        if id(n) not in live:
+            live.add(id(n))
+            stack.extend(x for x in n.input if x)
+    return len(live) == len(nodes) and all(o.name in producer for o in g.output)
 
 
 # ------------------------------------------------------------------------- model utils
 
 
-def _dataless(t: TensorProto) -> bool:
-    """True for an initializer whose values are not in the model (external or stripped)."""
-    if t.data_location == TensorProto.EXTERNAL:
-        return True
-    if math.prod(t.dims) == 0:
-        return False
-    return not (t.raw_data or t.float_data or t.int32_data or t.int64_data or t.double_data
-                or t.uint64_data or t.string_data)
+#: True for an initializer whose values are not in the model (external or stripped).
+_dataless = is_dataless
 
 
-def _strip_large(model: onnx.ModelProto, max_bytes: int = 4096) -> None:
-    """Drop the data of initializers over ``max_bytes`` (dims and type stay)."""
+def _strip_large(model: onnx.ModelProto, max_bytes: int = 4096) -> list[str]:
+    """Drop the data of initializers over ``max_bytes`` (dims and type stay); their names."""
+    out = []
     for t in model.graph.initializer:
         if t.ByteSize() > max_bytes:
             for f in ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data"):
                 t.ClearField(f)
+            out.append(t.name)
+    return out
 
 
-def _name_nodes(model: onnx.ModelProto) -> None:
-    """Give every node a unique, non-empty name (``<op_type>_<index>`` where missing)."""
+def _name_nodes(model: onnx.ModelProto, nodes: Sequence[GraphNode] | None = None) -> None:
+    """Give every node a unique, non-empty name (``<op_type>_<index>`` where missing); with
+    ``nodes`` (the graph's nodes as :class:`GraphNode`), they are renamed too."""
     seen: set[str] = set()
-    for i, n in enumerate(model.graph.node):
+    for i, n in enumerate(nodes if nodes is not None else model.graph.node):
         if not n.name or n.name in seen:
             base = f"{n.op_type}_{i}"
             name, k = base, 1
             while name in seen:
                 name, k = f"{base}_{k}", k + 1
             n.name = name
+            if nodes is not None:
+                model.graph.node[i].name = name
         seen.add(n.name)
 
 
@@ -853,22 +981,19 @@ class _Draft:
             self.flags.append(f)
 
 
-def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for a in node.attribute:
-        try:
-            v = helper.get_attribute_value(a)
-        except Exception:
-            continue
-        if isinstance(v, bytes):
-            v = v.decode("utf-8", "replace")
-        out[a.name] = v
-    return out
+def _attrs(node: Any) -> dict[str, Any]:
+    """A node's attributes (``helper.get_attribute_value``, strings decoded); read-only."""
+    try:
+        cached = node.attrs_cache  # a GraphNode
+    except AttributeError:
+        cached = None
+    return cached if cached is not None else node_attrs(node)
 
 
 class _Extractor:
     def __init__(self, model: onnx.ModelProto, shapes: dict[str, Shape | None], rules: FusionRules,
-                 warnings: list[str]) -> None:
+                 warnings: list[str], nodes: Sequence[GraphNode] | None = None,
+                 values: Mapping[str, np.ndarray] | None = None) -> None:
         self.g = model.graph
         self.shapes = shapes
         self.rules = rules
@@ -876,8 +1001,9 @@ class _Extractor:
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
         self.init = {t.name: t for t in self.g.initializer}
         self.const_nodes: dict[str, onnx.NodeProto] = {}
-        self._values: dict[str, np.ndarray | None] = {}
-        self.nodes = self._topo_sort(list(self.g.node))
+        # values of initializers and Constant outputs already read (by the shape propagation)
+        self._values: dict[str, np.ndarray | None] = dict(values) if values else {}
+        self.nodes = self._topo_sort(list(nodes) if nodes is not None else list(self.g.node))
         for n in self.nodes:
             if n.op_type == "Constant" and n.output:
                 self.const_nodes[n.output[0]] = n
@@ -912,6 +1038,16 @@ class _Extractor:
 
     def _topo_sort(self, nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
         produced_by = {o: i for i, n in enumerate(nodes) for o in n.output if o}
+        if len(produced_by) == sum(1 for n in nodes for o in n.output if o):
+            # Already in topological order (the usual case): the heap below would return
+            # exactly this order (it always takes the smallest ready index).
+            seen: set[str] = set()
+            for n in nodes:
+                if any(x in produced_by and x not in seen for x in n.input):
+                    break
+                seen.update(n.output)
+            else:
+                return list(nodes)
         deps: list[set[int]] = []
         users: list[list[int]] = [[] for _ in nodes]
         for i, n in enumerate(nodes):
@@ -999,13 +1135,13 @@ class _Extractor:
         v: np.ndarray | None = None
         try:
             if t in self.init and not _dataless(self.init[t]):
-                v = numpy_helper.to_array(self.init[t])
+                v = to_array(self.init[t])
             elif t in self.const_nodes:
                 a = _attrs(self.const_nodes[t])
                 if "value" in a and isinstance(a["value"], np.ndarray):
                     v = a["value"]
                 elif "value" in a and isinstance(a["value"], TensorProto):
-                    v = numpy_helper.to_array(a["value"])
+                    v = to_array(a["value"])
                 else:
                     for k in ("value_float", "value_floats", "value_int", "value_ints"):
                         if k in a:
@@ -1097,6 +1233,8 @@ class _Extractor:
                 return self._softmax(n)
         except _Unsupported as e:
             return self._other(n, extra_flags=list(e.args))
+        except OnnxImportError:
+            raise
         except Exception as e:  # a malformed node must not abort the whole network
             self.warnings.append(f"node {n.name!r} ({op}) could not be mapped ({type(e).__name__}: "
                                  f"{_one_line(e)[:200]}); kept as type 'other'")
@@ -1158,6 +1296,24 @@ class _Extractor:
         return dict(h=spatial[0], w=spatial[1], k_h=k[0], k_w=k[1], s_h=strides[0], s_w=strides[1],
                     d_h=dil[0], d_w=dil[1], p_t=pads[0], p_l=pads[1], p_b=pads[2], p_r=pads[3])
 
+    def _check_window(self, n: onnx.NodeProto, win: Mapping[str, int], *, dilated: bool) -> None:
+        """Raise :class:`ImpossibleShapeError` for a window the vocabulary cannot describe."""
+        where = f"impossible shapes: node {n.name!r} ({n.op_type})"
+        for key in ("k_h", "k_w", "s_h", "s_w") + (("d_h", "d_w") if dilated else ()):
+            if win[key] < 1:
+                what = {"k": "kernel size", "s": "stride", "d": "dilation"}[key[0]]
+                raise ImpossibleShapeError(f"{where}: {what} {win[key]} along {'hw'[key[-1] == 'w']}; it must be >= 1")
+        if min(win["p_t"], win["p_l"], win["p_b"], win["p_r"]) < 0:
+            raise ImpossibleShapeError(f"{where}: negative pads {(win['p_t'], win['p_l'], win['p_b'], win['p_r'])}")
+        d_h, d_w = (win["d_h"], win["d_w"]) if dilated else (1, 1)
+        h_out = conv_out(win["h"], win["k_h"], win["s_h"], d_h, win["p_t"], win["p_b"])
+        w_out = conv_out(win["w"], win["k_w"], win["s_w"], d_w, win["p_l"], win["p_r"])
+        if h_out < 1 or w_out < 1:
+            raise ImpossibleShapeError(
+                f"{where}: the {win['k_h']}x{win['k_w']} window (stride {win['s_h']}x{win['s_w']}, dilation "
+                f"{d_h}x{d_w}) does not fit the {win['h']}x{win['w']} input with pads (top, left, bottom, right) = "
+                f"({win['p_t']}, {win['p_l']}, {win['p_b']}, {win['p_r']})")
+
     def _conv(self, n: onnx.NodeProto) -> _Draft:
         x, w = n.input[0], n.input[1]
         xs, ws = self.shape(x), self.shape(w)
@@ -1174,6 +1330,12 @@ class _Extractor:
         groups = int(_attrs(n).get("group", 1))
         c_in, c_out = xs[1], ws[0]
         win = self._window_attrs(n, d, xs, list(ws[2:]))
+        self._check_window(n, win, dilated=True)
+        if groups < 1 or c_in % groups or c_out % groups:
+            raise ImpossibleShapeError(
+                f"impossible shapes: node {n.name!r} (Conv): group={groups} does not divide the {c_in} input "
+                f"channels and the {c_out} output channels (input {'x'.join(map(str, xs))}, "
+                f"weight {'x'.join(map(str, ws))})")
         bias = 1 if len(n.input) > 2 and n.input[2] else 0
         # BatchNormalization directly after the conv (onnxsim folds it; the rules fold it otherwise).
         out = self.canon(n.output[0])
@@ -1265,6 +1427,7 @@ class _Extractor:
                 for (size, kk, s, pb, pe, o) in (("h", "k_h", "s_h", "p_t", "p_b", 0), ("w", "k_w", "s_w", "p_l", "p_r", 1)):
                     need = (outs[o] - 1) * win[s] + win[kk] - win[size] - win[pb]
                     win[pe] = max(win[pe], need)
+        self._check_window(n, win, dilated=False)
         win.pop("d_h"), win.pop("d_w")
         if len(xs) == 3:
             d.flag("pool1d")

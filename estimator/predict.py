@@ -16,17 +16,31 @@ and no layer is silently zero. Layers of one type are predicted in one batched m
 call. The network total is the sum of layer predictions (Eq. 7); its intervals come from
 the Monte Carlo convolution of the layers' conformal predictive distributions (Eq. 8,
 :mod:`estimator.aggregate`).
+
+Fast and reference paths
+------------------------
+By default (``Estimator(..., fast=True)``) estimates use the fast path: ONNX shapes
+propagated by the importer itself (:func:`estimator.onnx_import.load_network` with
+``fast=True``), flattened forests and precomputed k-NN trees (:mod:`estimator.fastpath`)
+and kept Monte Carlo sample blocks (:class:`~estimator.aggregate.SampleBank`).
+``fast=False`` (per estimator, or per call of :meth:`Estimator.estimate_network`,
+:meth:`Estimator.estimate_layers`, :meth:`Estimator.predict_batch`) runs the straightforward
+reference path: ONNX shape inference, scikit-learn's and crepes' own ``predict``/``apply``
+per type, fresh Monte Carlo draws. Both give the same numbers (``tests/test_fastpath.py``:
+1e-9 relative, in practice equal up to floating-point summation order).
 """
 from __future__ import annotations
 
 import math
+import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .aggregate import COUPLINGS, DEFAULT_SAMPLES, DEFAULT_SEED, DistBatch, aggregate, layer_intervals
+from .aggregate import COUPLINGS, DEFAULT_SAMPLES, DEFAULT_SEED, DistBatch, SampleBank, aggregate, layer_intervals
 from .errors import UserError
 from .layers import Layer, describe
 from .models import METRICS, BatchPrediction, DeviceModels, get_models
@@ -116,13 +130,24 @@ class NetworkEstimate:
     #: ONNX node -> why it costs nothing (from the importer; not estimated, listed for transparency)
     free_nodes: dict[str, str] = field(default_factory=dict)
     name: str = ""
+    #: (layers, fallback, out of design space) when the rows were not built
+    #: (``estimate_network(..., per_layer=False)``: ``layers`` is then empty)
+    layer_counts: tuple[int, int, int] | None = field(default=None, repr=False)
+
+    @property
+    def n_layers(self) -> int:
+        return self.layer_counts[0] if self.layer_counts is not None else len(self.layers)
 
     @property
     def n_fallback(self) -> int:
+        if self.layer_counts is not None:
+            return self.layer_counts[1]
         return sum(l.fallback for l in self.layers)
 
     @property
     def n_out_of_design_space(self) -> int:
+        if self.layer_counts is not None:
+            return self.layer_counts[2]
         return sum(l.out_of_design_space for l in self.layers)
 
     def interval(self, metric: str = "CM_LV", confidence: float | None = None) -> tuple[float, float]:
@@ -143,7 +168,7 @@ class NetworkEstimate:
             "confidence": list(self.confidence),
             "coupling": self.coupling,
             "intervals": {m: {_ckey(c): [lo, hi] for c, (lo, hi) in per.items()} for m, per in self.intervals.items()},
-            "n_layers": len(self.layers),
+            "n_layers": self.n_layers,
             "n_fallback": self.n_fallback,
             "n_out_of_design_space": self.n_out_of_design_space,
             "layers": [l.to_dict() for l in self.layers],
@@ -156,7 +181,8 @@ class Estimator:
     """Latency estimates with CM_TV / CM_LV / CM_O intervals for one device profile."""
 
     def __init__(self, profile: Profile, models: DeviceModels, *, n_samples: int = DEFAULT_SAMPLES,
-                 seed: int = DEFAULT_SEED, coupling: str = "independent") -> None:
+                 seed: int = DEFAULT_SEED, coupling: str = "independent", fast: bool = True,
+                 sample_bank_mb: float = 192.0, mc_threads: int | None = None) -> None:
         if n_samples < 100:
             raise UserError(f"n_samples must be >= 100, got {n_samples}")
         if coupling not in COUPLINGS:
@@ -166,25 +192,84 @@ class Estimator:
         self.models = models
         self.n_samples = int(n_samples)
         self.seed = int(seed)
+        self.fast = bool(fast)
         self._fusion: Any = None
+        self._fast_models: Any = None
+        self._fast_lock = threading.Lock()
+        self.sample_bank = SampleBank(int(sample_bank_mb * 2**20))
+        #: threads for the Monte Carlo sums on the fast path (None: one per metric, at most
+        #: the CPUs this process may use; 1: none)
+        self.mc_threads = mc_threads
+        self._pool: Any = None
 
     @classmethod
     def from_profile(cls, profile: str | Path | Profile, *, root: str | Path | None = None, target: str = "lum",
                      cache_root: str | Path | None = None, retrain: bool = False, n_jobs: int = 1,
                      progress: Callable[[str, int, int], None] | None = None, n_samples: int = DEFAULT_SAMPLES,
-                     seed: int = DEFAULT_SEED, coupling: str = "independent") -> "Estimator":
+                     seed: int = DEFAULT_SEED, coupling: str = "independent", fast: bool = True) -> "Estimator":
         prof = profile if isinstance(profile, Profile) else load_profile(profile, root)
         models = get_models(prof, target=target, cache_root=Path(cache_root) if cache_root else None,
                             retrain=retrain, n_jobs=n_jobs, progress=progress)
-        return cls(prof, models, n_samples=n_samples, seed=seed, coupling=coupling)
+        return cls(prof, models, n_samples=n_samples, seed=seed, coupling=coupling, fast=fast)
 
     @property
     def device(self) -> str:
         return self.profile.name
 
+    # ------------------------------------------------------------------ paths
+    def _use_fast(self, fast: bool | None) -> bool:
+        return self.fast if fast is None else bool(fast)
+
+    def fast_models(self) -> Any:
+        """The fast evaluators of this estimator's models (built on first use, then kept)."""
+        fm = self._fast_models
+        if fm is None:
+            with self._fast_lock:
+                if self._fast_models is None:
+                    from .fastpath import FastModels  # noqa: PLC0415
+
+                    self._fast_models = FastModels(self.models)
+                fm = self._fast_models
+        return fm
+
+    def _mc_pool(self) -> Any:
+        """Threads for the three metrics' Monte Carlo sums (their matrix products release the
+        GIL), when this process may run on more than one CPU; None otherwise."""
+        n = self.mc_threads
+        if n is None:
+            try:
+                n = min(len(METRICS), len(os.sched_getaffinity(0)))
+            except (AttributeError, OSError):
+                n = min(len(METRICS), os.cpu_count() or 1)
+        if n <= 1:
+            return None
+        pid = os.getpid()
+        pool = self._pool
+        if pool is None or pool[0] != pid:  # (a forked child does not inherit the threads)
+            with self._fast_lock:
+                if self._pool is None or self._pool[0] != pid:
+                    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+                    self._pool = (pid, ThreadPoolExecutor(max_workers=n, thread_name_prefix="estimator-mc"))
+                pool = self._pool
+        return pool[1]
+
+    def warm_up(self) -> None:
+        """Build the fast evaluators and draw the first Monte Carlo sample block of every
+        family now, so that the first requests do not pay for it (the service calls this)."""
+        fm = self.fast_models()
+        fams = [f for t in fm.types.values() for f in t.model.families.values()]
+        fams += list(self.models.fallback.families.values())
+        for k, m in enumerate(METRICS):
+            mfams = [f for f in fams if f.name.endswith(":" + m)]
+            dist = DistBatch(np.zeros(len(mfams)), np.zeros(len(mfams)), np.arange(len(mfams)), mfams)
+            self.sample_bank.sum_samples(dist, self.n_samples, self.seed + k)
+
     # ------------------------------------------------------------------ layers
-    def predict_batch(self, layers: Sequence[Layer]) -> BatchPrediction:
+    def predict_batch(self, layers: Sequence[Layer], *, fast: bool | None = None) -> BatchPrediction:
         """Raw batched prediction (arrays + per-metric predictive distributions)."""
+        if self._use_fast(fast):
+            return self.fast_models().predict_layers(layers)
         return self.models.predict_layers(layers)
 
     def layer_distributions(self, layers: Sequence[Layer]) -> dict[str, DistBatch]:
@@ -192,21 +277,28 @@ class Estimator:
         return self.predict_batch(layers).dists
 
     def _rows(self, layers: Sequence[Layer], bp: BatchPrediction, confs: list[float]) -> list[LayerEstimate]:
-        ivs: dict[str, dict[float, tuple[np.ndarray, np.ndarray]]] = {
-            m: {c: layer_intervals(bp.dists[m], c) for c in confs} for m in METRICS}
+        # per metric and confidence, every layer's (lower, upper) as Python floats
+        pairs = {m: {c: list(zip(*(a.tolist() for a in layer_intervals(bp.dists[m], c)))) for c in confs}
+                 for m in METRICS}
         cpu_ops = set(self.profile.cpu_fallback_ops)
+        pred, t_ops = bp.pred_ms.tolist(), bp.t_op_ms.tolist()
+        fallback, ood = bp.fallback.tolist(), bp.out_of_design_space.tolist()
+        one = confs[0] if len(confs) == 1 else None
+        if one is not None:
+            per_metric = [(m, pairs[m][one]) for m in METRICS]
         rows: list[LayerEstimate] = []
         for i, l in enumerate(layers):
             flags = list(l.flags)
             if l.op_type and l.op_type in cpu_ops:
                 flags.append("cpu_fallback_op")
-            t_op = None if bp.fallback[i] else float(bp.t_op_ms[i])
+            if one is not None:
+                intervals = {m: {one: p[i]} for m, p in per_metric}
+            else:
+                intervals = {m: {c: pairs[m][c][i] for c in confs} for m in METRICS}
             rows.append(LayerEstimate(
                 name=l.name, type=l.type, op_type=l.op_type, features=dict(l.features), ops=float(l.ops),
-                prediction_ms=float(bp.pred_ms[i]), t_op_ms=t_op,
-                intervals={m: {c: (float(ivs[m][c][0][i]), float(ivs[m][c][1][i])) for c in confs} for m in METRICS},
-                out_of_design_space=bool(bp.out_of_design_space[i]), ood_reasons=list(bp.reasons[i]),
-                fallback=bool(bp.fallback[i]), flags=flags))
+                prediction_ms=pred[i], t_op_ms=None if fallback[i] else t_ops[i], intervals=intervals,
+                out_of_design_space=ood[i], ood_reasons=list(bp.reasons[i]), fallback=fallback[i], flags=flags))
         return rows
 
     def _warnings(self, layers: Sequence[Layer], bp: BatchPrediction, confs: list[float]) -> list[str]:
@@ -235,17 +327,17 @@ class Estimator:
                        f"{self.profile.provenance.source}")
         return out
 
-    def estimate_layers(self, layers: Sequence[Layer], confidence: float | Iterable[float] = (0.9,)
-                        ) -> list[LayerEstimate]:
+    def estimate_layers(self, layers: Sequence[Layer], confidence: float | Iterable[float] = (0.9,), *,
+                        fast: bool | None = None) -> list[LayerEstimate]:
         """One row per layer (input order), all types in one batched model call each."""
-        return self.estimate_layers_with_warnings(layers, confidence)[0]
+        return self.estimate_layers_with_warnings(layers, confidence, fast=fast)[0]
 
-    def estimate_layers_with_warnings(self, layers: Sequence[Layer], confidence: float | Iterable[float] = (0.9,)
-                                      ) -> tuple[list[LayerEstimate], list[str]]:
+    def estimate_layers_with_warnings(self, layers: Sequence[Layer], confidence: float | Iterable[float] = (0.9,),
+                                      *, fast: bool | None = None) -> tuple[list[LayerEstimate], list[str]]:
         """Like :meth:`estimate_layers`, plus the warnings (fallback, out of design space, ...)."""
         confs = parse_confidence(confidence)
         layers = list(layers)
-        bp = self.predict_batch(layers)
+        bp = self.predict_batch(layers, fast=fast)
         return self._rows(layers, bp, confs), self._warnings(layers, bp, confs)
 
     # ----------------------------------------------------------------- network
@@ -254,35 +346,49 @@ class Estimator:
             self._fusion = self.profile.fusion_rules()
         return self._fusion
 
-    def load_network(self, src: Any, input_shapes: Any = None) -> Any:
+    def load_network(self, src: Any, input_shapes: Any = None, *, fast: bool | None = None) -> Any:
         """ONNX (path, bytes or ModelProto) -> Network, with this device's fusion rules."""
         from .onnx_import import load_network  # noqa: PLC0415 (ONNX front end only when needed)
 
-        return load_network(src, input_shapes=input_shapes, fusion=self.fusion_rules())
+        return load_network(src, input_shapes=input_shapes, fusion=self.fusion_rules(), fast=self._use_fast(fast))
 
     def estimate_network(self, network: Any, confidence: float | Iterable[float] = (0.9,), *,
-                         input_shapes: Any = None, name: str = "") -> NetworkEstimate:
+                         input_shapes: Any = None, name: str = "", fast: bool | None = None,
+                         per_layer: bool = True) -> NetworkEstimate:
         """Estimate a network: an ONNX model (path/bytes/ModelProto, fused with the profile's
-        rules) or an already imported object with ``.layers`` (taken as already fused)."""
+        rules) or an already imported object with ``.layers`` (taken as already fused).
+
+        ``fast`` picks the fast or the reference path for this call (default: the
+        estimator's). ``per_layer=False`` skips the per-layer rows (``layers`` is empty, the
+        counts are in ``layer_counts``)."""
         confs = parse_confidence(confidence)
+        use_fast = self._use_fast(fast)
         if hasattr(network, "layers"):
             net = network
         else:
-            net = self.load_network(network, input_shapes)
+            net = self.load_network(network, input_shapes, fast=use_fast)
             if not name and isinstance(network, (str, Path)):
                 name = Path(network).stem
         layers = list(net.layers)
-        bp = self.predict_batch(layers)
-        rows = self._rows(layers, bp, confs)
+        bp = self.predict_batch(layers, fast=use_fast)
+        rows = self._rows(layers, bp, confs) if per_layer else []
         intervals: dict[str, dict[float, tuple[float, float]]] = {}
-        for k, m in enumerate(METRICS):
-            res, _ = aggregate(bp.dists[m], confs, n_samples=self.n_samples, seed=self.seed + k,
-                               coupling=self.coupling)
+        bank = self.sample_bank if use_fast else None
+
+        def one(k: int) -> Any:
+            return aggregate(bp.dists[METRICS[k]], confs, n_samples=self.n_samples, seed=self.seed + k,
+                             coupling=self.coupling, bank=bank)[0]
+
+        pool = self._mc_pool() if use_fast and len(layers) else None
+        results = list(pool.map(one, range(len(METRICS)))) if pool is not None else [one(k) for k in
+                                                                                       range(len(METRICS))]
+        for m, res in zip(METRICS, results):
             intervals[m] = {c: (res[c].lower, res[c].upper) for c in confs}
         warns = [str(w) for w in getattr(net, "warnings", [])] + self._warnings(layers, bp, confs)
         fn = getattr(net, "free_nodes", None) or {}
         free = {str(k): str(v) for k, v in fn.items()} if isinstance(fn, Mapping) else {str(k): "" for k in fn}
+        counts = None if per_layer else (len(layers), int(bp.fallback.sum()), int(bp.out_of_design_space.sum()))
         return NetworkEstimate(device=self.device, target=self.models.target, total_ms=float(bp.pred_ms.sum()),
                                confidence=confs, intervals=intervals, layers=rows, warnings=warns,
                                free_nodes=free, name=name or str(getattr(net, "name", "") or ""),
-                               coupling=self.coupling)
+                               coupling=self.coupling, layer_counts=counts)

@@ -14,8 +14,10 @@ Behaviour
   item of a stream takes the registry current when the item is processed. A device
   whose new profile fails to load keeps its old models (the error is reported).
 * Refusals, each with a precise status, after which the server keeps serving:
-  ``INVALID_ARGUMENT`` (malformed ONNX, impossible shapes, unknown confidence, bad layer
-  spec; any :class:`~estimator.errors.UserError` without a more specific status),
+  ``INVALID_ARGUMENT`` (malformed ONNX, impossible shapes (the importer's
+  :class:`~estimator.onnx_import.ImpossibleShapeError`, or counts beyond what the models
+  evaluate), unknown confidence, bad layer spec; any :class:`~estimator.errors.UserError`
+  without a more specific status),
   ``NOT_FOUND`` (unknown device, listing the known ones), ``RESOURCE_EXHAUSTED`` (ONNX
   larger than ``max_onnx_bytes``, more than ``max_layers`` layers; gRPC's own receive
   limit sits 1 MiB above ``max_onnx_bytes`` so the precise check fires first),
@@ -25,12 +27,18 @@ Behaviour
   levels, per_layer and input shapes) are answered from a bounded LRU cache
   (``cached=true``).
 * ``EstimateNetworks`` answers one response per request, in order; an item that fails
-  gets a response with ``error`` set and the stream goes on.
+  gets a response with ``error`` set and the stream goes on. Every RPC runs the
+  estimator's fast path (:mod:`estimator.fastpath`; ``fast=False`` serves from the
+  reference path, for comparisons); per-layer rows are built only when ``per_layer`` is
+  set, and the ONNX bytes are hashed only when the response cache is on. After loading, the
+  live objects (the models) are frozen out of the cyclic garbage collector's sight, so that
+  collections triggered by requests do not walk them.
 * Structured logs: one JSON object per line (request id, rpc, device, status, duration)
   when :func:`setup_json_logging` is installed (the ``estimation-service`` command does).
 """
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import logging
@@ -216,11 +224,12 @@ def _device_info(est: Estimator, version: str) -> pb2.DeviceInfo:
 
 
 def load_registry(root: str | Path, *, previous: Registry | None = None, cache_root: str | Path | None = None,
-                  n_jobs: int = 1) -> Registry:
+                  n_jobs: int = 1, fast: bool = True) -> Registry:
     """Load every profile under ``root`` into a new :class:`Registry` (``previous`` is not touched).
 
     A profile that fails to load is reported in ``errors``; if ``previous`` had that
-    device, its old entry is kept.
+    device, its old entry is kept. ``fast=False`` serves from the estimator's reference
+    path (same answers, slower; for comparisons).
     """
     root = Path(root)
     devices: dict[str, DeviceEntry] = {}
@@ -233,8 +242,10 @@ def load_registry(root: str | Path, *, previous: Registry | None = None, cache_r
     for name in names:
         t0 = time.perf_counter()
         try:
-            est = Estimator.from_profile(load_profile(name, root), cache_root=cache_root, n_jobs=n_jobs)
+            est = Estimator.from_profile(load_profile(name, root), cache_root=cache_root, n_jobs=n_jobs, fast=fast)
             est.fusion_rules()  # parse once, before any request needs it
+            if fast:
+                est.warm_up()  # fast evaluators and the first Monte Carlo sample blocks, before any request
             version = _model_version(est)
             devices[name] = DeviceEntry(name, est, version, _device_info(est, version))
             _event(logging.INFO, "device loaded", device=name, model_version=version,
@@ -259,48 +270,73 @@ def _intervals_pb(intervals: Mapping[str, Mapping[float, tuple[float, float]]]) 
             for m in METRICS if m in intervals for c, (lo, hi) in sorted(intervals[m].items())]
 
 
-def _layer_pb(row: LayerEstimate, layer: Any = None) -> pb2.LayerEstimate:
-    m = pb2.LayerEstimate(
-        name=row.name, type=row.type, op_type=row.op_type or "",
-        features={k: float(v) for k, v in row.features.items()},
-        prediction_ms=float(row.prediction_ms), intervals=_intervals_pb(row.intervals),
-        out_of_design_space=bool(row.out_of_design_space), fallback=bool(row.fallback),
-        flags=[str(f) for f in row.flags], ops=float(row.ops), ood_reasons=[str(r) for r in row.ood_reasons])
+def _fill_layer_pb(m: pb2.LayerEstimate, row: LayerEstimate, layer: Any = None) -> pb2.LayerEstimate:
+    """Write one row into ``m`` (a message already in its response: no copy)."""
+    m.name = row.name
+    m.type = row.type
+    if row.op_type:
+        m.op_type = row.op_type
+    m.features.update({k: float(v) for k, v in row.features.items()})
+    m.prediction_ms = float(row.prediction_ms)
+    add = m.intervals.add
+    for metric in METRICS:
+        per = row.intervals.get(metric)
+        if per:
+            for c, (lo, hi) in sorted(per.items()):
+                add(metric=metric, confidence=float(c), lower_ms=float(lo), upper_ms=float(hi))
+    if row.out_of_design_space:
+        m.out_of_design_space = True
+    if row.fallback:
+        m.fallback = True
+    if row.flags:
+        m.flags.extend([str(f) for f in row.flags])
+    m.ops = float(row.ops)
+    if row.ood_reasons:
+        m.ood_reasons.extend([str(r) for r in row.ood_reasons])
     if row.t_op_ms is not None and math.isfinite(row.t_op_ms):
         m.t_op_ms = float(row.t_op_ms)
     if layer is not None:
-        m.nodes.extend(str(n) for n in getattr(layer, "nodes", ()) or ())
-        m.activation = str(getattr(layer, "activation", "") or "")
+        nodes = getattr(layer, "nodes", ()) or ()
+        if nodes:
+            m.nodes.extend([str(n) for n in nodes])
+        act = getattr(layer, "activation", "") or ""
+        if act:
+            m.activation = str(act)
     return m
 
 
+def _layer_pb(row: LayerEstimate, layer: Any = None) -> pb2.LayerEstimate:
+    return _fill_layer_pb(pb2.LayerEstimate(), row, layer)
+
+
 def _number(v: float) -> int | float:
-    return int(v) if math.isfinite(v) and v == int(v) and abs(v) < 2**63 else float(v)
+    v = float(v)
+    return int(v) if v.is_integer() and abs(v) < 2**63 else v
 
 
 def _layers_from_specs(specs: Sequence[pb2.LayerSpec], where: str) -> list[Any]:
     out = []
     for i, s in enumerate(specs):
-        params: dict[str, Any] = {k: _number(v) for k, v in s.params.items()}
-        clash = sorted(set(params) & set(s.options))
-        label = f"{where}[{i}] ({s.type or '?'}{' ' + repr(s.name) if s.name else ''})"
-        if clash:
-            raise LayerSpecError(f"{label}: {', '.join(clash)} given both as a number and as an option")
-        params.update(dict(s.options))
+        params: dict[str, Any] = {k: _number(v) for k, v in dict(s.params).items()}
+        options = s.options
+        if options:
+            clash = sorted(set(params) & set(options))
+            if clash:
+                raise LayerSpecError(f"{_spec_label(where, i, s)}: {', '.join(clash)} given both as a number and "
+                                     "as an option")
+            params.update(dict(options))
         try:
             out.append(make_layer(s.type, params, s.name))
         except UserError as e:
-            raise LayerSpecError(f"{label}: {e}") from None
+            raise LayerSpecError(f"{_spec_label(where, i, s)}: {e}") from None
         except (TypeError, ValueError, OverflowError) as e:
-            raise LayerSpecError(f"{label}: {type(e).__name__}: {e}") from None
+            raise LayerSpecError(f"{_spec_label(where, i, s)}: {type(e).__name__}: {e}") from None
     _check_ranges(out, where)
     return out
 
 
-#: ONNX ops whose vocabulary description can fail only on an impossible configuration
-#: (window larger than the padded input, groups not dividing the channels) once their
-#: input shape is known.
-_GEOMETRY_OPS = ("Conv", "MaxPool", "AveragePool")
+def _spec_label(where: str, i: int, s: pb2.LayerSpec) -> str:
+    return f"{where}[{i}] ({s.type or '?'}{' ' + repr(s.name) if s.name else ''})"
 
 
 #: Largest feature value the models evaluate (the forests compare in float32).
@@ -309,27 +345,16 @@ _MAX_FEATURE = float(np.finfo(np.float32).max) / 16
 
 def _check_ranges(layers: Sequence[Any], where: str) -> None:
     """INVALID_ARGUMENT for a layer whose counts cannot be evaluated (non-finite or beyond float32)."""
+    lim = _MAX_FEATURE
     for i, layer in enumerate(layers):
-        values = [("ops", float(layer.ops))] + [(k, float(v)) for k, v in layer.features.items()]
-        for k, v in values:
-            if not math.isfinite(v) or abs(v) > _MAX_FEATURE:
+        ops = float(layer.ops)
+        feats = layer.features
+        if -lim <= ops <= lim and all(-lim <= v <= lim for v in feats.values()):
+            continue  # (NaN fails every comparison)
+        for k, v in [("ops", ops)] + [(k, float(v)) for k, v in feats.items()]:
+            if not math.isfinite(v) or abs(v) > lim:
                 raise UserError(f"impossible shapes: {where}[{i}] ({layer.type} {layer.name!r}): {k} = {v:.3g} is "
-                                f"beyond what the latency models can evaluate (at most {_MAX_FEATURE:.3g})")
-
-
-def _reject_impossible(net: Any) -> None:
-    """INVALID_ARGUMENT for a network with a layer no runtime could execute.
-
-    The importer keeps such a node as a flagged ``other`` layer (``describe_failed``) and
-    says why in a warning; the service refuses the request instead, with that reason.
-    """
-    for layer in net.layers:
-        flags = getattr(layer, "flags", ())
-        shapes = getattr(layer, "input_shapes", ())
-        if "describe_failed" in flags and layer.op_type in _GEOMETRY_OPS and shapes and len(shapes[0]) > 0:
-            why = next((w for w in getattr(net, "warnings", ()) if str(w).startswith(f"layer {layer.name!r}")), "")
-            raise UserError(f"impossible shapes: {why or f'layer {layer.name!r} ({layer.op_type}) cannot be computed'}"
-                            f" (input {'x'.join(map(str, shapes[0]))})")
+                                f"beyond what the latency models can evaluate (at most {lim:.3g})")
 
 
 # ---------------------------------------------------------------------------- servicer
@@ -407,13 +432,41 @@ def _check_deadline(context: grpc.ServicerContext, stage: str) -> None:
         raise _Deadline(f"call cancelled by the client {stage}", grpc.StatusCode.CANCELLED)
 
 
+_GC_LOCK = threading.Lock()
+_GC_HOLDERS: set[int] = set()
+
+
+def _freeze_gc(holder: object) -> None:
+    """Move what is alive now (the loaded models: hundreds of thousands of objects) out of
+    the cyclic garbage collector's sight. Requests allocate many short-lived objects (a
+    10,000-layer EstimateLayers about a hundred thousand), and every full collection they
+    trigger would otherwise walk all the models again (tens of ms each time). Models of a
+    replaced registry are still freed by reference counting; the collection before the
+    freeze reclaims any cycles left by the previous one. :func:`_release_gc` undoes it
+    when the last server that froze stops."""
+    with _GC_LOCK:
+        _GC_HOLDERS.add(id(holder))
+        gc.unfreeze()
+        gc.collect()
+        gc.freeze()
+
+
+def _release_gc(holder: object) -> None:
+    with _GC_LOCK:
+        if id(holder) in _GC_HOLDERS:
+            _GC_HOLDERS.discard(id(holder))
+            if not _GC_HOLDERS:
+                gc.unfreeze()
+
+
 class EstimationServicer(pb2_grpc.EstimationServicer):
     """``estimation.v1.Estimation`` over a swappable :class:`Registry` of estimators."""
 
     def __init__(self, profiles_dir: str | Path, *, limits: ServerLimits = ServerLimits(),
-                 cache_size: int = DEFAULT_CACHE_SIZE, cache_root: str | Path | None = None, n_jobs: int = 1
-                 ) -> None:
+                 cache_size: int = DEFAULT_CACHE_SIZE, cache_root: str | Path | None = None, n_jobs: int = 1,
+                 fast: bool = True) -> None:
         self.profiles_dir = Path(profiles_dir)
+        self.fast = bool(fast)
         self.limits = limits
         self.cache = _LRU(cache_size)
         self.cache_root = cache_root
@@ -432,8 +485,9 @@ class EstimationServicer(pb2_grpc.EstimationServicer):
         with self._reload_lock:
             t0 = time.perf_counter()
             new = load_registry(self.profiles_dir, previous=self._registry, cache_root=self.cache_root,
-                                n_jobs=self.n_jobs)
+                                n_jobs=self.n_jobs, fast=self.fast)
             self._registry = new  # one reference assignment: atomic for every reader
+            _freeze_gc(self)
             first = not self.loaded.is_set()
             self.loaded.set()
             _event(logging.INFO, "profiles loaded" if first else "profiles reloaded", generation=new.generation,
@@ -604,9 +658,11 @@ class EstimationServicer(pb2_grpc.EstimationServicer):
                     f"({self.limits.max_onnx_bytes / 2**20:.1f} MiB, --max-message-mb); strip the initializer data "
                     "(the Python client does so by default)")
             shapes = self._input_shapes(request.input_shapes)
-            key = (entry.name, entry.model_version, hashlib.sha256(request.onnx).digest(), tuple(confs),
-                   bool(request.per_layer), json.dumps(shapes, sort_keys=True))
-            hit = self.cache.get(key)
+            onnx_bytes = request.onnx
+            if self.cache.maxsize:
+                key = (entry.name, entry.model_version, hashlib.sha256(onnx_bytes).digest(), tuple(confs),
+                       bool(request.per_layer), json.dumps(shapes, sort_keys=True) if shapes is not None else "")
+            hit = self.cache.get(key) if key is not None else None
             if hit is not None:
                 resp = pb2.EstimateNetworkResponse()
                 resp.CopyFrom(hit)
@@ -616,14 +672,14 @@ class EstimationServicer(pb2_grpc.EstimationServicer):
                 resp.server_time_ms = (time.perf_counter() - t0) * 1e3
                 return resp
             est = entry.estimator
-            net = est.load_network(bytes(request.onnx), shapes)
-            _reject_impossible(net)
+            net = est.load_network(onnx_bytes, shapes)  # impossible shapes raise ImpossibleShapeError
             _check_ranges(net.layers, "layers")
             if len(net.layers) > self.limits.max_layers:
                 raise TooLargeError(f"the network has {len(net.layers)} layers; this server estimates at most "
                                     f"{self.limits.max_layers} per request")
             _check_deadline(context, "after importing the ONNX model")
-            result = est.estimate_network(net, confs, name=str(getattr(net, "name", "") or ""))
+            result = est.estimate_network(net, confs, name=str(getattr(net, "name", "") or ""),
+                                          per_layer=bool(request.per_layer))
             layers = list(net.layers)
         else:
             specs = request.layers.layers
@@ -638,7 +694,7 @@ class EstimationServicer(pb2_grpc.EstimationServicer):
             _check_deadline(context, "before the prediction")
             result = entry.estimator.estimate_network(
                 SimpleNamespace(layers=layers, warnings=[], free_nodes={}, name=request.name), confs,
-                name=request.name)
+                name=request.name, per_layer=bool(request.per_layer))
         resp = self._network_pb(result, entry, layers if request.per_layer else None)
         _check_deadline(context, "after the prediction")
         if key is not None:  # cached under the graph's own name; the request's name is applied per answer
@@ -656,11 +712,13 @@ class EstimationServicer(pb2_grpc.EstimationServicer):
                     ) -> pb2.EstimateNetworkResponse:
         resp = pb2.EstimateNetworkResponse(
             device=entry.name, total_ms=float(res.total_ms), intervals=_intervals_pb(res.intervals),
-            warnings=[str(w) for w in res.warnings], n_layers=len(res.layers),
+            warnings=[str(w) for w in res.warnings], n_layers=res.n_layers,
             n_out_of_design_space=int(res.n_out_of_design_space), n_fallback=int(res.n_fallback),
             model_version=entry.model_version, confidence=[float(c) for c in res.confidence], name=res.name or "")
         if layers is not None:
-            resp.layers.extend(_layer_pb(row, layer) for row, layer in zip(res.layers, layers))
+            add = resp.layers.add
+            for row, layer in zip(res.layers, layers):
+                _fill_layer_pb(add(), row, layer)
         return resp
 
     def estimate_layers(self, request: pb2.EstimateLayersRequest, context: grpc.ServicerContext
@@ -679,9 +737,13 @@ class EstimationServicer(pb2_grpc.EstimationServicer):
         _check_deadline(context, "before the prediction")
         rows, warns = entry.estimator.estimate_layers_with_warnings(layers, confs)
         _check_deadline(context, "after the prediction")
-        return pb2.EstimateLayersResponse(layers=[_layer_pb(r) for r in rows], model_version=entry.model_version,
-                                          warnings=[str(w) for w in warns], device=entry.name,
-                                          server_time_ms=(time.perf_counter() - t0) * 1e3)
+        resp = pb2.EstimateLayersResponse(model_version=entry.model_version, warnings=[str(w) for w in warns],
+                                          device=entry.name)
+        add = resp.layers.add
+        for r in rows:
+            _fill_layer_pb(add(), r)
+        resp.server_time_ms = (time.perf_counter() - t0) * 1e3
+        return resp
 
 
 class _Unavailable(Exception):
@@ -704,7 +766,8 @@ class EstimationServer:
                  token: str | None = None, tls_cert: str | Path | None = None, tls_key: str | Path | None = None,
                  max_message_mb: float = DEFAULT_MAX_MESSAGE_MB, cache_size: int = DEFAULT_CACHE_SIZE,
                  workers: int = DEFAULT_WORKERS, max_layers: int = DEFAULT_MAX_LAYERS,
-                 cache_root: str | Path | None = None, n_jobs: int = 1, grace_s: float = 10.0) -> None:
+                 cache_root: str | Path | None = None, n_jobs: int = 1, grace_s: float = 10.0,
+                 fast: bool = True) -> None:
         if not (max_message_mb > 0 and math.isfinite(max_message_mb)):
             raise ValueError(f"max_message_mb must be > 0, got {max_message_mb}")
         if workers < 1:
@@ -728,6 +791,7 @@ class EstimationServer:
         self.cache_root = cache_root
         self.n_jobs = n_jobs
         self.grace_s = float(grace_s)
+        self.fast = bool(fast)  # False: the estimators' reference path (same answers, slower)
         self.port: int = 0
         self.server: grpc.Server | None = None
         self.servicer: EstimationServicer | None = None
@@ -762,7 +826,7 @@ class EstimationServer:
                      ("grpc.so_reuseport", 0)],
         )
         servicer = EstimationServicer(self.profiles_dir, limits=self.limits, cache_size=self.cache_size,
-                                      cache_root=self.cache_root, n_jobs=self.n_jobs)
+                                      cache_root=self.cache_root, n_jobs=self.n_jobs, fast=self.fast)
         pb2_grpc.add_EstimationServicer_to_server(servicer, server)
         self._health = add_health_and_reflection(server, [SERVICE_NAME])
         self.port = bind(server, self.host, self.requested_port, tls_cert=self.tls_cert, tls_key=self.tls_key,
@@ -810,6 +874,8 @@ class EstimationServer:
             set_health(self._health, [SERVICE_NAME], serving=False)
         t0 = time.perf_counter()
         self.server.stop(g).wait()
+        if self.servicer is not None:
+            _release_gc(self.servicer)
         _event(logging.INFO, "stopped", grace_s=g, drain_ms=round((time.perf_counter() - t0) * 1e3, 1))
         self.server = None
 

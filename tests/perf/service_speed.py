@@ -22,6 +22,11 @@ Sections
    variants (width x resolution) instead (slow to export; exported before timing).
 3. ``EstimateLayers`` with ``--layers`` random layer configurations in one request:
    seconds (server-side and round trip).
+4. Unless ``--no-reference`` (or ``--address``): the same three sections against a second
+   in-process server that runs the estimator's reference path (``fast=False``: ONNX shape
+   inference, scikit-learn/crepes per call, fresh Monte Carlo draws; the same answers), in
+   the same run, with ``--reference-single`` calls and ``--reference-stream`` networks (the
+   first ones of the fast stream), and the speedups of the fast path over it.
 """
 from __future__ import annotations
 
@@ -54,22 +59,26 @@ def _reference_switch() -> str | None:
     return None
 
 
-def section_single(client: EstimationClient, device: str, args: argparse.Namespace, mbv2: bytes) -> None:
+def section_single(client: EstimationClient, device: str, args: argparse.Namespace, mbv2: bytes,
+                   calls: int | None = None, label: str = "") -> dict[str, float]:
     conf = (args.confidence,)
     server_ms: list[float] = []
     rtt_ms: list[float] = []
     client.estimate_network(mbv2, device, confidence=conf, per_layer=True, strip=False)  # warm-up
-    for i in range(args.single):
+    for i in range(calls or args.single):
         t0 = time.perf_counter()
         r = client.estimate_network(mbv2, device, confidence=conf, per_layer=True, strip=False, name=f"run{i}")
         rtt_ms.append((time.perf_counter() - t0) * 1e3)
         if r.cached:
             print("  note: answered from the cache; start the server with --cache-size 0 for this section")
         server_ms.append(r.server_time_ms)
-    print(f"MobileNetV2 224 ({r.n_layers} layers, stripped {len(mbv2) / 1e3:.1f} kB, CM_TV/CM_LV/CM_O at "
+    print(f"{label}MobileNetV2 224 ({r.n_layers} layers, stripped {len(mbv2) / 1e3:.1f} kB, CM_TV/CM_LV/CM_O at "
           f"{args.confidence:g}, per-layer rows on)")
     print(f"  server time ms : {summary(server_ms)}")
     print(f"  round trip ms  : {summary(rtt_ms)}")
+    out = {"server_p50": statistics.median(server_ms), "rtt_p50": statistics.median(rtt_ms)}
+    if label or calls:
+        return out
     if args.address is None and args.profiles_for_inprocess is not None:
         from estimator.predict import Estimator
 
@@ -85,13 +94,16 @@ def section_single(client: EstimationClient, device: str, args: argparse.Namespa
         if switch:
             value = switch not in ("fast", "use_fast")
             ref = []
-            for _ in range(args.single):
+            for _ in range(min(args.single, args.reference_single)):
                 t0 = time.perf_counter()
                 est.estimate_network(mbv2, conf, **{switch: value})
                 ref.append((time.perf_counter() - t0) * 1e3)
             print(f"  in-process reference path ({switch}={value}) ms: {summary(ref)}")
+            print(f"  in-process speedup (reference p50 / fast p50): "
+                  f"{statistics.median(ref) / statistics.median(ms):.1f}x")
         else:
             print("  (the estimator exposes no reference-path switch; nothing to compare against)")
+    return out
 
 
 def section_cached(client: EstimationClient, device: str, args: argparse.Namespace, mbv2: bytes) -> None:
@@ -105,7 +117,7 @@ def section_cached(client: EstimationClient, device: str, args: argparse.Namespa
     print(f"  cache hit (cached={r.cached}) round trip ms: {summary(ms)}; server ms p50 {statistics.median(srv):.3f}")
 
 
-def section_stream(client: EstimationClient, device: str, args: argparse.Namespace) -> None:
+def stream_networks(args: argparse.Namespace) -> list[bytes]:
     rng = np.random.default_rng(args.seed)
     if args.stream_kind == "zoo":
         from estimator import zoo
@@ -115,8 +127,12 @@ def section_stream(client: EstimationClient, device: str, args: argparse.Namespa
         for i in range(args.stream):
             w, res = widths[i % len(widths)], resolutions[(i // len(widths)) % len(resolutions)]
             nets.append(strip_initializers(zoo.export_onnx(zoo.MobileNetV2(width_mult=w), res)).SerializeToString())
-    else:
-        nets = [mbv2_like_onnx(rng) for _ in range(args.stream)]
+        return nets
+    return [mbv2_like_onnx(rng) for _ in range(args.stream)]
+
+
+def section_stream(client: EstimationClient, device: str, args: argparse.Namespace, nets: list[bytes],
+                   label: str = "") -> float:
     distinct = len(set(nets))
     items = [{"model": b, "device": device, "confidence": (args.confidence,), "strip": False} for b in nets]
     t0 = time.perf_counter()
@@ -128,19 +144,21 @@ def section_stream(client: EstimationClient, device: str, args: argparse.Namespa
         cached += r.cached
         srv.append(r.server_time_ms)
     dt = time.perf_counter() - t0
-    print(f"EstimateNetworks stream: {n} networks ({distinct} distinct, {args.stream_kind}) in {dt:.2f} s = "
+    print(f"{label}EstimateNetworks stream: {n} networks ({distinct} distinct, {args.stream_kind}) in {dt:.2f} s = "
           f"{fmt_rate(n, dt)}; errors {errors}, cached {cached}; per-item server ms: {summary(srv)}")
+    return n / dt if dt > 0 else float("nan")
 
 
-def section_layers(client: EstimationClient, device: str, args: argparse.Namespace) -> None:
+def section_layers(client: EstimationClient, device: str, args: argparse.Namespace, label: str = "") -> float:
     rng = np.random.default_rng(args.seed + 1)
     specs = random_layer_specs(rng, args.layers)
     t0 = time.perf_counter()
     resp = client.estimate_layers_response(specs, device, confidence=(args.confidence,), timeout_s=600)
     dt = time.perf_counter() - t0
     n_fb = sum(r.fallback for r in resp["layers"])
-    print(f"EstimateLayers: {len(resp['layers'])} layer variants in one request: {dt:.3f} s round trip, "
+    print(f"{label}EstimateLayers: {len(resp['layers'])} layer variants in one request: {dt:.3f} s round trip, "
           f"{resp['server_time_ms'] / 1e3:.3f} s server ({n_fb} fallback)")
+    return resp["server_time_ms"] / 1e3
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,6 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stream-kind", choices=("onnx", "zoo"), default="onnx")
     ap.add_argument("--layers", type=int, default=10_000, help="layer variants for EstimateLayers (default 10000)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-reference", action="store_true", help="skip the reference-path server (section 4)")
+    ap.add_argument("--reference-single", type=int, default=30,
+                    help="EstimateNetwork calls on the reference path (default 30)")
+    ap.add_argument("--reference-stream", type=int, default=100,
+                    help="networks streamed to the reference path (default 100)")
     args = ap.parse_args(argv)
 
     from estimator import zoo
@@ -168,22 +191,38 @@ def main(argv: list[str] | None = None) -> int:
         args.profiles = args.profiles_for_inprocess
         args.build_tiny = None
     print("service speed (noisy unless the machine is quiet)")
+    nets = stream_networks(args)  # generated before any timing
     # section 1 without the response cache (in-process server), then the rest with it
     with server_address(args, cache_size=0) as (address, ckw):
         with EstimationClient(address, timeout_s=600, **ckw) as client:
             client.wait_ready(600)
             device = pick_device(client, args.device)
             print(f"device {device} at {address}")
-            section_single(client, device, args, mbv2)
+            fast_single = section_single(client, device, args, mbv2)
             if args.address is not None:
                 section_cached(client, device, args, mbv2)
-            section_stream(client, device, args)
-            section_layers(client, device, args)
+            fast_rate = section_stream(client, device, args, nets)
+            fast_layers = section_layers(client, device, args)
     if args.address is None:
         with server_address(args) as (address, ckw):
             with EstimationClient(address, timeout_s=600, **ckw) as client:
                 client.wait_ready(600)
                 section_cached(client, device, args, mbv2)
+        if not args.no_reference:
+            label = "[reference path] "
+            print("reference path (fast=False), same run, response cache off:")
+            with server_address(args, cache_size=0, fast=False) as (address, ckw):
+                with EstimationClient(address, timeout_s=600, **ckw) as client:
+                    client.wait_ready(600)
+                    ref_single = section_single(client, device, args, mbv2, calls=args.reference_single, label=label)
+                    ref_rate = section_stream(client, device, args, nets[:args.reference_stream], label=label)
+                    ref_layers = section_layers(client, device, args, label=label)
+            print("speedup of the fast path over the reference path:")
+            print(f"  EstimateNetwork MobileNetV2 server p50: {ref_single['server_p50']:.2f} ms -> "
+                  f"{fast_single['server_p50']:.2f} ms = {ref_single['server_p50'] / fast_single['server_p50']:.1f}x")
+            print(f"  EstimateNetworks stream: {ref_rate:.1f}/s -> {fast_rate:.1f}/s = {fast_rate / ref_rate:.1f}x")
+            print(f"  EstimateLayers {args.layers} layers server: {ref_layers:.3f} s -> {fast_layers:.3f} s = "
+                  f"{ref_layers / fast_layers:.1f}x")
     return 0
 
 

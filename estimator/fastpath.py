@@ -1,0 +1,348 @@
+"""The fast evaluation path of :class:`estimator.models.DeviceModels`: the same numbers as the
+reference path (scikit-learn forests, crepes difficulty estimators, one call per type),
+without their per-call overhead.
+
+What is precomputed (once per loaded model set, never pickled)
+--------------------------------------------------------------
+* **Forests.** The trees of every type's forest are flattened into four arrays shared by
+  all types: split feature, threshold, index of the left child (the right child is the
+  next node: nodes are renumbered breadth-first so that siblings are adjacent; a leaf is
+  its own left child with threshold ``+inf``) and leaf value. A batch of layers of several
+  types is evaluated in one vectorised walk over (layer, tree) lanes, ``depth`` steps of
+  ``node = left[node] + (x[feature[node]] > threshold[node])``, with finished lanes dropped
+  as they reach leaves. The comparison is scikit-learn's: features cast to float32, then
+  compared in float64 against the float64 threshold (``x <= t`` goes left), so every
+  tree's prediction is bit for bit the tree's own ``predict``. Types with many layers in one
+  batch (``>= PER_TREE_ROWS``) use the trees' compiled ``predict`` instead, which is faster
+  there and gives the same numbers.
+* **k-NN difficulty (CM_O).** The min-max scaling is applied as crepes/scikit-learn apply
+  it (``X * scale_ + min_``, clipping off) and the neighbours come from the k-d tree that
+  ``NearestNeighbors`` built at training time, queried directly: the same neighbours and
+  the same distances as ``DifficultyEstimator.apply``, without the estimator's input
+  validation and joblib dispatch.
+* **Conformal parts.** Unchanged arithmetic (:func:`estimator.models._sigmas`) on the same
+  inputs, so centres, scales and per-layer intervals are identical. The network-level Monte
+  Carlo draws come from a :class:`~estimator.aggregate.SampleBank` (kept sample-slot
+  blocks; see :mod:`estimator.aggregate`).
+
+``tests/test_fastpath.py`` checks fast == reference (1e-9 relative; in practice bit for bit
+except for the Monte Carlo summation order).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .aggregate import DistBatch
+from .layers import Layer
+
+__all__ = ["FlatForests", "FastKNN", "FastModels", "PER_TREE_ROWS"]
+
+#: From this many layers of one type in a batch on, that type's trees use their compiled predict.
+PER_TREE_ROWS = 256
+_LEAF = -1
+_FEATURE_BITS = 8
+
+
+def _flatten_tree(tree: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """One sklearn tree -> (feature, threshold, left, value, depth), breadth-first numbered."""
+    cl = np.asarray(tree.children_left, dtype=np.intp)
+    cr = np.asarray(tree.children_right, dtype=np.intp)
+    n = int(tree.node_count)
+    new_id = np.empty(n, dtype=np.intp)
+    new_id[0] = 0
+    order = [np.zeros(1, dtype=np.intp)]
+    frontier = order[0]
+    nxt = 1
+    depth = 0
+    while True:
+        internal = frontier[cl[frontier] != _LEAF]
+        if internal.size == 0:
+            break
+        kids = np.empty(2 * internal.size, dtype=np.intp)
+        kids[0::2] = cl[internal]
+        kids[1::2] = cr[internal]
+        new_id[kids] = nxt + np.arange(kids.size)
+        nxt += kids.size
+        order.append(kids)
+        frontier = kids
+        depth += 1
+    old = np.concatenate(order)
+    if old.size != n:
+        raise ValueError("unreachable nodes in a tree")
+    leaf = cl[old] == _LEAF
+    here = np.arange(n, dtype=np.intp)
+    left = np.where(leaf, here, new_id[np.where(leaf, 0, cl[old])])
+    feature = np.where(leaf, 0, np.asarray(tree.feature, dtype=np.intp)[old])
+    threshold = np.where(leaf, np.inf, np.asarray(tree.threshold, dtype=np.float64)[old])
+    value = np.asarray(tree.value, dtype=np.float64).reshape(n, -1)[old, 0]
+    return feature, threshold, left, value, depth
+
+
+class FlatForests:
+    """The trees of several forests in flat arrays, evaluated together (see module docstring)."""
+
+    def __init__(self, forests: Mapping[str, Any]) -> None:
+        feats, thrs, lefts, vals = [], [], [], []
+        self.roots: dict[str, np.ndarray] = {}
+        self.depth: dict[str, int] = {}
+        self.estimators: dict[str, list[Any]] = {}
+        off = 0
+        for name, forest in forests.items():
+            roots, depth = [], 0
+            for est in forest.estimators_:
+                f, t, l, v, d = _flatten_tree(est.tree_)
+                feats.append(f)
+                thrs.append(t)
+                lefts.append(l + off)
+                vals.append(v)
+                roots.append(off)
+                off += f.size
+                depth = max(depth, d)
+            self.roots[name] = np.asarray(roots, dtype=np.intp)
+            self.depth[name] = depth
+            self.estimators[name] = list(forest.estimators_)
+        cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dtype=dt))
+        feature = cat(feats, np.int64)
+        threshold = cat(thrs, np.float64)
+        left = cat(lefts, np.int64)
+        self.value = cat(vals, np.float64)
+        if feature.size and (int(feature.max()) >= 1 << _FEATURE_BITS or int(left.max()) >= 1 << (62 - _FEATURE_BITS)):
+            raise ValueError("forest too large to flatten")
+        # One 16-byte record per node, fetched with one gather: the threshold (real part)
+        # and left child << _FEATURE_BITS | feature (imaginary part, as int64 bits).
+        self.nodes = np.empty(feature.size, dtype=np.complex128)
+        self.nodes.real = threshold
+        self.nodes.imag = ((left << _FEATURE_BITS) | feature).view(np.float64)
+        for a in (self.value, self.nodes):
+            a.setflags(write=False)
+
+    @property
+    def n_nodes(self) -> int:
+        return int(self.nodes.size)
+
+    def tree_predictions(self, parts: Sequence[tuple[str, np.ndarray]]) -> list[np.ndarray]:
+        """Per part ``(name, X)``: every tree's prediction, shape ``(n_trees, m)``, exactly
+        what ``np.stack([tree.predict(X) for tree in forest])`` gives."""
+        out: list[np.ndarray | None] = [None] * len(parts)
+        walk = []
+        for i, (name, X) in enumerate(parts):
+            X32 = np.ascontiguousarray(X, dtype=np.float32)
+            if X32.shape[0] >= PER_TREE_ROWS:
+                n = X32.shape[0]
+                out[i] = np.stack([e.tree_.predict(X32).reshape(n, -1)[:, 0] for e in self.estimators[name]])
+            elif X32.shape[0]:
+                walk.append((i, name, X32))
+            else:
+                out[i] = np.zeros((self.roots[name].size, 0))
+        if walk:
+            for i, P in zip([w[0] for w in walk], self._walk([(name, X32) for _, name, X32 in walk])):
+                out[i] = P
+        return out  # type: ignore[return-value]
+
+    def _walk(self, parts: Sequence[tuple[str, np.ndarray]]) -> list[np.ndarray]:
+        width = max(X.shape[1] for _, X in parts)
+        rows = sum(X.shape[0] for _, X in parts)
+        Xf = np.zeros((rows, width), dtype=np.float64)  # float32 values, compared in float64 (as sklearn)
+        starts, bases, shapes = [], [], []
+        r0 = 0
+        for name, X in parts:
+            m, d = X.shape
+            Xf[r0:r0 + m, :d] = X
+            roots = self.roots[name]
+            starts.append(np.repeat(roots, m))  # tree-major: lane = tree * m + row
+            bases.append(np.tile((r0 + np.arange(m, dtype=np.intp)) * width, roots.size))
+            shapes.append((roots.size, m))
+            r0 += m
+        Xf = Xf.reshape(-1)
+        node = np.concatenate(starts)
+        base = np.concatenate(bases)
+        final = node.copy()
+        idx = np.arange(node.size, dtype=np.intp)
+        steps = max(self.depth[name] for name, _ in parts)
+        nodes, inf, mask = self.nodes, np.inf, (1 << _FEATURE_BITS) - 1
+        for step in range(steps):
+            rec = nodes.take(node)
+            thr = rec.real
+            if step >= 4 and step % 3 == 1:  # drop lanes that reached a leaf (threshold +inf)
+                done = thr == inf
+                if done.any():
+                    final[idx[done]] = node[done]
+                    keep = ~done
+                    idx, node, base, rec = idx[keep], node[keep], base[keep], rec[keep]
+                    if not idx.size:
+                        break
+                    thr = rec.real
+            packed = rec.imag.view(np.int64)
+            f = packed & mask
+            f += base
+            node = (packed >> _FEATURE_BITS) + (Xf.take(f) > thr)
+        final[idx] = node
+        vals = self.value[final]
+        out, o = [], 0
+        for T, m in shapes:
+            out.append(vals[o:o + T * m].reshape(T, m))
+            o += T * m
+        return out
+
+
+class FastKNN:
+    """crepes' k-NN difficulty of one type without per-call overhead.
+
+    The neighbours come from a ``scipy.spatial.cKDTree`` over the training matrix that
+    ``NearestNeighbors`` holds (crepes' scaling applied as ``MinMaxScaler.transform`` applies
+    it); their distances are then recomputed as scikit-learn's k-d tree computes them (the
+    squared differences summed feature by feature, then the square root) and summed in
+    ascending order, so the difficulty is scikit-learn's to the last bit unless two
+    training points tie for the k-th neighbour to within rounding (then it differs by
+    rounding only). Estimators of another kind use crepes' own ``apply``.
+    """
+
+    def __init__(self, knn_de: Any) -> None:
+        self.de = knn_de
+        nn = knn_de.nn
+        sc = knn_de.nn_scaler
+        self.scale = np.asarray(sc.scale_, dtype=np.float64)
+        self.min = np.asarray(sc.min_, dtype=np.float64)
+        self.clip = bool(getattr(sc, "clip", False))
+        self.k = int(nn.n_neighbors)
+        self.beta = float(knn_de.beta)
+        metric = getattr(nn, "effective_metric_", None)
+        self.exact = (knn_de.estimator_type == "knn" and knn_de.target_type == "none" and not knn_de.scaler
+                      and not self.clip and metric == "euclidean" and getattr(nn, "_fit_X", None) is not None)
+        self.tree = None
+        if self.exact:
+            from scipy.spatial import cKDTree  # noqa: PLC0415
+
+            self.Y = np.ascontiguousarray(nn._fit_X, dtype=np.float64)
+            self.tree = cKDTree(self.Y)
+            self.k = min(self.k, self.Y.shape[0])
+
+    def apply(self, X: np.ndarray) -> np.ndarray:
+        if not self.exact:
+            return np.asarray(self.de.apply(X), dtype=float)
+        Xs = np.array(X, dtype=np.float64)  # a copy, scaled in place as MinMaxScaler.transform does
+        Xs *= self.scale
+        Xs += self.min
+        _, ind = self.tree.query(Xs, self.k)
+        ind = ind.reshape(Xs.shape[0], self.k)
+        diff = Xs[:, None, :] - self.Y[ind]
+        diff *= diff
+        rd = np.cumsum(diff, axis=2)[:, :, -1]  # sequential over features, as sklearn's rdist
+        dist = np.sqrt(rd)
+        dist.sort(axis=1)
+        return dist.sum(axis=1) + self.beta
+
+
+@dataclass
+class _TypeEval:
+    name: str
+    model: Any  # TypeModel
+    knn: FastKNN
+    get: Any  # itemgetter of the feature names
+
+
+class FastModels:
+    """:meth:`DeviceModels.predict_layers` with precomputed evaluators (same results)."""
+
+    def __init__(self, models: Any) -> None:
+        self.models = models
+        self.forests = FlatForests({t: m.forest for t, m in sorted(models.types.items())})
+        self.types = {t: _TypeEval(t, m, FastKNN(m.knn_de), itemgetter(*m.feature_names))
+                      for t, m in sorted(models.types.items())}
+
+    def _features(self, te: _TypeEval, layers: Sequence[Layer], idx: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """The distinct feature rows of these layers and, per layer, its row (networks repeat
+        blocks; every row's prediction depends on that row alone)."""
+        get = te.get
+        single = len(te.model.feature_names) == 1
+        rows: dict[Any, int] = {}
+        inverse = np.empty(len(idx), dtype=np.intp)
+        for j, i in enumerate(idx):
+            f = get(layers[i].features)
+            key = (f,) if single else f
+            inverse[j] = rows.setdefault(key, len(rows))
+        return np.array(list(rows), dtype=float).reshape(len(rows), -1), inverse
+
+    def predict_layers(self, layers: Sequence[Layer]) -> Any:
+        from .models import METRICS, BatchPrediction, _sigmas  # noqa: PLC0415 (models imports this module lazily)
+
+        N = len(layers)
+        pred = np.zeros(N)
+        t_op = np.full(N, np.nan)
+        ops = np.fromiter((max(float(l.ops), 1.0) for l in layers), dtype=float, count=N)
+        fb = np.zeros(N, dtype=bool)
+        reasons: list[list[str]] = [[] for _ in range(N)]
+        by_type: dict[str, list[int]] = {}
+        for i, l in enumerate(layers):
+            by_type.setdefault(l.type, []).append(i)
+            p = l.params
+            n = p.get("n", 1) if isinstance(p, Mapping) else 1
+            if n != 1:
+                try:
+                    if int(n) > 1:
+                        reasons[i].append("batch")
+                except (TypeError, ValueError):
+                    pass
+        present = sorted(by_type)
+        family = np.empty(N, dtype=np.int64)
+        center = {m: np.empty(N) for m in METRICS}
+        scale = {m: np.empty(N) for m in METRICS}
+        families: dict[str, list[Any]] = {m: [] for m in METRICS}
+        modelled = [t for t in present if t in self.types]
+        Xs = {t: self._features(self.types[t], layers, by_type[t]) for t in modelled}
+        P_all = dict(zip(modelled, self.forests.tree_predictions([(t, Xs[t][0]) for t in modelled])))
+        for fi, t in enumerate(present):
+            idx = np.asarray(by_type[t], dtype=np.intp)
+            family[idx] = fi
+            te = self.types.get(t)
+            if te is not None:
+                mdl = te.model
+                (Xu, inv), P, o = Xs[t], P_all[t], ops[idx]
+                # per distinct row, then per layer: column-wise reductions, so the same numbers
+                if mdl.log_target:
+                    p = np.exp(P.mean(axis=0))[inv]
+                    rel_sd = P.std(axis=0)[inv]
+                else:
+                    p = P.mean(axis=0)[inv]
+                    rel_sd = P.std(axis=0)[inv] / np.maximum(p, 1e-12)
+                d_knn = te.knn.apply(Xu)[inv]
+                X = Xu[inv]
+                sig = _sigmas(mdl.betas, p, rel_sd, d_knn, mdl.t_scale, o)
+                t_op_ms = p * mdl.t_scale
+                pred_ms = t_op_ms * o
+                t_op[idx] = t_op_ms
+                pred[idx] = pred_ms
+                scale_top = mdl.t_scale * o
+                out_of_range = (X < mdl.feat_min) | (X > mdl.feat_max)
+                far = d_knn > mdl.knn_threshold * (1 + 1e-9)
+                flagged = np.flatnonzero(out_of_range.any(axis=1) | far)
+                names = mdl.feature_names
+                for j in flagged.tolist():
+                    r = reasons[int(idx[j])]
+                    r.extend(f"range:{names[k]}" for k in np.flatnonzero(out_of_range[j]).tolist())
+                    if far[j]:
+                        r.append("knn")
+                fams = mdl.families
+                dist = {"CM_TV": (pred_ms, sig["CM_TV"] * scale_top), "CM_LV": (pred_ms, sig["CM_LV"]),
+                        "CM_O": (pred_ms, sig["CM_O"] * scale_top)}
+            else:
+                byt = np.array([self.models._layer_bytes(layers[i]) for i in idx.tolist()])
+                out = self.models.fallback.predict(ops[idx], byt)
+                fb[idx] = True
+                for i in idx.tolist():
+                    reasons[i].insert(0, "no_data")
+                pred[idx] = out["pred_ms"]
+                fams = self.models.fallback.families
+                dist = out["dist"]
+            for m in METRICS:
+                c, s = dist[m]
+                center[m][idx] = c
+                scale[m][idx] = s
+                families[m].append(fams[m])
+        dists = {m: DistBatch(center[m], scale[m], family, families[m]) for m in METRICS}
+        ood = np.fromiter((bool(r) for r in reasons), dtype=bool, count=N)
+        return BatchPrediction(pred, t_op, ops, fb, ood, reasons, dists)

@@ -1,0 +1,396 @@
+"""The fast estimation path (the default) against the reference path (``fast=False``).
+
+The reference path is the straightforward code: ONNX shape inference with constant
+folding, scikit-learn's and crepes' own ``predict``/``apply`` per layer type, Monte Carlo
+blocks drawn afresh. The fast path must give the same numbers: 1e-9 relative on totals,
+per-layer predictions and every interval (in practice it is bit for bit equal except for the
+Monte Carlo summation order). The models are trained here from a sample of the measured
+host-cpu profile (real rows; reduced forests so that training takes seconds).
+"""
+from __future__ import annotations
+
+import io
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper
+
+from estimator import onnx_import, zoo
+from estimator.aggregate import SLOT_BLOCK, DistBatch, Family, SampleBank, aggregate
+from estimator.fastpath import PER_TREE_ROWS, FastKNN, FlatForests
+from estimator.models import METRICS, TrainingOptions, train_models
+from estimator.onnx_import import ImpossibleShapeError, OnnxImportError, load_network
+from estimator.onnx_shapes import propagate_shapes
+from estimator.predict import Estimator, make_layer
+from estimator.profile import load_profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "perf"))
+from service_common import mbv2_like_onnx, random_layer_specs  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+CONFS = [0.8, 0.9, 0.95]
+REL = 1e-9
+
+
+def _close(a, b, what: str) -> None:
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    assert a.shape == b.shape, what
+    assert np.array_equal(np.isnan(a), np.isnan(b)), what
+    m = ~np.isnan(a)
+    err = np.abs(a[m] - b[m]) / np.maximum(np.abs(b[m]), 1e-300)
+    assert err.size == 0 or err.max() <= REL, f"{what}: max relative difference {err.max():.3g}"
+
+
+@pytest.fixture(scope="module")
+def est() -> Estimator:
+    """Real measurements (200 rows per type of the host-cpu profile), small forests."""
+    prof = load_profile("host-cpu", root=REPO / "profiles")
+    by: dict[str, list] = {}
+    for r in prof.rows():
+        by.setdefault(r["layer_type"], []).append(r)
+    rng = np.random.default_rng(0)
+    rows = [rs[i] for t, rs in sorted(by.items()) for i in rng.choice(len(rs), min(len(rs), 200), replace=False)]
+    opts = TrainingOptions(n_estimators=30, grid_estimators=20, grid_max_features=(0.6,), grid_min_samples_leaf=(1,))
+    models = train_models(rows, profile_name=prof.name, precision=prof.precision, options=opts)
+    assert {"conv2d", "dwconv2d", "add", "fc", "globalpool", "maxpool", "concat", "resize"} <= set(models.types)
+    return Estimator(prof, models, n_samples=2000)
+
+
+def _export(name: str, res: int) -> bytes:
+    buf = io.BytesIO()
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(zoo.build(name, res).eval(), (torch.zeros(1, 3, res, res),), buf, dynamo=False,
+                          opset_version=17, do_constant_folding=True, input_names=["input"], output_names=["output"])
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def zoo_models() -> dict[str, bytes]:
+    from service.client import strip_initializers
+
+    out = {}
+    for name, res in [("mobilenet_v2", 64), ("shufflenet_v2", 64), ("yolov5s", 96), ("squeezenet", 96),
+                      ("densenet121", 64), ("efficientnet_b0", 64)]:
+        data = _export(name, res)
+        out[name] = data
+        out[name + ":stripped"] = strip_initializers(data).SerializeToString()
+    return out
+
+
+# --------------------------------------------------------------------------- forests
+
+
+def test_flat_forest_equals_sklearn_predict_bit_for_bit(est: Estimator) -> None:
+    rng = np.random.default_rng(3)
+    types = sorted(est.models.types)
+    forests = FlatForests({t: est.models.types[t].forest for t in types})
+    parts = []
+    for t in types:
+        m = est.models.types[t]
+        thr = np.concatenate([e.tree_.threshold[e.tree_.feature >= 0] for e in m.forest.estimators_])
+        feat = np.concatenate([e.tree_.feature[e.tree_.feature >= 0] for e in m.forest.estimators_])
+        lo, hi = m.feat_min, m.feat_max
+        X = lo + (hi - lo) * rng.random((120, lo.size)) * 1.3
+        # values exactly at thresholds, and one float32 step either side (sklearn compares in float32)
+        pick = rng.integers(0, thr.size, 60)
+        X[:60, feat[pick]] = thr[pick]
+        X[60:90, feat[pick[:30]]] = np.nextafter(thr[pick[:30]].astype(np.float32), np.float32(np.inf))
+        X[90:120, feat[pick[30:]]] = np.nextafter(thr[pick[30:]].astype(np.float32), np.float32(-np.inf))
+        parts.append((t, X))
+    got = forests.tree_predictions(parts)
+    for (t, X), P in zip(parts, got):
+        ref = np.stack([e.tree_.predict(X.astype(np.float32)).reshape(len(X), -1)[:, 0]
+                        for e in est.models.types[t].forest.estimators_])
+        np.testing.assert_array_equal(P, ref)
+        np.testing.assert_array_equal(P, est.models.types[t]._tree_predictions(X))
+    # the compiled per-tree path for large batches gives the same numbers too
+    big = np.repeat(parts[0][1], PER_TREE_ROWS // len(parts[0][1]) + 1, axis=0)
+    (Pb,) = forests.tree_predictions([(parts[0][0], big)])
+    np.testing.assert_array_equal(Pb, est.models.types[parts[0][0]]._tree_predictions(big))
+
+
+def test_knn_difficulty_is_crepes_bit_for_bit(est: Estimator) -> None:
+    rng = np.random.default_rng(4)
+    for t, m in sorted(est.models.types.items()):
+        knn = FastKNN(m.knn_de)
+        assert knn.exact, t
+        train = (m.knn_de.nn._fit_X - knn.min) / knn.scale  # the benchmarked feature vectors
+        X = train[rng.integers(0, len(train), 300)]
+        X[100:200] *= 1 + 0.05 * rng.standard_normal((100, X.shape[1]))
+        X[200:] *= 1 + 3 * rng.random((100, X.shape[1]))  # far outside the benchmarked range
+        np.testing.assert_array_equal(knn.apply(X), np.asarray(m.knn_de.apply(X), dtype=float))
+
+
+# ------------------------------------------------------------------------ layer batches
+
+
+def _random_layers(n: int, seed: int) -> list:
+    rng = np.random.default_rng(seed)
+    layers = [make_layer(s["type"], s["params"], s["name"]) for s in random_layer_specs(rng, n)]
+    extra = [
+        ("maxpool", dict(h=28, w=28, c=64, k_h=3, k_w=3, s_h=2, s_w=2)),
+        ("avgpool", dict(h=14, w=14, c=32, k_h=2, k_w=2, s_h=2, s_w=2)),
+        ("concat", dict(h=14, w=14, channels=[32, 64, 16])),
+        ("mul", dict(h=7, w=7, c=96, broadcast=1, elems_b=96)),
+        ("resize", dict(h=10, w=10, c=64, h_out=20, w_out=20, mode="nearest")),
+        ("conv2d", dict(h=14, w=14, c_in=64, c_out=64, k_h=3, k_w=3, n=4)),  # batch > 1
+        ("conv2d", dict(h=900, w=900, c_in=2048, c_out=2048, k_h=7, k_w=7)),  # far outside the design space
+        # types without a model on this profile: roofline fallback
+        ("reshape", dict(h=7, w=7, c=320)), ("transpose", dict(h=28, w=28, c=58, rank=5)),
+        ("softmax", dict(h=1, w=1, c=1000, axis_len=1000)), ("pad", dict(h=28, w=28, c=16, h_out=30, w_out=30)),
+        ("slice", dict(h=28, w=28, c=116, elems_out=28 * 28 * 58)), ("matmul", dict(m=64, k=64, n_cols=196)),
+        ("other", dict(h=20, w=20, c=255, elems_out=20 * 20 * 255)),
+    ]
+    layers += [make_layer(t, p, f"x{i}") for i, (t, p) in enumerate(extra)]
+    order = rng.permutation(len(layers))
+    return [layers[i] for i in order]
+
+
+@pytest.mark.parametrize("n", [40, 700])
+def test_batch_prediction_fast_equals_reference(est: Estimator, n: int) -> None:
+    layers = _random_layers(n, seed=n)
+    assert {l.type for l in layers} >= set(est.models.types) | {"reshape", "other"}
+    fast, ref = est.predict_batch(layers, fast=True), est.predict_batch(layers, fast=False)
+    np.testing.assert_array_equal(fast.pred_ms, ref.pred_ms)
+    np.testing.assert_array_equal(fast.t_op_ms, ref.t_op_ms)
+    np.testing.assert_array_equal(fast.fallback, ref.fallback)
+    np.testing.assert_array_equal(fast.out_of_design_space, ref.out_of_design_space)
+    assert fast.reasons == ref.reasons
+    assert any("knn" in r for r in ref.reasons) and any("batch" in r for r in ref.reasons)
+    assert any(r and r[0] == "no_data" for r in ref.reasons)
+    for m in METRICS:
+        a, b = fast.dists[m], ref.dists[m]
+        np.testing.assert_array_equal(a.center, b.center)
+        np.testing.assert_array_equal(a.scale, b.scale)
+        np.testing.assert_array_equal(a.family, b.family)
+        assert all(x is y for x, y in zip(a.families, b.families)) and len(a.families) == len(b.families)
+    rows_f = est.estimate_layers(layers, CONFS, fast=True)
+    rows_r = est.estimate_layers(layers, CONFS, fast=False)
+    assert [r.to_dict() for r in rows_f] == [r.to_dict() for r in rows_r]
+
+
+# ----------------------------------------------------------------------- Monte Carlo
+
+
+def test_sample_bank_gives_the_reference_totals() -> None:
+    rng = np.random.default_rng(5)
+    fams = [Family("sym", np.abs(rng.standard_normal(300)), name="conv2d:CM_TV"),
+            Family("mult", np.exp(0.3 * rng.standard_normal(40)), name="fallback:CM_TV"),
+            Family("sym", [0.1, 0.5, 2.0]), Family("sym", [0.2, 0.3], name="conv2d:CM_TV")]  # unnamed, repeated
+    n = 3 * SLOT_BLOCK + 5
+    dist = DistBatch(rng.random(n) * 3, rng.random(n), rng.integers(0, len(fams), n), fams)
+    ref = dist.sum_samples(3000, seed=11)
+    for bank in (SampleBank(), SampleBank(max_bytes=SLOT_BLOCK * 3000 * 8)):  # room for one block only
+        for _ in range(2):  # the second time from kept blocks (or drawn again after eviction)
+            got = bank.sum_samples(dist, 3000, seed=11)
+            _close(got, ref, "bank totals")
+        assert bank.nbytes <= bank.max_bytes
+    _close(dist.sample(3000, seed=11).sum(axis=0), ref, "per-layer draws")
+    assert not np.allclose(dist.sum_samples(3000, seed=12), ref)
+    # the draws of a family do not depend on the other families in the batch
+    only = dist.take(np.flatnonzero(dist.family == 0))
+    sub = DistBatch(only.center, only.scale, np.zeros(len(only), dtype=int), [fams[0]])
+    _close(sub.sample(3000, seed=11), dist.sample(3000, seed=11)[dist.family == 0], "slot stability")
+    a, _ = aggregate(dist, CONFS, n_samples=3000, seed=11)
+    b, _ = aggregate(dist, CONFS, n_samples=3000, seed=11, bank=SampleBank())
+    for c in CONFS:
+        _close([a[c].lower, a[c].upper], [b[c].lower, b[c].upper], f"aggregate {c}")
+
+
+# ------------------------------------------------------------------------- networks
+
+
+def _compare_estimates(fast, ref, what: str) -> None:
+    _close(fast.total_ms, ref.total_ms, f"{what} total")
+    assert fast.confidence == ref.confidence == CONFS
+    for m in METRICS:
+        for c in CONFS:
+            _close(fast.intervals[m][c], ref.intervals[m][c], f"{what} {m} {c}")
+    assert len(fast.layers) == len(ref.layers) > 0
+    for lf, lr in zip(fast.layers, ref.layers):
+        assert (lf.name, lf.type, lf.flags, lf.ood_reasons, lf.fallback) == (lr.name, lr.type, lr.flags,
+                                                                             lr.ood_reasons, lr.fallback), what
+        _close(lf.prediction_ms, lr.prediction_ms, f"{what} {lf.name}")
+        for m in METRICS:
+            for c in CONFS:
+                _close(lf.intervals[m][c], lr.intervals[m][c], f"{what} {lf.name} {m} {c}")
+    assert fast.warnings == ref.warnings and fast.free_nodes == ref.free_nodes
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v2", "shufflenet_v2", "yolov5s", "squeezenet", "densenet121",
+                                  "efficientnet_b0"])
+def test_zoo_network_estimates_fast_equal_reference(est: Estimator, zoo_models: dict[str, bytes], name: str) -> None:
+    for key in (name + ":stripped", name):
+        data = zoo_models[key]
+        fast = est.estimate_network(data, CONFS, fast=True)
+        ref = est.estimate_network(data, CONFS, fast=False)
+        _compare_estimates(fast, ref, key)
+        # the same layers, with every count and shape, from both importers
+        nf, nr = est.load_network(data, fast=True), est.load_network(data, fast=False)
+        assert [l.to_dict() for l in nf.layers] == [l.to_dict() for l in nr.layers]
+        assert nf.outputs == nr.outputs and nf.simplified == nr.simplified
+        # value_info is filled when the record is read
+        assert {v.name for v in nf.model.graph.value_info} == {v.name for v in nr.model.graph.value_info}
+
+
+def test_mbv2_like_stream_networks_fast_equal_reference(est: Estimator) -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(4):
+        data = mbv2_like_onnx(rng)
+        _compare_estimates(est.estimate_network(data, CONFS, fast=True), est.estimate_network(data, CONFS, fast=False),
+                           "mbv2-like")
+    threaded = Estimator(est.profile, est.models, n_samples=est.n_samples, mc_threads=3)
+    assert threaded.estimate_network(data, CONFS).intervals == est.estimate_network(data, CONFS).intervals
+    per_layer_off = est.estimate_network(data, CONFS, per_layer=False)
+    assert per_layer_off.layers == [] and per_layer_off.n_layers > 0
+    assert per_layer_off.total_ms == est.estimate_network(data, CONFS).total_ms
+
+
+# ------------------------------------------------------------------- ONNX importer
+
+
+def _graph(nodes, x_shape, inits=(), opset=17, outputs=("y",)) -> onnx.ModelProto:
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs], list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def _w(name: str, dims: list[int]) -> TensorProto:
+    t = TensorProto()
+    t.name, t.data_type = name, TensorProto.FLOAT
+    t.dims.extend(dims)
+    return t
+
+
+def _i64(name: str, values: list[int]) -> TensorProto:
+    return helper.make_tensor(name, TensorProto.INT64, [len(values)], values)
+
+
+def _single_op_graphs() -> list[onnx.ModelProto]:
+    out = []
+    rng = np.random.default_rng(8)
+    for _ in range(60):  # windows: every padding mode, ceil mode, dilation
+        k, s, p, d = (int(v) for v in (rng.integers(1, 6), rng.integers(1, 4), rng.integers(0, 3), rng.integers(1, 3)))
+        hw = int(rng.integers(k * d + 1, 40))
+        auto = str(rng.choice(["NOTSET", "NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"]))
+        pads = {"pads": [p, p + 1, p, p]} if auto == "NOTSET" else {}
+        out.append(_graph([helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[k, k], strides=[s, s],
+                                            dilations=[d, d], auto_pad=auto, **pads)], [1, 8, hw, hw + 3],
+                          [_w("w", [4, 8, k, k])]))
+        out.append(_graph([helper.make_node(str(rng.choice(["MaxPool", "AveragePool"])), ["x"], ["y"],
+                                            kernel_shape=[k, k], strides=[s, s], ceil_mode=int(rng.integers(0, 2)),
+                                            **({"pads": [min(p, k - 1)] * 4} if auto == "NOTSET" else {}),
+                                            auto_pad=auto)], [1, 8, hw, hw + 1]))
+    x = [1, 6, 10, 12]
+    out += [
+        _graph([helper.make_node("Resize", ["x", "", "sc"], ["y"], mode="nearest")], x,
+               [helper.make_tensor("sc", TensorProto.FLOAT, [4], [1, 1, 2.0, 1.5])]),
+        _graph([helper.make_node("Resize", ["x", "", "", "sz"], ["y"], mode="linear")], x, [_i64("sz", [1, 6, 7, 31])]),
+        _graph([helper.make_node("Slice", ["x", "st", "en", "ax", "sp"], ["y"])], x,
+               [_i64("st", [-1, 1]), _i64("en", [-100, 11]), _i64("ax", [2, 3]), _i64("sp", [-2, 3])]),
+        _graph([helper.make_node("Reshape", ["x", "sh"], ["y"])], x, [_i64("sh", [0, 3, -1, 12])]),
+        _graph([helper.make_node("Split", ["x", "sp"], ["a", "b"], axis=1)], x, [_i64("sp", [2, 4])],
+               outputs=("a", "b")),
+        _graph([helper.make_node("Pad", ["x", "pd"], ["y"])], x, [_i64("pd", [0, 0, 1, 2, 0, 0, 3, 4])]),
+        _graph([helper.make_node("Transpose", ["x"], ["y"], perm=[0, 2, 3, 1])], x),
+        _graph([helper.make_node("Flatten", ["x"], ["y"], axis=2)], x),
+        _graph([helper.make_node("Unsqueeze", ["x", "ax"], ["u"]), helper.make_node("Squeeze", ["u", "ax"], ["y"])],
+               x, [_i64("ax", [-1])]),
+        _graph([helper.make_node("MatMul", ["x", "m"], ["y"])], x, [_w("m", [12, 5])]),
+        _graph([helper.make_node("Flatten", ["x"], ["f"]), helper.make_node("Gemm", ["f", "g"], ["y"], transB=1)],
+               x, [_w("g", [10, 720])]),
+        _graph([helper.make_node("Concat", ["x", "x"], ["y"], axis=-1)], x),
+        _graph([helper.make_node("Add", ["x", "b"], ["y"])], x, [_w("b", [6, 1, 1])]),
+        _graph([helper.make_node("ReduceMean", ["x"], ["y"], axes=[2, 3], keepdims=0)], x),
+        _graph([helper.make_node("Softmax", ["x"], ["y"], axis=1)], x),
+        # torch-style shape arithmetic: Shape -> Gather -> Div -> Unsqueeze -> Concat -> Reshape
+        _graph([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "i1"], ["c"], axis=0),
+                helper.make_node("Div", ["c", "two"], ["h"]), helper.make_node("Unsqueeze", ["h", "a0"], ["hu"]),
+                helper.make_node("Concat", ["one", "two1", "hu", "m1"], ["shp"], axis=0),
+                helper.make_node("Reshape", ["x", "shp"], ["y"])], x,
+               [helper.make_tensor("i1", TensorProto.INT64, [], [1]),
+                helper.make_tensor("two", TensorProto.INT64, [], [2]),
+                _i64("a0", [0]), _i64("one", [1]), _i64("two1", [2]), _i64("m1", [-1])]),
+    ]
+    return out
+
+
+def _norm(shapes) -> dict:
+    return {k: tuple(v) for k, v in shapes.items() if v is not None}
+
+
+def test_shape_propagation_equals_onnx_inference(zoo_models: dict[str, bytes]) -> None:
+    models = [onnx.load_from_string(d) for d in zoo_models.values()] + _single_op_graphs()
+    handled = 0
+    for m in models:
+        onnx_import._fix_inputs(m, None)
+        fast = propagate_shapes(m)
+        if fast is None:
+            continue
+        handled += 1
+        assert _norm(fast) == _norm(onnx_import._infer_shapes(m, [], fold=True)), m.graph.name
+    assert handled == len(models)  # every one of them is handled by the fast path (none fell back)
+
+
+def test_shape_propagation_falls_back_on_unknown_ops_and_unsorted_graphs() -> None:
+    m = _graph([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Einsum", ["r"], ["y"], equation="ij->ji")],
+               [3, 4])
+    assert propagate_shapes(m) is None
+    net = load_network(m)  # the importer then uses ONNX shape inference
+    assert [l.type for l in net.layers] == ["activation", "other"]
+    unsorted = _graph([helper.make_node("Relu", ["r"], ["y"], name="second"),
+                       helper.make_node("Sigmoid", ["x"], ["r"], name="first")], [1, 4, 8, 8])
+    assert propagate_shapes(unsorted) is None
+    assert [l.to_dict() for l in load_network(unsorted).layers] == \
+        [l.to_dict() for l in load_network(unsorted, fast=False).layers]
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_impossible_windows_and_groups_raise_a_dedicated_error(fast: bool) -> None:
+    conv = lambda name, x, w, **kw: helper.make_node("Conv", [x, w], [name], name=name, **kw)  # noqa: E731
+    deep = _graph([conv("c1", "x", "w1", strides=[2, 2]), helper.make_node("Relu", ["c1"], ["r"], name="r"),
+                   conv("c2", "r", "w2")], [1, 3, 12, 12], [_w("w1", [8, 3, 3, 3]), _w("w2", [8, 8, 7, 7])],
+                  outputs=("c2",))
+    with pytest.raises(ImpossibleShapeError, match=r"node 'c2' \(Conv\): the 7x7 window .* does not fit the 5x5 input"):
+        load_network(deep, fast=fast)
+    pool = _graph([helper.make_node("MaxPool", ["x"], ["y"], name="p", kernel_shape=[5, 5], strides=[2, 2])],
+                  [1, 3, 4, 4])
+    with pytest.raises(ImpossibleShapeError, match=r"node 'p' \(MaxPool\): the 5x5 window .* does not fit the 4x4"):
+        load_network(pool, fast=fast)
+    groups = _graph([conv("g", "x", "w", group=4)], [1, 6, 8, 8], [_w("w", [8, 1, 3, 3])], outputs=("g",))
+    with pytest.raises(ImpossibleShapeError, match=r"node 'g' \(Conv\): group=4 does not divide the 6 input channels"):
+        load_network(groups, fast=fast)
+    assert issubclass(ImpossibleShapeError, OnnxImportError)
+
+
+def _with_weights(data: bytes) -> onnx.ModelProto:
+    m = onnx.load_from_string(data)
+    rng = np.random.default_rng(9)
+    for t in m.graph.initializer:
+        if onnx_import._dataless(t):
+            t.raw_data = rng.standard_normal(int(np.prod(t.dims))).astype(np.float32).tobytes()
+    return m
+
+
+def test_models_that_need_no_simplification_skip_onnxsim(monkeypatch: pytest.MonkeyPatch) -> None:
+    full = _with_weights(mbv2_like_onnx(np.random.default_rng(10)))
+    ref = load_network(full, fast=False)  # through onnxsim
+    assert ref.simplified
+    calls = []
+    real = onnx_import._run_onnxsim
+    monkeypatch.setattr(onnx_import, "_run_onnxsim", lambda *a, **k: calls.append(1) or real(*a, **k))
+    fast = load_network(full)
+    assert calls == [] and fast.simplified and not fast.warnings
+    assert [l.to_dict() for l in fast.layers] == [l.to_dict() for l in ref.layers]
+    assert fast.free_nodes == ref.free_nodes
+    # a graph with something to fold (Constant nodes, as torch exports Clip bounds) still goes through onnxsim
+    load_network(_export("mobilenet_v2", 32))
+    assert calls == [1]
