@@ -23,12 +23,18 @@ than any benchmarked row, or with no data at all: roofline fallback) and ``n`` t
 number of layers::
 
     u         = (hi_O - lo_O) / t                     CM_O width relative to the prediction
+    u_ood     = sum over flagged layers of their own CM_O width / t
     f         = n_ood / n                             fraction of layers outside the design space
-    P         = ln(1 + u) + f
+    P         = ln(1 + u) + ln(1 + u_ood) + f
     objective = score - |score| * (1 - exp(-W * P))   W = --penalty-weight (default 0.1)
 
 ``P`` is dimensionless and grows with both the CM_O width and the number of flagged
-layers (the log keeps one enormous interval from swamping everything else). The penalty
+layers (the log keeps one enormous interval from swamping everything else). ``u_ood`` is
+the share of the estimate's outlier uncertainty that comes from the flagged layers: the
+network-level ``u`` alone can be *narrower* for a network with one large out-of-space
+layer than for an in-space one (Eq. 8 narrows relative widths as layers add up, and a
+big layer dilutes the rest), so ``u_ood`` makes sure a candidate resting on
+extrapolated layers pays for it, in proportion to how much of its latency they carry. The penalty
 takes the fraction ``1 - exp(-W * P)`` of the score's magnitude away, so one weight works
 for any objective scale (a NASWOT score in the hundreds, an accuracy in [0, 1]), and it
 never takes more than all of it: a positive score stays positive, ranks are decided by
@@ -74,7 +80,8 @@ class Estimate:
         """From a :class:`service.client.NetworkResult` queried at ``confidence``."""
         ivs = {m: tuple(float(x) for x in result.interval(m, confidence)) for m in METRICS}
         ood = [{"name": l["name"], "type": l["type"], "prediction_ms": float(l["prediction_ms"]),
-                "fallback": bool(l["fallback"]), "reasons": list(l.get("ood_reasons") or [])}
+                "fallback": bool(l["fallback"]), "reasons": list(l.get("ood_reasons") or []),
+                "cm_o_width_ms": _layer_width(l, "CM_O", confidence)}
                for l in result.layers if l.get("out_of_design_space")]
         warns = [w for w in result.warnings if not str(w).startswith("onnxsim skipped")]
         return cls(total_ms=float(result.total_ms), confidence=float(confidence), intervals=ivs,  # type: ignore[arg-type]
@@ -103,6 +110,15 @@ class Estimate:
                    model_version=str(d.get("model_version", "")), warnings=list(d.get("warnings") or []))
 
 
+def _layer_width(layer: Mapping[str, Any], metric: str, confidence: float) -> float:
+    """Width (ms) of a per-layer row's interval at the confidence level nearest ``confidence``."""
+    per = (layer.get("intervals") or {}).get(metric) or {}
+    if not per:
+        return 0.0
+    lo, hi = per[min(per, key=lambda c: abs(float(c) - confidence))]
+    return float(hi) - float(lo)
+
+
 @dataclass
 class Penalty:
     """The CM_O penalty's terms (see the module docstring)."""
@@ -110,10 +126,11 @@ class Penalty:
     cm_o_rel_width: float
     ood_fraction: float
     weight: float
+    ood_cm_o_rel_width: float = 0.0
 
     @property
     def P(self) -> float:
-        return math.log1p(self.cm_o_rel_width) + self.ood_fraction
+        return math.log1p(self.cm_o_rel_width) + math.log1p(self.ood_cm_o_rel_width) + self.ood_fraction
 
     @property
     def fraction(self) -> float:
@@ -125,7 +142,8 @@ class Penalty:
         return abs(score) * self.fraction
 
     def to_dict(self, score: float | None = None) -> dict[str, Any]:
-        d = {"cm_o_rel_width": self.cm_o_rel_width, "ood_fraction": self.ood_fraction, "P": self.P,
+        d = {"cm_o_rel_width": self.cm_o_rel_width, "ood_cm_o_rel_width": self.ood_cm_o_rel_width,
+             "ood_fraction": self.ood_fraction, "P": self.P,
              "weight": self.weight, "fraction": self.fraction}
         if score is not None:
             d["amount"] = self.amount(score)
@@ -137,7 +155,10 @@ def penalty(est: Estimate, weight: float) -> Penalty:
     t = est.total_ms
     rel = (hi - lo) / t if t > 0 else (math.inf if hi > lo else 0.0)
     frac = est.n_out_of_design_space / est.n_layers if est.n_layers else 0.0
-    return Penalty(cm_o_rel_width=float(rel), ood_fraction=float(frac), weight=float(weight))
+    ood_w = sum(float(l.get("cm_o_width_ms", 0.0)) for l in est.ood_layers)
+    ood_rel = ood_w / t if t > 0 else (math.inf if ood_w > 0 else 0.0)
+    return Penalty(cm_o_rel_width=float(rel), ood_fraction=float(frac), weight=float(weight),
+                   ood_cm_o_rel_width=float(ood_rel))
 
 
 def penalised(score: float, pen: Penalty) -> float:
