@@ -53,7 +53,8 @@ def register(sub: Any) -> None:
     p.add_argument("--out", default="nas-out", help="output directory (reports; default SQLite storage)")
     p.add_argument("--penalty-weight", type=float, default=0.1,
                    help="W in score - |score| * (1 - exp(-W * P)), P = ln(1 + CM_O width / prediction) + "
-                        "fraction of layers outside the design space; 0 disables")
+                        "ln(1 + flagged layers' CM_O width / prediction) + fraction of layers outside the "
+                        "design space (docs/nas.md); 0 disables")
     p.add_argument("--patience", type=int, default=25,
                    help="stop after this many consecutive infeasible (or failed) trials; 0 never stops")
     p.add_argument("--seed", type=int, default=None, help="sampler seed (give each parallel worker its own)")
