@@ -137,6 +137,14 @@ class SmartPad:
     def _time(self, ir: ModelIR) -> Timing:
         prepared = self.runner.prepare(render_model(ir, self.runner.model_format, self.seed, self.precision))
         try:
+            info = prepared.info if isinstance(prepared.info, dict) else {}
+            if info.get("estimate_excludes_cpu_ops"):
+                # A cost model (Vela) gives operators it leaves on the CPU no time: T_LUM would
+                # silently drop the LUM. Record the configuration as failed, naming the ops.
+                cpu = info.get("cpu_ops") or []
+                ops = "; ".join(f"{c.get('op', '?')}: {c.get('reason', '')}".strip() for c in cpu) or "?"
+                raise RunnerError(f"{ir.kind} model: operator(s) placed on the CPU, which the runner's estimate "
+                                  f"excludes (not benchmarkable on this target): {ops}")
             return self.runner.time(prepared, warmup=self.warmup, runs=self.runs)
         finally:
             del prepared

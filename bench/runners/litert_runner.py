@@ -140,7 +140,9 @@ class LiteRTRunner(Runner):
     ``use_xnnpack`` (apply LiteRT's default XNNPACK delegate; ignored with an external
     delegate's runtime that has none), ``seed`` (input data), ``precision`` (the
     precision the models are rendered in, ``"int8"`` or ``"fp32"``: when given, every
-    model's input dtype must match it).
+    model's input dtype must match it), ``vela`` (compile every model with Arm's Vela
+    before loading it, :func:`bench.runners.vela_runner.vela_compile`: the i.MX93's Ethos-U
+    delegate only runs Vela-compiled models and leaves any other model on the CPU).
 
     Precision: each prepared model's precision (from its first input's dtype: int8,
     uint8, fp32, ...) is in ``Prepared.info["precision"]``. :meth:`environment` reports the
@@ -155,7 +157,8 @@ class LiteRTRunner(Runner):
 
     def __init__(self, threads: int = 1, delegate: str | None = None,
                  delegate_options: Mapping[str, Any] | None = None, runtime: str = "auto",
-                 use_xnnpack: bool = True, seed: int = 0, precision: str | None = None) -> None:
+                 use_xnnpack: bool = True, seed: int = 0, precision: str | None = None,
+                 vela: bool | str = False) -> None:
         try:
             threads = int(threads)
         except (TypeError, ValueError):
@@ -171,6 +174,15 @@ class LiteRTRunner(Runner):
             raise RunnerError(f"precision must be one of {', '.join(sorted(set(_PRECISIONS.values())))}, "
                               f"got {precision!r}")
         self.precision = precision
+        if isinstance(vela, str):
+            if vela.strip().lower() not in ("1", "0", "true", "false", "yes", "no", ""):
+                raise RunnerError(f"vela must be true or false, got {vela!r}")
+            vela = vela.strip().lower() in ("1", "true", "yes")
+        self.vela = bool(vela)
+        if self.vela and not delegate:
+            raise RunnerError("vela=true compiles models into 'ethos-u' custom operators, which only an Ethos-U "
+                              "delegate runs: give --delegate (on the i.MX93: /usr/lib/libethosu_delegate.so)")
+        self._vela_how: str | None = None
         self._mod, self.runtime, self.runtime_version = import_interpreter_module(runtime)
         self._delegate_obj: Any = None
         if self.delegate:
@@ -188,6 +200,10 @@ class LiteRTRunner(Runner):
         model = bytes(model)
         if len(model) < 8 or model[4:8] != _TFLITE_IDENT:
             raise RunnerError(f"not a TFLite model: {len(model)} bytes without the 'TFL3' flatbuffer identifier")
+        if self.vela:
+            from .vela_runner import vela_compile  # noqa: PLC0415
+
+            model, self._vela_how = vela_compile(model)
         kwargs: dict[str, Any] = {"model_content": model, "num_threads": self.threads}
         if self._delegate_obj is not None:
             kwargs["experimental_delegates"] = [self._delegate_obj]
@@ -258,6 +274,7 @@ class LiteRTRunner(Runner):
             "delegate": self.delegate,
             "delegate_options": dict(self.delegate_options),
             "xnnpack": self.use_xnnpack,
+            "vela_compile": bool(self.vela),
             "threads": self.threads,
             "precision": self.precision,
             "provenance": self.provenance,

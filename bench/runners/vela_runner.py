@@ -48,7 +48,7 @@ from typing import Any, Sequence
 
 from .base import Prepared, Runner, RunnerError, Timing
 
-__all__ = ["VelaRunner", "VelaEstimate", "IMX93", "vela_version", "bundled_config_dir"]
+__all__ = ["VelaRunner", "VelaEstimate", "IMX93", "vela_version", "bundled_config_dir", "vela_compile"]
 
 #: The NXP i.MX93 configuration (see the module docstring for its source).
 IMX93 = {
@@ -367,3 +367,58 @@ class VelaRunner(Runner):
             "threads": None,
             "host": host,
         }
+
+
+# ------------------------------------------------------- compiling models for a board
+
+
+def vela_compile(model: bytes, *, accelerator_config: str = IMX93["accelerator_config"],
+                 system_config: str | None = IMX93["system_config"], memory_mode: str | None = IMX93["memory_mode"],
+                 config_file: str | None = IMX93["config_file"], timeout_s: float = 600.0) -> tuple[bytes, str]:
+    """Vela's optimised TFLite model (NPU parts as ``ethos-u`` custom operators), which is what
+    the Ethos-U TFLite delegate (``libethosu_delegate.so`` on the i.MX93) executes; a model
+    that was not compiled by Vela runs entirely on the CPU there. Returns ``(bytes, how)``
+    where ``how`` names the Vela used.
+
+    Uses the ``ethos-u-vela`` Python package when installed, otherwise a ``vela`` executable
+    on ``PATH`` (NXP's i.MX BSP ships one, whose defaults are the i.MX93's); with the latter
+    only ``--accelerator-config`` is passed (its own defaults select the rest).
+    """
+    import shutil  # noqa: PLC0415
+
+    model = bytes(model)
+    if len(model) < 8 or model[4:8] != _TFLITE_IDENT:
+        raise RunnerError(f"not a TFLite model: {len(model)} bytes without the 'TFL3' flatbuffer identifier")
+    try:
+        how = f"ethos-u-vela {vela_version()}"
+        cmd = [sys.executable, "-m", "ethosu.vela"]
+        extra = ["--accelerator-config", accelerator_config]
+        if config_file:
+            cfg = _resolve_config(config_file)
+            bundled = bundled_config_dir()
+            extra += ["--config", str(cfg.relative_to(bundled)) if cfg.is_relative_to(bundled) else str(cfg)]
+            if system_config:
+                extra += ["--system-config", system_config]
+            if memory_mode:
+                extra += ["--memory-mode", memory_mode]
+    except RunnerError:
+        exe = shutil.which("vela")
+        if exe is None:
+            raise RunnerError("compiling for the Ethos-U delegate needs Vela: pip install ethos-u-vela, or NXP's "
+                              "'vela' on PATH") from None
+        how, cmd, extra = f"{exe}", [exe], ["--accelerator-config", accelerator_config]
+    with tempfile.TemporaryDirectory(prefix="vela-") as tmp:
+        src = Path(tmp) / "model.tflite"
+        src.write_bytes(model)
+        out = Path(tmp) / "out"
+        try:
+            proc = subprocess.run(cmd + [str(src), "--output-dir", str(out)] + extra, cwd=tmp, capture_output=True,
+                                  text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise RunnerError(f"Vela did not finish within {timeout_s:.0f} s") from None
+        log = (proc.stdout or "") + "\n" + (proc.stderr or "")
+        compiled = out / "model_vela.tflite"
+        if proc.returncode != 0 or not compiled.is_file():
+            raise RunnerError(f"Vela ({how}) could not compile the model (exit {proc.returncode}); output ends:\n"
+                              f"{_tail(log)}")
+        return compiled.read_bytes(), how

@@ -1,0 +1,249 @@
+"""``bench profile DB --name NAME --source TEXT``: register a device profile from a benchmark database.
+
+Takes the rows of one environment of a ``bench run`` database (``--env-id`` when it holds
+several), writes them as ``<root>/<NAME>/measurements.csv`` and the metadata as
+``<root>/<NAME>/profile.json`` (:func:`estimator.profile.create_profile`), with provenance
+from the environment record (runner, versions, host, date; kind ``measured``, or
+``estimated`` for a cost model such as Vela) and ``--source`` as the human-readable text
+of where the numbers came from.
+
+Device-specific mapping rules go into ``profile.json``:
+
+* ``fusion``: which activations the target's compiler folds into the producing layer
+  (``--fusion FILE.json``, :class:`estimator.fusion.FusionRules` format);
+* ``op_mapping``: operators the target leaves on the CPU (``--op-mapping FILE.json``);
+  ``cpu_fallback_ops`` (ONNX op types) are flagged ``cpu_fallback_op`` in every estimate.
+
+For a database measured with the ``vela`` runner both default to Vela's own behaviour
+(:func:`vela_fusion`, :func:`vela_op_mapping`), derived from the installed Vela's
+supported-operator list plus the configurations the benchmark could not place on the
+NPU (the database's ``failures``), so an Ethos-U profile says which operators fall back.
+
+Example (the i.MX93 profile shipped in ``profiles/imx93``)::
+
+    bench run --device imx93 --runner vela --warmup 0 --runs 1 --layers conv2d --samples 200
+    bench profile bench-data/imx93.sqlite --name imx93 --hardware "NXP i.MX93 ..." \\
+        --source "estimated by Vela 5.2.0, ethos-u65-256, ..."
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any, Mapping
+
+from estimator.errors import UserError
+
+__all__ = ["register", "cmd_profile", "vela_fusion", "vela_op_mapping", "profile_from_db"]
+
+#: Activations Vela runs inside the producing NPU operation (no extra cycles): the TFLite
+#: converter fuses ReLU/ReLU6/ReLU_N1_TO_1 (and clips) into CONV_2D, DEPTHWISE_CONV_2D,
+#: FULLY_CONNECTED, ADD and MUL; Vela's graph optimiser then moves LUT activations
+#: (LOGISTIC, TANH, HARD_SWISH, LEAKY_RELU) into the preceding NPU operation when it is its
+#: only consumer and has no activation yet (``fuse_activation_function_with_prev``).
+#: HardSigmoid (``relu6(x + 3) / 6``) folds its ``+3`` into the bias and its ReLU6 into the
+#: op; the ``/6`` stays a MUL on the (usually 1x1) SE gate. SiLU (``x * sigmoid(x)``) does
+#: not fold: the producer's output has two consumers (LOGISTIC and MUL), so it stays a
+#: layer of its own, which the ``activation`` benchmark measures (kind ``silu``).
+_VELA_FUSED_ACTS = ["clip", "hardsigmoid", "hardswish", "leakyrelu", "relu", "relu6", "sigmoid", "tanh"]
+
+
+def vela_fusion() -> dict[str, Any]:
+    """Fusion rules of Vela for an Ethos-U target (see :data:`_VELA_FUSED_ACTS`)."""
+    prods = ("conv2d", "dwconv2d", "fc", "add", "mul")
+    return {"activations": {p: list(_VELA_FUSED_ACTS) for p in prods}, "bn_into_conv": True, "single_consumer": True}
+
+
+#: ONNX op -> the TFLite operator (Vela's ``Op`` name) it becomes; ops whose operator is not
+#: in Vela's supported-operator set run on the CPU. Only unambiguous mappings are listed.
+_ONNX_TO_VELA_OP = {
+    "Elu": "Elu", "Sqrt": "Sqrt", "Log": "Log", "Sin": "Sin", "Cos": "Cos", "Floor": "Floor", "Ceil": "Ceil",
+    "Round": "Round", "Cast": "Cast", "Gather": "Gather", "GatherElements": "Gather", "GatherND": "GatherNd",
+    "Equal": "Equal", "Greater": "Greater", "Less": "Less", "Not": "LogicalNot", "And": "LogicalAnd",
+    "Or": "LogicalOr", "Where": "Select", "TopK": "TopKV2", "NonMaxSuppression": "NonMaxSuppressionV4",
+    "Tile": "Tile", "Erf": "Erf", "LogSoftmax": "LogSoftmax", "LRN": "LocalResponseNormalization",
+    "ReduceProd": "ReduceProduct", "ArgMin": "ArgMin", "DepthToSpace": "DepthToSpace",
+    "SpaceToDepth": "SpaceToDepth", "ScatterND": "ScatterNd", "CumSum": "Cumsum", "Range": "Range",
+    "OneHot": "OneHot", "Sign": "Sign", "Reciprocal": "Div", "Expand": "BroadcastTo",
+    "Relu": "Relu", "Conv": "Conv2DBias", "Add": "Add", "Mul": "Mul", "Concat": "ConcatTFLite",
+    "MaxPool": "MaxPool", "AveragePool": "AvgPool", "Gemm": "FullyConnected", "Sigmoid": "Sigmoid",
+    "Tanh": "Tanh", "HardSwish": "HardSwish", "LeakyRelu": "LeakyRelu", "Softmax": "Softmax",
+    "Slice": "StridedSlice", "Split": "SplitV", "Reshape": "Reshape", "Exp": "Exp", "Abs": "Abs",
+    "Sub": "Sub", "Max": "Maximum", "Min": "Minimum", "GlobalAveragePool": "Mean", "ReduceMean": "Mean",
+    "ReduceSum": "ReduceSum", "ArgMax": "ArgMax", "Pad": "Pad",
+}
+
+#: ONNX ops that cost nothing on Vela (views): see :func:`vela_op_mapping`.
+_VELA_FREE = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Split", "Slice")
+
+#: Operators Vela runs on the NPU only under conditions (checked per operator by Vela).
+_VELA_CONDITIONAL = {
+    "Transpose": "TRANSPOSE runs on the NPU only for the permutations Vela supports (rank 2 WxC->CxW; "
+                 "rank 3 HxWxC->WxHxC and 1xWxC->1xCxW; rank 4 1xHxWxC->1xWxHxC, 1x1xWxC->1x1xCxW, "
+                 "1xHx1xC->1xCx1xW); others run on the CPU (e.g. a YOLO head's 5-D permute)",
+    "Resize": "RESIZE_NEAREST_NEIGHBOR/BILINEAR run on the NPU for upscaling by supported integer factors; "
+              "other scales (e.g. 8->13, downscaling) run on the CPU",
+    "AveragePool": "AVERAGE_POOL_2D with SAME padding runs on the NPU for kernels up to 8x8 (VALID: height up "
+                   "to 256, area up to 65536); larger padded windows run on the CPU",
+    "PRelu": "only a graph the TFLite converter matches into one PRELU op runs on the NPU; otherwise float "
+             "NEG/DEQUANTIZE/QUANTIZE ops run on the CPU",
+    "Div": "a constant divisor becomes MUL (NPU); a tensor/tensor DIV runs on the CPU",
+    "Pow": "exponent 2 becomes MUL (NPU); other exponents (POW) run on the CPU",
+}
+
+
+def vela_op_mapping(failures: list[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """``op_mapping`` for a Vela profile: ONNX ops whose TFLite operator is outside the
+    installed Vela's supported-operator set, conditional ones, and the benchmark
+    configurations Vela left on the CPU (from a database's ``failures``)."""
+    from ethosu.vela.tflite_supported_operators import TFLiteSupportedOperators  # noqa: PLC0415
+
+    from .runners.vela_runner import vela_version  # noqa: PLC0415
+
+    supported = {str(o).split(".", 1)[-1] for o in TFLiteSupportedOperators.supported_operators}
+    cpu = sorted(onnx_op for onnx_op, vop in _ONNX_TO_VELA_OP.items()
+                 if vop not in supported and onnx_op not in _VELA_CONDITIONAL)
+    bench_cpu: Counter[str] = Counter()
+    examples: dict[str, str] = {}
+    for f in failures or []:
+        err = str(f.get("error", ""))
+        if "placed on the CPU" not in err and "placed no operator on the NPU" not in err:
+            continue
+        if "CPU operators: none" in err:  # an empty model (e.g. a 1x1 global pool the converter removed)
+            continue
+        params = f.get("params")
+        if isinstance(params, str):
+            try:
+                params = json.loads(params)
+            except ValueError:
+                params = {}
+        kind = (params or {}).get("kind") or (params or {}).get("mode")
+        key = f"{f.get('layer_type')}" + (f" ({kind})" if kind else "")
+        bench_cpu[key] += 1
+        m = re.search(r"excludes \(not benchmarkable on this target\): (.*)", err) or re.search(
+            r"\((CPU operators: [^)]*)\)", err)
+        examples.setdefault(key, (m.group(1) if m else err)[:300])
+    out: dict[str, Any] = {
+        "cpu_fallback_ops": cpu,
+        "conditional_cpu_ops": dict(_VELA_CONDITIONAL),
+        # Vela turns these into views of their input (RESHAPE is removed; SPLIT/SLICE become
+        # reads at an offset by the consumer): no cycles of their own in its per-layer report.
+        "free_ops": list(_VELA_FREE),
+        "source": f"ethos-u-vela {vela_version()}: TFLiteSupportedOperators.supported_operators and its "
+                  "per-operator constraints; ONNX ops mapped to the TFLite operators bench.tflite_convert emits",
+        "notes": "Vela gives operators it leaves on the CPU no time in its estimate; on the board they run on the "
+                 "Cortex-A55 through TFLite's CPU kernels. The estimator predicts them with its roofline "
+                 "fallback (flagged out_of_design_space) and flags ops listed in cpu_fallback_ops.",
+    }
+    if bench_cpu:
+        out["benchmark_cpu_placements"] = {k: {"configurations": n, "example": examples[k]}
+                                           for k, n in sorted(bench_cpu.items())}
+    return out
+
+
+# ------------------------------------------------------------------------------ command
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "profile", help="create a device profile (profiles/NAME/) from a benchmark database",
+        description="Write profiles/NAME/measurements.csv and profile.json from one environment of a bench "
+                    "database, with provenance from the environment record and --source as its text.")
+    p.add_argument("db", help="benchmark database (bench run --out)")
+    p.add_argument("--name", required=True, help="profile (device) name: the directory under --root")
+    p.add_argument("--source", required=True, help="where the numbers came from (free text, kept in provenance)")
+    p.add_argument("--root", default=None, help="profiles directory (default: $CL_PROFILES or the repository's profiles/)")
+    p.add_argument("--env-id", type=int, default=None, help="environment to take (needed when the database holds several)")
+    p.add_argument("--hardware", default=None, help="hardware description (default: the environment's device name)")
+    p.add_argument("--description", default=None, help="free-text description")
+    p.add_argument("--fusion", default=None, metavar="JSON", help="fusion rules file (default: the runner's, if known)")
+    p.add_argument("--op-mapping", default=None, metavar="JSON", help="op_mapping file (default: the runner's, if known)")
+    p.add_argument("--force", action="store_true", help="replace an existing profile of that name")
+    p.set_defaults(func=cmd_profile)
+
+
+def _load_json(path: str | None, what: str) -> Any:
+    if path is None:
+        return None
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise UserError(f"--{what}: cannot read {path}: {e.strerror or e}") from None
+    except json.JSONDecodeError as e:
+        raise UserError(f"--{what}: {path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+
+
+def profile_from_db(db: str | Path, name: str, *, source: str, root: str | Path | None = None,
+                    env_id: int | None = None, hardware: str | None = None, description: str | None = None,
+                    fusion: Mapping[str, Any] | None = None, op_mapping: Mapping[str, Any] | None = None,
+                    force: bool = False) -> Any:
+    """Create ``<root>/<name>/`` from one environment of a bench database; returns the Profile."""
+    from estimator.dataset import write_measurements  # noqa: PLC0415
+    from estimator.profile import create_profile, default_root  # noqa: PLC0415
+
+    from .storage import Store  # noqa: PLC0415
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+        raise UserError(f"--name {name!r}: use letters, digits, '.', '_' and '-' only")
+    root_p = Path(root) if root is not None else default_root()
+    target = root_p / name
+    if (target / "profile.json").exists() and not force:
+        raise UserError(f"{target} already exists (use --force to replace it)")
+    with Store.open_existing(db) as store:
+        envs = store.environments()
+        counts = {e["env_id"]: store.count(e["env_id"]) for e in envs}
+        if env_id is None:
+            with_rows = [e for e in envs if counts[e["env_id"]]]
+            if len(with_rows) != 1:
+                listing = ", ".join(f"{e['env_id']} ({e['device']}, {e['runner']}, {counts[e['env_id']]} rows)"
+                                    for e in envs) or "none"
+                raise UserError(f"{db}: {len(with_rows)} environments hold rows; choose one with --env-id "
+                                f"(environments: {listing})")
+            env = with_rows[0]
+        else:
+            env = next((e for e in envs if e["env_id"] == env_id), None)
+            if env is None:
+                raise UserError(f"{db}: no environment {env_id} (have {', '.join(str(e['env_id']) for e in envs)})")
+        rows = store.export_rows(env["env_id"])
+        if not rows:
+            raise UserError(f"{db}: environment {env['env_id']} holds no measurements")
+        failures = [f for f in store.failures() if f["env_id"] == env["env_id"]]
+    extra: dict[str, Any] = {}
+    runner = env.get("runner")
+    if fusion is None and runner == "vela":
+        fusion = vela_fusion()
+    if op_mapping is None and runner == "vela":
+        op_mapping = vela_op_mapping(failures)
+    if fusion is not None:
+        extra["fusion"] = dict(fusion)
+    if op_mapping is not None:
+        extra["op_mapping"] = dict(op_mapping)
+    if description:
+        extra["description"] = description
+    with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:
+        csv_path = Path(tmp) / "measurements.csv"
+        write_measurements(csv_path, rows)
+        side = Path(tmp) / "measurements.csv.provenance.json"
+        side.write_text(json.dumps({"source": str(db), "environments": [env]}, default=str))
+        if target.exists() and force:
+            for f in ("profile.json", "measurements.csv"):
+                (target / f).unlink(missing_ok=True)
+        return create_profile(root_p, name, csv_path, source=source, provenance_json=side, hardware=hardware,
+                              **extra)
+
+
+def cmd_profile(a: argparse.Namespace) -> int:
+    prof = profile_from_db(a.db, a.name, source=a.source, root=a.root, env_id=a.env_id, hardware=a.hardware,
+                           description=a.description, fusion=_load_json(a.fusion, "fusion"),
+                           op_mapping=_load_json(a.op_mapping, "op-mapping"), force=a.force)
+    n = sum(1 for _ in prof.rows())
+    print(f"wrote profile {prof.name} to {prof.path} ({n} rows, provenance {prof.provenance.kind}, runner {prof.runner})")
+    print(f"source: {prof.provenance.source}")
+    cpu = prof.cpu_fallback_ops
+    if cpu:
+        print(f"cpu_fallback_ops: {', '.join(cpu)}")
+    print(f"next: estimator train --device {prof.name}" + (f" --profiles {a.root}" if a.root else ""))
+    return 0

@@ -1,0 +1,246 @@
+"""The ``imx93`` device profile (Vela estimates), whole-network int8 conversion and the
+Vela-specific parts of benchmarking.
+
+* the shipped profile says "estimated", names Vela and its i.MX93 configuration, and
+  carries Vela's fusion and CPU-fallback rules;
+* ``estimator predict MODEL.onnx --device imx93`` works and never imports TensorFlow,
+  LiteRT or Vela (the estimation path stays light);
+* operators the profile lists as CPU-placed are flagged in estimates;
+* (tflite extra) a small smart-padding plan on the Vela runner refuses a layer Vela puts
+  on the CPU instead of recording a time without it, and ``bench profile`` turns the
+  database into a profile with Vela's rules;
+* (tflite extra) whole networks convert to int8 TFLite (float32 matches ONNX Runtime) and
+  compile with Vela; Vela-compiled models for the Ethos-U delegate.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from estimator.profile import load_profile
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("tensorflow", "ai_edge_litert", "tflite_runtime", "ethosu", "torch", "keras")
+
+
+def _has(mod: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(mod) is not None
+
+
+needs_tflite = pytest.mark.skipif(not (_has("tensorflow") and _has("ethosu") and _has("ai_edge_litert")),
+                                  reason="needs the tflite extra (TensorFlow, ai-edge-litert, ethos-u-vela)")
+
+
+# ------------------------------------------------------------------ the shipped profile
+
+
+def test_imx93_profile_is_estimated_by_vela() -> None:
+    prof = load_profile("imx93", ROOT / "profiles")
+    assert prof.provenance.kind == "estimated"
+    src = prof.provenance.source
+    assert src.startswith("estimated by Vela ") and "not measured on hardware" in src
+    for part in ("ethos-u65-256", "Ethos_U65_High_End", "Dedicated_Sram_384KB", "i.MX93"):
+        assert part in src
+    assert prof.runner == "vela" and prof.precision == "int8"
+    assert "ethos-u-vela" in prof.provenance.versions
+    assert prof.provenance.versions["ethos-u-vela"] in src
+    rows = list(prof.rows())
+    assert len(rows) >= 300 and {r["runner"] for r in rows} == {"vela"}
+    types = {r["layer_type"] for r in rows}
+    assert {"conv2d", "dwconv2d", "add", "mul", "activation", "fc", "globalpool", "concat"} <= types
+    # every row has its smart-padding interval and the single-layer time (the paper's comparison)
+    assert all(r["t_lum_lo_ms"] <= r["t_lum_hi_ms"] and r["t_single_ms"] > 0 for r in rows)
+
+
+def test_imx93_mapping_rules() -> None:
+    prof = load_profile("imx93", ROOT / "profiles")
+    rules = prof.fusion_rules()
+    assert rules.folds("conv2d", "relu6") and rules.folds("conv2d", "hardswish") and rules.folds("add", "relu")
+    assert not rules.folds("conv2d", "silu")  # LOGISTIC + MUL stay layers on Vela
+    om = prof.op_mapping
+    assert prof.cpu_fallback_ops and all(isinstance(o, str) for o in prof.cpu_fallback_ops)
+    assert "Conv" not in prof.cpu_fallback_ops and "Sin" in prof.cpu_fallback_ops
+    assert "Transpose" in om["conditional_cpu_ops"] and "vela" in om["source"].lower()
+    # the benchmark's own evidence: configurations Vela left on the CPU
+    assert om.get("benchmark_cpu_placements"), "the run should have met CPU-placed layers (elu, odd resizes)"
+
+
+# --------------------------------------------------------------- estimation, no TF
+
+
+def _small_onnx(path: Path, with_cpu_op: bool = False) -> Path:
+    """conv 3x3 (8->16) + ReLU6, a depthwise conv, global pool (+ a Sin: no NPU kernel)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    r = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(r.standard_normal((16, 8, 3, 3)).astype(np.float32), "w1"),
+             numpy_helper.from_array(r.standard_normal((16, 1, 3, 3)).astype(np.float32), "w2"),
+             numpy_helper.from_array(np.array(0.0, np.float32), "lo"),
+             numpy_helper.from_array(np.array(6.0, np.float32), "hi")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["c1", "lo", "hi"], ["a1"], name="relu6"),
+             helper.make_node("Conv", ["a1", "w2"], ["c2"], name="dw", pads=[1, 1, 1, 1], group=16)]
+    last = "c2"
+    if with_cpu_op:
+        nodes.append(helper.make_node("Sin", ["c2"], ["s"], name="sin"))
+        last = "s"
+    nodes.append(helper.make_node("GlobalAveragePool", [last], ["y"], name="gap"))
+    g = helper.make_graph(nodes, "small", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 32, 32])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 1, 1])], initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cl-cache")
+
+
+def test_predict_cli_on_imx93_never_imports_tensorflow(tmp_path: Path, cache_dir: Path) -> None:
+    model = _small_onnx(tmp_path / "small.onnx")
+    env = dict(os.environ, CL_CACHE_DIR=str(cache_dir), CL_PROFILES=str(ROOT / "profiles"))
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "estimator.cli", "predict", str(model),
+                           "--device", "imx93", "--json", "--no-progress"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    assert doc["device"] == "imx93" and doc["unit"] == "ms" and doc["total_ms"] > 0
+    assert doc["n_layers"] >= 3
+    assert any("estimated numbers (cost model)" in w for w in doc["warnings"])
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in proc.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert not imported & set(HEAVY), sorted(imported & set(HEAVY))
+
+
+def test_cpu_fallback_ops_are_flagged(tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from estimator.predict import Estimator
+
+    monkeypatch.setenv("CL_CACHE_DIR", str(cache_dir))
+    est = Estimator.from_profile("imx93", root=ROOT / "profiles")
+    net = est.estimate_network(_small_onnx(tmp_path / "sin.onnx", with_cpu_op=True))
+    sin = [l for l in net.layers if l.op_type == "Sin"]
+    assert sin and "cpu_fallback_op" in sin[0].flags
+    assert sin[0].fallback and sin[0].out_of_design_space and sin[0].prediction_ms > 0
+    assert all("cpu_fallback_op" not in l.flags for l in net.layers if l.op_type != "Sin")
+
+
+# ----------------------------------------------------- Vela benchmark + bench profile
+
+
+@needs_tflite
+def test_small_vela_plan_refuses_cpu_layers_and_becomes_a_profile(tmp_path: Path) -> None:
+    from bench.cmd_profile import profile_from_db, register
+    from bench.runners.vela_runner import VelaRunner
+    from bench.sampling import Config
+    from bench.smartpad import SmartPad
+    from bench.storage import Store
+
+    runner = VelaRunner()
+    db = tmp_path / "imx93.sqlite"
+    plan = [Config.make("conv2d", dict(h=16, w=16, c_in=8, c_out=16, k_h=3, k_w=3)),
+            Config.make("activation", dict(h=8, w=8, c=8, kind="silu")),
+            Config.make("activation", dict(h=8, w=8, c=8, kind="elu"))]  # ELU has no int8 kernel: CPU
+    with Store(db) as store:
+        env_id = store.environment_id("imx93", runner.environment(), {"protocol": "smartpad-v1", "warmup": 0,
+                                                                       "runs": 1, "precision": "int8"})
+        st = SmartPad(runner, store, env_id, warmup=0, runs=1).run(plan)
+        assert (st.measured, st.failed) == (2, 1)
+        fail = store.failures()[0]
+        assert "CPU" in fail["error"] and "Elu" in fail["error"]
+        rows = store.export_rows(env_id)
+        assert all(r["t_single_ms"] > r["t_lum_ms"] for r in rows)  # Vela's single-layer overhead
+
+    prof = profile_from_db(db, "imx93", root=tmp_path / "profiles", hardware="test",
+                           source="estimated by Vela (test)")
+    assert prof.provenance.kind == "estimated" and prof.runner == "vela"
+    assert "activation (elu)" in prof.op_mapping["benchmark_cpu_placements"]
+    assert not prof.fusion_rules().folds("conv2d", "silu")
+    # and through the command line (bench profile), refusing to overwrite without --force
+    p = argparse.ArgumentParser()
+    register(p.add_subparsers())
+    a = p.parse_args(["profile", str(db), "--name", "imx93", "--root", str(tmp_path / "profiles"),
+                      "--source", "x"])
+    from estimator.errors import UserError
+
+    with pytest.raises(UserError, match="already exists"):
+        a.func(a)
+    a = p.parse_args(["profile", str(db), "--name", "imx93", "--root", str(tmp_path / "profiles"),
+                      "--source", "x", "--force"])
+    assert a.func(a) == 0
+    assert load_profile(tmp_path / "profiles" / "imx93").provenance.source == "x"
+
+
+# --------------------------------------------------------- whole-network conversion
+
+
+@needs_tflite
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["shufflenet_v2", "yolov5s"])
+def test_whole_network_float32_matches_onnxruntime(name: str) -> None:
+    """Channel shuffles (reshape/transpose), YOLO's 5-D head, splits, resizes: exact in float32."""
+    import onnxruntime as ort
+    from ai_edge_litert.interpreter import Interpreter
+
+    from bench import tflite_convert as tc
+    from estimator import zoo
+
+    res = 64
+    kw = {"width": 0.25, "depth": 0.33} if name == "yolov5s" else {}
+    onnx_b = zoo.export_onnx(zoo.build(name, res, **kw), res)
+    tfl = tc.convert_onnx(onnx_b, "float32", exact_padding=True)
+    x = np.random.default_rng(1).standard_normal((1, 3, res, res)).astype(np.float32)
+    ref = ort.InferenceSession(onnx_b, providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
+    it = Interpreter(model_content=tfl)
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], np.ascontiguousarray(x.transpose(0, 2, 3, 1)))
+    it.invoke()
+    y = it.get_tensor(it.get_output_details()[0]["index"])
+    assert y.shape == ref.shape
+    assert np.abs(y - ref).max() <= 1e-4 * max(1.0, float(np.abs(ref).max()))
+
+
+@needs_tflite
+@pytest.mark.slow
+def test_zoo_network_to_int8_tflite_and_vela(tmp_path: Path) -> None:
+    from bench import tflite_convert as tc
+    from bench.runners.base import RunnerError, get_runner
+    from bench.runners.vela_runner import VelaRunner, vela_compile
+
+    out = tmp_path / "mnv2.tflite"
+    assert tc.main(["--zoo", "mobilenet_v2", "--resolution", "64", "-o", str(out)]) == 0
+    tfl = out.read_bytes()
+    io = tc.tflite_io(tfl)
+    assert io["inputs"][0]["dtype"] == "int8" and io["inputs"][0]["shape"] == [1, 64, 64, 3]
+    assert io["outputs"][0]["dtype"] == "int8" and io["outputs"][0]["shape"] == [1, 1000]
+    ops = tc.tflite_ops(tfl)
+    assert ops["CONV_2D"] == 35 and ops["DEPTHWISE_CONV_2D"] == 17 and "TRANSPOSE" not in ops
+    assert "DEQUANTIZE" not in ops and "QUANTIZE" not in ops  # full-integer, no float islands
+    prep = VelaRunner().prepare(tfl)
+    assert prep.info["estimate_ms"] > 0 and prep.info["npu_ops"] > 50 and prep.info["cpu_ops"] == []
+    # the same bytes, compiled for the Ethos-U delegate: NPU parts become one 'ethos-u' custom op
+    compiled, how = vela_compile(tfl)
+    assert b"ethos-u" in compiled and how.startswith("ethos-u-vela")
+    with pytest.raises(RunnerError, match="delegate"):
+        get_runner("litert", vela="true")  # nothing on a host can run the ethos-u operator
+
+
+@needs_tflite
+def test_conversion_names_unsupported_operators(tmp_path: Path) -> None:
+    from bench import tflite_convert as tc
+
+    with pytest.raises(tc.ConversionError, match="'Sin'"):
+        tc.convert_onnx(_small_onnx(tmp_path / "sin.onnx", with_cpu_op=True), "float32")
+    with pytest.raises(tc.ConversionError, match="calibration array"):
+        tc.convert_onnx(_small_onnx(tmp_path / "ok.onnx"), calibration=[[np.zeros((1, 3, 8, 8), np.float32)]])
