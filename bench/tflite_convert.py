@@ -68,7 +68,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import math
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,21 +78,13 @@ import numpy as np
 from estimator.errors import UserError
 
 
-class MissingTFLiteExtraError(UserError, ImportError):
-    """TensorFlow is not installed: the ``tflite`` extra is needed."""
-
-
 class ConversionError(UserError):
     """The network contains something this converter cannot render (the message says what)."""
 
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-try:
-    import tensorflow as tf
-except ImportError as _e:  # pragma: no cover - depends on the environment
-    raise MissingTFLiteExtraError(
-        "converting networks to TFLite needs TensorFlow: pip install 'confident-latency[tflite]' "
-        f"(the 'tflite' extra); import failed: {_e}") from _e
+# One guarded TensorFlow import, error class, quantisation list and converter for all TFLite
+# writing: bench.tflite_models (which raises MissingTFLiteExtraError without the extra).
+from .tflite_models import QUANTIZATIONS, MissingTFLiteExtraError, convert_concrete_function, tf  # noqa: E402
 
 import onnx  # noqa: E402
 from onnx import numpy_helper  # noqa: E402
@@ -113,7 +104,6 @@ __all__ = [
     "main",
 ]
 
-QUANTIZATIONS = ("int8", "float32")
 NHWC = (0, 2, 3, 1)
 
 
@@ -963,12 +953,9 @@ def convert_onnx(src: Any, quantization: str = "int8", *, calibration: Iterable[
         raise
     except (ValueError, TypeError) as e:  # TensorFlow shape errors while tracing
         raise ConversionError(f"cannot render the network in TensorFlow: {str(e).splitlines()[0]}") from e
-    module = tf.Module()
-    module.f = fn
-    converter = tf.lite.TFLiteConverter.from_concrete_functions([fn], module)
+    nhwc_samples: list[list[np.ndarray]] = []
     if quantization == "int8":
         samples = list(calibration) if calibration is not None else calibration_inputs(inputs, calibration_samples, seed)
-        nhwc_samples = []
         for s in samples:
             if len(s) != len(inputs):
                 raise ConversionError(f"a calibration sample has {len(s)} arrays; the network has {len(inputs)} inputs")
@@ -982,21 +969,10 @@ def convert_onnx(src: Any, quantization: str = "int8", *, calibration: Iterable[
             nhwc_samples.append(arrs)
         if not nhwc_samples:
             raise ConversionError("the calibration set is empty")
-
-        def dataset() -> Any:
-            yield from nhwc_samples
-
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        converter.representative_dataset = dataset
-        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-        converter.inference_input_type = tf.int8
-        converter.inference_output_type = tf.int8
     try:
-        return bytes(converter.convert())
-    except Exception as e:  # noqa: BLE001 - the converter raises ConverterError and friends
-        msg = str(e).strip().splitlines()
-        detail = next((line for line in msg if "error" in line.lower()), msg[0] if msg else type(e).__name__)
-        raise ConversionError(f"TFLite conversion ({quantization}) failed: {detail}") from e
+        return convert_concrete_function(fn, quantization, nhwc_samples)
+    except RuntimeError as e:
+        raise ConversionError(str(e)) from e
 
 
 def convert_zoo(name: str, resolution: int = 224, quantization: str = "int8", **kw: Any) -> bytes:

@@ -92,6 +92,7 @@ __all__ = [
     "nhwc",
     "representative_inputs",
     "ir_op_of_tensor",
+    "convert_concrete_function",
 ]
 
 QUANTIZATIONS = ("int8", "float32")
@@ -315,9 +316,7 @@ def to_tflite(ir: ModelIR, quantization: str = "int8", *, seed: int = 0, calibra
     if quantization not in QUANTIZATIONS:
         raise TFLiteModelError(f"quantization must be one of {', '.join(QUANTIZATIONS)}, got {quantization!r}")
     fn = tf_function(ir, seed)
-    module = tf.Module()
-    module.f = fn
-    converter = tf.lite.TFLiteConverter.from_concrete_functions([fn], module)
+    samples: list[list[np.ndarray]] = []
     if quantization == "int8":
         samples = representative_inputs(ir, max(int(calibration_samples), 1), seed)
         order = [s.name for s in fn.structured_input_signature[0]] if fn.structured_input_signature else []
@@ -325,7 +324,24 @@ def to_tflite(ir: ModelIR, quantization: str = "int8", *, seed: int = 0, calibra
         if order and sorted(order) == sorted(names):
             idx = [names.index(n) for n in order]
             samples = [[s[i] for i in idx] for s in samples]
+    try:
+        return convert_concrete_function(fn, quantization, samples)
+    except RuntimeError as e:
+        raise TFLiteModelError(f"{ir.name}: {e}") from e
 
+
+def convert_concrete_function(fn: Any, quantization: str, samples: Sequence[Sequence[np.ndarray]]) -> bytes:
+    """THE TFLite conversion, shared by benchmark models and whole networks.
+
+    ``"int8"``: full-integer post-training quantisation (``TFLITE_BUILTINS_INT8`` only,
+    int8 inputs and outputs) calibrated on ``samples`` (one list of NHWC arrays per sample,
+    in ``fn``'s input order); ``"float32"``: no quantisation. Converter failures raise
+    ``RuntimeError`` with the converter's own error line.
+    """
+    module = tf.Module()
+    module.f = fn
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([fn], module)
+    if quantization == "int8":
         def dataset() -> Any:
             yield from samples
 
@@ -336,10 +352,10 @@ def to_tflite(ir: ModelIR, quantization: str = "int8", *, seed: int = 0, calibra
         converter.inference_output_type = tf.int8
     try:
         return bytes(converter.convert())
-    except Exception as e:  # the converter raises ConverterError and friends
+    except Exception as e:  # noqa: BLE001 - the converter raises ConverterError and friends
         msg = str(e).strip().splitlines()
         detail = next((line for line in msg if "error" in line.lower()), msg[0] if msg else type(e).__name__)
-        raise TFLiteModelError(f"TFLite conversion ({quantization}) of {ir.name} failed: {detail}") from e
+        raise RuntimeError(f"TFLite conversion ({quantization}) failed: {detail}") from e
 
 
 def output_shapes(ir: ModelIR) -> list[tuple[int, ...]]:
