@@ -7,12 +7,15 @@ other way, so adding a target means adding one module here and one line in ``RUN
 from __future__ import annotations
 
 import importlib
+import os
+import platform
 import statistics
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Sequence
 
-__all__ = ["Runner", "Prepared", "Timing", "RunnerError", "RUNNERS", "get_runner", "timing_from_runs"]
+__all__ = ["Runner", "Prepared", "Timing", "RunnerError", "RUNNERS", "get_runner", "timing_from_runs", "cpu_model",
+           "host_info"]
 
 
 class RunnerError(RuntimeError):
@@ -75,6 +78,38 @@ def timing_from_runs(runs_ms: Sequence[float]) -> Timing:
         min_ms=min(runs_ms),
         n=len(runs_ms),
     )
+
+
+def cpu_model() -> str:
+    """The CPU model from /proc/cpuinfo (Linux; "Hardware"/"Model" on ARM boards), else
+    ``platform.processor()``."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, val = line.partition(":")
+                if key.strip() in ("model name", "Hardware", "Model", "cpu model") and val.strip():
+                    return val.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def host_info() -> dict[str, Any]:
+    """The machine a runner runs on (stable across runs: part of the environment record)."""
+    try:
+        affinity: list[int] | None = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        affinity = None
+    return {
+        "hostname": platform.node(),
+        "os": f"{platform.system()} {platform.release()}",
+        "machine": platform.machine(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "affinity": affinity,
+        "python": platform.python_version(),
+    }
+
 
 
 class Runner(ABC):

@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import importlib
 import os
-import platform
 import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
 
-from .base import Prepared, Runner, RunnerError, Timing, timing_from_runs
+from .base import Prepared, Runner, RunnerError, Timing, host_info, timing_from_runs
 
-__all__ = ["LiteRTRunner", "import_interpreter_module", "host_info", "cpu_model"]
+__all__ = ["LiteRTRunner", "import_interpreter_module"]
 
 #: Interpreter modules, in the order they are tried for ``runtime="auto"``.
 RUNTIMES: tuple[str, ...] = ("ai_edge_litert", "tflite_runtime")
@@ -68,37 +67,6 @@ def _version_of(name: str) -> str:
         except metadata.PackageNotFoundError:
             continue
     return "unknown"
-
-
-def cpu_model() -> str:
-    """The CPU model from /proc/cpuinfo (Linux; "Hardware"/"Model" on ARM boards), else
-    ``platform.processor()``."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, val = line.partition(":")
-                if key.strip() in ("model name", "Hardware", "Model", "cpu model") and val.strip():
-                    return val.strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def host_info() -> dict[str, Any]:
-    """The machine a runner runs on (stable across runs: part of the environment record)."""
-    try:
-        affinity: list[int] | None = sorted(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        affinity = None
-    return {
-        "hostname": platform.node(),
-        "os": f"{platform.system()} {platform.release()}",
-        "machine": platform.machine(),
-        "cpu_model": cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "affinity": affinity,
-        "python": platform.python_version(),
-    }
 
 
 #: numpy dtype name of a model's first input -> precision name used across runners.

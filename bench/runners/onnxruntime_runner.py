@@ -29,9 +29,9 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from .base import Prepared, Runner, RunnerError, Timing, timing_from_runs
+from .base import Prepared, Runner, RunnerError, Timing, cpu_model, timing_from_runs
 
-__all__ = ["OnnxRuntimeRunner", "IGNORED_OPTIONS", "parse_affinity", "cpu_model"]
+__all__ = ["OnnxRuntimeRunner", "IGNORED_OPTIONS", "parse_affinity"]
 
 #: Options of other runners that ``bench run`` may pass through; this runner accepts and
 #: ignores them (with a warning), so one command line can be reused across runners.
@@ -66,18 +66,6 @@ def parse_affinity(affinity: str | Iterable[int] | None) -> tuple[int, ...] | No
     if not out or min(out) < 0:
         raise RunnerError(f"bad CPU affinity {affinity!r}; use e.g. '0-3,6'")
     return out
-
-
-def cpu_model() -> str:
-    """The CPU model name from /proc/cpuinfo (Linux), else ``platform.processor()``."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, val = line.partition(":")
-            if key.strip() in ("model name", "Hardware", "Model", "cpu model") and val.strip():
-                return val.strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 class OnnxRuntimeRunner(Runner):

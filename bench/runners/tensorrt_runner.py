@@ -406,7 +406,7 @@ class TensorRTRunner(Runner):
         driver_v = int(self.cuda(rt.cudaDriverGetVersion()))
         cuda_rt = f"{runtime_v // 1000}.{runtime_v % 1000 // 10}"
         cuda_drv = f"{driver_v // 1000}.{driver_v % 1000 // 10}"
-        from .litert_runner import host_info
+        from .base import host_info
 
         host = host_info()
         return {

@@ -342,7 +342,7 @@ class VelaRunner(Runner):
         return dict(est.per_layer_ms)
 
     def environment(self) -> dict[str, Any]:
-        from .litert_runner import host_info
+        from .base import host_info
 
         host = host_info()
         accel = self.accelerator_config.replace("ethos-u", "Ethos-U")
