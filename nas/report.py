@@ -130,7 +130,8 @@ def _penalty_text(r: TrialRecord) -> str:
         return "no penalty recorded"
     return (f"penalty {p.get('amount', 0.0):.4g} = {100 * p.get('fraction', 0.0):.1f} % of |score| "
             f"(W {p.get('weight', 0):g}, P {p.get('P', 0):.3g} = ln(1 + CM_O width / prediction "
-            f"{p.get('cm_o_rel_width', 0):.3g}) + out-of-design-space fraction {r.n_ood}/{r.n_layers})")
+            f"{p.get('cm_o_rel_width', 0):.3g}) + ln(1 + flagged layers' CM_O width / prediction "
+            f"{p.get('ood_cm_o_rel_width', 0):.3g}) + out-of-design-space fraction {r.n_ood}/{r.n_layers})")
 
 
 def explain_winner(best: TrialRecord, recs: Sequence[TrialRecord], limit: int = 5) -> list[dict[str, Any]]:
