@@ -550,8 +550,14 @@ def _already_simple(model: onnx.ModelProto, nodes: Sequence[GraphNode],
             return False
     if any(t.name not in used for t in g.initializer):
         return False
+    live = _live_node_ids(producer, [o.name for o in g.output])
+    return len(live) == len(nodes) and all(o.name in producer for o in g.output)
+
+
+def _live_node_ids(producer: Mapping[str, Any], outputs: Iterable[str]) -> set[int]:
+    """``id()`` of every node the graph outputs depend on (``producer``: tensor -> node)."""
     live: set[int] = set()
-    stack = [o.name for o in g.output]
+    stack = list(outputs)
     seen: set[str] = set()
     while stack:
         t = stack.pop()
@@ -559,12 +565,11 @@ def _already_simple(model: onnx.ModelProto, nodes: Sequence[GraphNode],
             continue
         seen.add(t)
         n = producer.get(t)
-        if n is None:
+        if n is None or id(n) in live:
             continue
-        if id(n) not in live:
-            live.add(id(n))
-            stack.extend(x for x in n.input if x)
-    return len(live) == len(nodes) and all(o.name in producer for o in g.output)
+        live.add(id(n))
+        stack.extend(x for x in n.input if x)
+    return live
 
 
 # ------------------------------------------------------------------------- model utils
@@ -1099,20 +1104,8 @@ class _Extractor:
 
     def _live_nodes(self) -> set[str]:
         producer = {o: n for n in self.nodes for o in n.output if o}
-        live: set[str] = set()
-        stack = [o.name for o in self.g.output]
-        seen: set[str] = set()
-        while stack:
-            t = stack.pop()
-            if t in seen:
-                continue
-            seen.add(t)
-            n = producer.get(t)
-            if n is None or n.name in live:
-                continue
-            live.add(n.name)
-            stack.extend(x for x in n.input if x)
-        return live
+        ids = _live_node_ids(producer, [o.name for o in self.g.output])
+        return {n.name for n in self.nodes if id(n) in ids}
 
     def canon(self, t: str) -> str:
         while t in self.alias:
