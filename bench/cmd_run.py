@@ -48,7 +48,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", required=True, help="device name (names the database and the profile)")
     p.add_argument("--runner", default="onnxruntime", choices=sorted(RUNNERS), help="target runner (default onnxruntime)")
     p.add_argument("--layers", default=None, help="comma-separated layer types (default: all benchable types)")
-    p.add_argument("--samples", type=int, default=1000, help="configurations per layer type (default 1000)")
+    p.add_argument("--samples", type=int, default=1000,
+                   help="configurations per layer type from the broad space, FLOPs-balanced (default 1000)")
+    p.add_argument("--prior-samples", type=int, default=None,
+                   help="further configurations per layer type from the network prior: the shapes real CNNs use "
+                        "(default: as many as --samples; 0 for the broad space only)")
     p.add_argument("--out", default=DEFAULT_OUT,
                    help=f"database file (*.sqlite, *.db) or directory for DEVICE.sqlite (default {DEFAULT_OUT}/)")
     p.add_argument("--warmup", type=int, default=5, help="untimed runs before each measurement (default 5)")
@@ -149,8 +153,9 @@ def cmd_run(a: argparse.Namespace) -> int:
 
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", a.device):
         raise UserError(f"--device {a.device!r}: use letters, digits, '.', '_' and '-' only")
-    if a.samples < 1 or a.runs < 1 or a.warmup < 0:
-        raise UserError("--samples and --runs must be >= 1 and --warmup >= 0")
+    prior = a.samples if a.prior_samples is None else a.prior_samples
+    if a.samples < 1 or a.runs < 1 or a.warmup < 0 or prior < 0:
+        raise UserError("--samples and --runs must be >= 1, --warmup and --prior-samples >= 0")
     types = _layer_types(a.layers)
     opts = runner_options(a.runner, {kw: getattr(a, dest) for dest, kw in RUNNER_OPTIONS.items()
                                      if getattr(a, dest) is not None})
@@ -165,7 +170,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     path = db_path(a.out, a.device)
     limits = limits_for(a.runner, max_ops=a.max_ops, max_elems=a.max_elems)
     t0 = time.monotonic()
-    plan = make_plan(types, a.samples, seed=a.seed, limits=limits)
+    plan = make_plan(types, a.samples, prior_samples=prior, seed=a.seed, limits=limits)
     try:
         env = runner.environment()
         precision = a.precision or default_precision(runner.model_format)
@@ -174,7 +179,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         with Store(path) as store, _exclusive(path):
             env_id = store.environment_id(a.device, env, settings)
             bench = SmartPad(runner, store, env_id, warmup=a.warmup, runs=a.runs, precision=precision)
-            print(f"bench: {len(plan)} configurations ({', '.join(types)}; {a.samples} per type, seed {a.seed}, "
+            print(f"bench: {len(plan)} configurations ({', '.join(types)}; {a.samples} + {prior} prior per type, seed {a.seed}, "
                   f"max ops {limits.max_ops:.3g}) on {a.device} with {a.runner} -> {path} (env {env_id})",
                   file=sys.stderr)
             stats = _run_with_progress(bench, plan, a)

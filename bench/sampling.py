@@ -27,7 +27,22 @@ SE-style broadcast mul, hardswish/silu, 1280-channel heads), Inception (1x7/7x1)
 YOLO-style detectors (640x640 inputs, 5x5/1 SPPF maxpools, 4-way concats, nearest x2
 upsampling).
 
-Everything is seeded: the plan for ``(types, samples, seed, limits)`` is identical on
+**The network prior.** FLOPs-balanced draws from that broad space put few samples where
+real CNNs live (a broad draw is rarely a square 3x3 conv on 56x56x64), and the layer
+models' error there is what network estimates inherit. So a plan adds, per type,
+``prior_samples`` configurations drawn from a *network prior* (``prior=True`` in the
+draws below): square inputs from the resolutions CNNs use (7..320, the ladder a 224 or
+320 input is divided down to, plus YOLO-style 10/20/40/80), channels that are multiples
+of 8 (3 for stems), square kernels 1/3/5/7 (1xk/kx1 now and then), strides 1/2, SAME
+padding, and the type-specific shapes of real blocks (3x3/2 and 5x5/1 max pools, SE-style
+broadcast mul, x2 nearest upsampling). They are *not* FLOPs-balanced: the point is the
+prior's own density (balancing would turn the rare 7x7 depthwise and 3-channel stems into
+a third of the draws). They come from their own generator, so the broad part of a plan is
+unchanged by them (a database
+measured with ``prior_samples=0`` is resumed, not redone). The prior lies inside the
+broad space, so :func:`in_space` is the same for both.
+
+Everything is seeded: the plan for ``(types, samples, prior_samples, seed, limits)`` is identical on
 every run (that is what lets ``bench run`` resume). Each type draws from its own
 generator (seeded by ``seed`` and the type name), so adding a type to ``--layers`` does
 not change the others' configurations. Configurations are deduplicated by
@@ -120,9 +135,18 @@ _COMMON_C = (3, 8, 16, 24, 32, 40, 48, 64, 80, 96, 112, 128, 144, 160, 192, 240,
              640, 672, 768, 960, 1024, 1152, 1280, 1536, 2048)
 _COMMON_HW = (7, 8, 13, 14, 16, 20, 26, 28, 32, 40, 52, 56, 64, 80, 104, 112, 128, 160, 208, 224, 256, 320, 416,
               512, 640)
+#: Network prior: feature-map sizes of 224/256/320-input CNNs and 320/640-input detectors.
+_PRIOR_HW = (7, 8, 10, 13, 14, 16, 20, 26, 28, 32, 40, 52, 56, 64, 80, 112, 128, 160, 224, 320)
+#: Network prior: channel counts (multiples of 8, the MobileNet/EfficientNet/ResNet ladders).
+_PRIOR_C = tuple(sorted(set(c for c in _COMMON_C if c % 8 == 0) | {56, 72, 88, 120, 136, 184, 200, 232, 272, 288, 336, 400,
+                                                       432, 528, 720, 816, 864, 896, 1088, 1232, 1344, 1824}))
 
 
-def _channels(r: np.random.Generator, hi: int = SPACE_MAX["c"]) -> int:
+def _channels(r: np.random.Generator, hi: int = SPACE_MAX["c"], prior: bool = False, h: int | None = None) -> int:
+    if prior:  # CNNs widen as they downsample: at h x h, about 14336/h channels at most, /16 at least
+        top = min(hi, max(64, 14336 // h)) if h else hi
+        cands = [c for c in _PRIOR_C if top // 16 <= c <= top]
+        return int(cands[r.integers(len(cands))])
     u = r.random()
     if u < 0.4:
         cands = [c for c in _COMMON_C if c <= hi]
@@ -133,7 +157,10 @@ def _channels(r: np.random.Generator, hi: int = SPACE_MAX["c"]) -> int:
     return c
 
 
-def _hw(r: np.random.Generator) -> tuple[int, int]:
+def _hw(r: np.random.Generator, prior: bool = False) -> tuple[int, int]:
+    if prior:
+        h = int(_PRIOR_HW[r.integers(len(_PRIOR_HW))])
+        return h, h
     u = r.random()
     if u < 0.35:
         h = int(_COMMON_HW[r.integers(len(_COMMON_HW))])
@@ -144,9 +171,15 @@ def _hw(r: np.random.Generator) -> tuple[int, int]:
     return h, _loguniform_int(r, 1, SPACE_MAX["hw"])
 
 
-def _kernel(r: np.random.Generator, *, pool: bool = False) -> tuple[int, int]:
+def _kernel(r: np.random.Generator, *, pool: bool = False, prior: bool = False) -> tuple[int, int]:
     ks: tuple[int, ...]
     ps: tuple[float, ...]
+    if prior:
+        k = int(r.choice((2, 3, 5, 7), p=(0.25, 0.55, 0.15, 0.05)) if pool else
+                r.choice((1, 3, 5, 7), p=(0.45, 0.4, 0.08, 0.07)))
+        if not pool and k > 1 and r.random() < 0.06:  # Inception-style 1xk / kx1
+            return (1, k) if r.random() < 0.5 else (k, 1)
+        return k, k
     if pool:
         ks, ps = (2, 3, 5, 7, 9, 11, 4, 6, 8, 10), (0.3, 0.35, 0.12, 0.05, 0.04, 0.02, 0.03, 0.03, 0.03, 0.03)
     else:
@@ -160,7 +193,9 @@ def _kernel(r: np.random.Generator, *, pool: bool = False) -> tuple[int, int]:
     return k, k
 
 
-def _strides(r: np.random.Generator) -> tuple[int, int]:
+def _strides(r: np.random.Generator, prior: bool = False) -> tuple[int, int]:
+    if prior:
+        return (1, 1) if r.random() < 0.75 else (2, 2)
     u = r.random()
     if u < 0.6:
         return 1, 1
@@ -170,22 +205,24 @@ def _strides(r: np.random.Generator) -> tuple[int, int]:
 
 
 def _pads(r: np.random.Generator, h: int, w: int, k_h: int, k_w: int, s_h: int, s_w: int,
-          d_h: int = 1, d_w: int = 1) -> dict[str, int]:
-    """TensorFlow SAME (80 %) or VALID (20 %) padding, written out explicitly."""
-    if r.random() < 0.8:
+          d_h: int = 1, d_w: int = 1, prior: bool = False) -> dict[str, int]:
+    """TensorFlow SAME (80 %; always in the network prior) or VALID (20 %) padding, written
+    out explicitly."""
+    if prior or r.random() < 0.8:
         (t, b), (l, rr) = same_pads(h, k_h, s_h, d_h), same_pads(w, k_w, s_w, d_w)
         return dict(p_t=t, p_l=l, p_b=b, p_r=rr)
     return dict(p_t=0, p_l=0, p_b=0, p_r=0)
 
 
-def _draw_conv2d(r: np.random.Generator) -> dict[str, Any]:
-    h, w = _hw(r)
-    c_in, c_out = _channels(r), _channels(r)
-    k_h, k_w = _kernel(r)
-    s_h, s_w = _strides(r)
-    d = 1 if r.random() < 0.9 or max(k_h, k_w) == 1 else int(r.integers(2, SPACE_MAX["dilation"] + 1))
+def _draw_conv2d(r: np.random.Generator, prior: bool = False) -> dict[str, Any]:
+    h, w = _hw(r, prior)
+    c_in = 3 if prior and r.random() < 0.05 else _channels(r, prior=prior, h=h)  # 3: an RGB stem
+    c_out = _channels(r, prior=prior, h=h)
+    k_h, k_w = _kernel(r, prior=prior)
+    s_h, s_w = _strides(r, prior)
+    d = 1 if prior or r.random() < 0.9 or max(k_h, k_w) == 1 else int(r.integers(2, SPACE_MAX["dilation"] + 1))
     g = 1
-    if r.random() < 0.15:
+    if r.random() < (0.05 if prior else 0.15):
         gcd = math.gcd(c_in, c_out)
         divs = [x for x in (2, 4, 8, 16, 32, 64) if gcd % x == 0 and x < gcd]
         if divs:
@@ -195,79 +232,87 @@ def _draw_conv2d(r: np.random.Generator) -> dict[str, Any]:
         p["groups"] = g
     if d > 1:
         p.update(d_h=d, d_w=d)
-    p.update(_pads(r, h, w, k_h, k_w, s_h, s_w, d, d))
+    p.update(_pads(r, h, w, k_h, k_w, s_h, s_w, d, d, prior))
     return p
 
 
-def _draw_dwconv2d(r: np.random.Generator) -> dict[str, Any]:
-    h, w = _hw(r)
-    c = _channels(r)
-    k_h, k_w = _kernel(r)
-    s_h, s_w = _strides(r)
-    d = 1 if r.random() < 0.93 or max(k_h, k_w) == 1 else int(r.integers(2, SPACE_MAX["dilation"] + 1))
+def _draw_dwconv2d(r: np.random.Generator, prior: bool = False) -> dict[str, Any]:
+    h, w = _hw(r, prior)
+    c = _channels(r, prior=prior, h=h)
+    if prior:  # depthwise kernels are 3x3, 5x5, now and then 7x7
+        k_h = k_w = int(r.choice((3, 5, 7), p=(0.6, 0.3, 0.1)))
+    else:
+        k_h, k_w = _kernel(r)
+    s_h, s_w = _strides(r, prior)
+    d = 1 if prior or r.random() < 0.93 or max(k_h, k_w) == 1 else int(r.integers(2, SPACE_MAX["dilation"] + 1))
     p = dict(h=h, w=w, c=c, k_h=k_h, k_w=k_w, s_h=s_h, s_w=s_w)
     if d > 1:
         p.update(d_h=d, d_w=d)
-    if r.random() < 0.05:
+    if r.random() < (0.0 if prior else 0.05):
         p["multiplier"] = int(r.choice((2, 4)))
-    p.update(_pads(r, h, w, k_h, k_w, s_h, s_w, d, d))
+    p.update(_pads(r, h, w, k_h, k_w, s_h, s_w, d, d, prior))
     return p
 
 
-def _draw_fc(r: np.random.Generator) -> dict[str, Any]:
-    c_out = 1000 if r.random() < 0.1 else _channels(r, SPACE_MAX["fc_c"])
-    return dict(c_in=_channels(r, SPACE_MAX["fc_c"]), c_out=c_out)
+def _draw_fc(r: np.random.Generator, prior: bool = False) -> dict[str, Any]:
+    c_out = 1000 if r.random() < (0.4 if prior else 0.1) else _channels(r, SPACE_MAX["fc_c"], prior)
+    return dict(c_in=_channels(r, SPACE_MAX["fc_c"], prior), c_out=c_out)
 
 
-def _draw_pool(r: np.random.Generator) -> dict[str, Any]:
-    h, w = _hw(r)
-    k_h, k_w = _kernel(r, pool=True)
-    if r.random() < 0.4:
+def _draw_pool(r: np.random.Generator, prior: bool = False) -> dict[str, Any]:
+    h, w = _hw(r, prior)
+    k_h, k_w = _kernel(r, pool=True, prior=prior)
+    if prior and k_h == 5 and r.random() < 0.5:
+        s_h, s_w = 1, 1  # SPPF 5x5/1
+    elif r.random() < (0.6 if prior else 0.4):
         s_h, s_w = (2, 2) if k_h > 1 else (1, 1)  # 2x2/2, 3x3/2
     else:
-        s_h, s_w = _strides(r)
-    p = dict(h=h, w=w, c=_channels(r), k_h=k_h, k_w=k_w, s_h=s_h, s_w=s_w)
-    p.update(_pads(r, h, w, k_h, k_w, s_h, s_w))
+        s_h, s_w = _strides(r, prior)
+    p = dict(h=h, w=w, c=_channels(r, prior=prior, h=h), k_h=k_h, k_w=k_w, s_h=s_h, s_w=s_w)
+    p.update(_pads(r, h, w, k_h, k_w, s_h, s_w, prior=prior))
     return p
 
 
-def _draw_globalpool(r: np.random.Generator) -> dict[str, Any]:
-    h, w = _hw(r)
-    p: dict[str, Any] = dict(h=h, w=w, c=_channels(r))
-    if r.random() < 0.2:
+def _draw_globalpool(r: np.random.Generator, prior: bool = False) -> dict[str, Any]:
+    h, w = _hw(r, prior)
+    p: dict[str, Any] = dict(h=h, w=w, c=_channels(r, prior=prior, h=h))
+    if r.random() < (0.05 if prior else 0.2):
         p["mode"] = "max"
     return p
 
 
-def _draw_eltwise(r: np.random.Generator, p_broadcast: float) -> dict[str, Any]:
-    h, w = _hw(r)
-    p: dict[str, Any] = dict(h=h, w=w, c=_channels(r))
+def _draw_eltwise(r: np.random.Generator, p_broadcast: float, prior: bool = False) -> dict[str, Any]:
+    h, w = _hw(r, prior)
+    p: dict[str, Any] = dict(h=h, w=w, c=_channels(r, prior=prior, h=h))
     if r.random() < p_broadcast:
         p["broadcast"] = 1
     return p
 
 
-def _draw_concat(r: np.random.Generator) -> dict[str, Any]:
-    h, w = _hw(r)
+def _draw_concat(r: np.random.Generator, prior: bool = False) -> dict[str, Any]:
+    h, w = _hw(r, prior)
     k = 2 if r.random() < 0.8 else int(r.integers(3, 5))
     if k == 2:
-        return dict(h=h, w=w, c_in1=_channels(r, 1024), c_in2=_channels(r, 1024))
-    c = _channels(r, 512)
-    chans = [c] * k if r.random() < 0.6 else [_channels(r, 512) for _ in range(k)]  # SPPF: equal
+        return dict(h=h, w=w, c_in1=_channels(r, 1024, prior, h), c_in2=_channels(r, 1024, prior, h))
+    c = _channels(r, 512, prior, h)
+    chans = [c] * k if r.random() < 0.6 else [_channels(r, 512, prior, h) for _ in range(k)]  # SPPF: equal
     return dict(h=h, w=w, channels=chans)
 
 
 _ACT_KINDS = tuple(k for k in ACTIVATION_KINDS if k not in ("other", "clip"))
 
 
-def _draw_activation(r: np.random.Generator) -> dict[str, Any]:
-    h, w = _hw(r)
-    return dict(h=h, w=w, c=_channels(r), kind=str(_ACT_KINDS[r.integers(len(_ACT_KINDS))]))
+def _draw_activation(r: np.random.Generator, prior: bool = False) -> dict[str, Any]:
+    h, w = _hw(r, prior)
+    return dict(h=h, w=w, c=_channels(r, prior=prior, h=h), kind=str(_ACT_KINDS[r.integers(len(_ACT_KINDS))]))
 
 
-def _draw_resize(r: np.random.Generator) -> dict[str, Any]:
-    h, w = _hw(r)
+def _draw_resize(r: np.random.Generator, prior: bool = False) -> dict[str, Any]:
+    h, w = _hw(r, prior)
     u = r.random()
+    if prior:  # FPN/YOLO upsampling: x2 nearest, sometimes bilinear
+        return dict(h=h, w=w, c=_channels(r, prior=True, h=h), h_out=2 * h, w_out=2 * w,
+                    mode="nearest" if u < 0.8 else "linear")
     if u < 0.6:
         f = 2
         h_out, w_out = h * f, w * f
@@ -281,15 +326,15 @@ def _draw_resize(r: np.random.Generator) -> dict[str, Any]:
     return dict(h=h, w=w, c=_channels(r), h_out=h_out, w_out=w_out, mode=mode)
 
 
-_DRAW: dict[str, Callable[[np.random.Generator], dict[str, Any]]] = {
+_DRAW: dict[str, Callable[[np.random.Generator, bool], dict[str, Any]]] = {
     LayerType.CONV2D: _draw_conv2d,
     LayerType.DWCONV2D: _draw_dwconv2d,
     LayerType.FC: _draw_fc,
     LayerType.MAXPOOL: _draw_pool,
     LayerType.AVGPOOL: _draw_pool,
     LayerType.GLOBALPOOL: _draw_globalpool,
-    LayerType.ADD: lambda r: _draw_eltwise(r, 0.05),
-    LayerType.MUL: lambda r: _draw_eltwise(r, 0.6),
+    LayerType.ADD: lambda r, prior: _draw_eltwise(r, 0.05, prior),
+    LayerType.MUL: lambda r, prior: _draw_eltwise(r, 0.6, prior),
     LayerType.CONCAT: _draw_concat,
     LayerType.ACTIVATION: _draw_activation,
     LayerType.RESIZE: _draw_resize,
@@ -337,26 +382,28 @@ def in_space(layer_type: str, params: Mapping[str, Any], limits: Limits = Limits
     return _within(layer_type, params, limits) is not None
 
 
-def _type_rng(seed: int, layer_type: str) -> np.random.Generator:
-    h = int.from_bytes(hashlib.sha256(f"sampling:{layer_type}".encode()).digest()[:8], "little")
+def _type_rng(seed: int, layer_type: str, prior: bool = False) -> np.random.Generator:
+    name = f"sampling:{layer_type}" + (":prior" if prior else "")
+    h = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "little")
     return np.random.default_rng([int(seed), h])
 
 
 def sample_type(layer_type: str, samples: int, *, seed: int = 0, limits: Limits = Limits(), bins: int = 10,
-                pool_factor: int = 10) -> list[Config]:
-    """``samples`` distinct configurations of one type, balanced across log10(ops)."""
+                pool_factor: int = 10, prior: bool = False) -> list[Config]:
+    """``samples`` distinct configurations of one type, balanced across log10(ops), from the
+    broad space or (``prior=True``) from the network prior."""
     if layer_type not in _DRAW:
         raise LayerSpecError(f"no sampler for layer type {layer_type!r}; sampled types: {', '.join(SAMPLED_TYPES)}")
     if samples < 1:
         return []
-    r = _type_rng(seed, layer_type)
-    want = max(samples * pool_factor, 200)
+    r = _type_rng(seed, layer_type, prior)
+    want = samples * pool_factor if pool_factor == 1 else max(samples * pool_factor, 200)
     pool: dict[str, Config] = {}
     attempts = 0
     max_attempts = want * 50
     while len(pool) < want and attempts < max_attempts:
         attempts += 1
-        cfg = _within(layer_type, _DRAW[layer_type](r), limits)
+        cfg = _within(layer_type, _DRAW[layer_type](r, prior), limits)
         if cfg is not None and cfg.key not in pool:
             pool[cfg.key] = cfg
     cands = list(pool.values())
@@ -383,15 +430,19 @@ def sample_type(layer_type: str, samples: int, *, seed: int = 0, limits: Limits 
     return [cands[i] for i in chosen]
 
 
-def make_plan(layer_types: Sequence[str], samples: int, *, seed: int = 0, limits: Limits = Limits(),
-              bins: int = 10) -> list[Config]:
-    """The measurement plan: ``samples`` configurations per type, deduplicated, in a
-    seeded shuffled order (so a partial run covers every type, and machine drift does not
-    line up with layer size)."""
+def make_plan(layer_types: Sequence[str], samples: int, *, prior_samples: int = 0, seed: int = 0,
+              limits: Limits = Limits(), bins: int = 10) -> list[Config]:
+    """The measurement plan: per type, ``samples`` configurations from the broad space
+    (balanced over ``bins`` log-ops bins) and ``prior_samples`` from the network prior (at
+    its own density), deduplicated, in a seeded shuffled order (so
+    a partial run covers every type, and machine drift does not line up with layer size)."""
     seen: dict[str, Config] = {}
     for t in layer_types:
-        for c in sample_type(t, samples, seed=seed, limits=limits, bins=bins):
-            seen.setdefault(c.key, c)
+        for prior, n in ((False, samples), (True, prior_samples)):
+            # the prior at its own density: the first n distinct draws, no pool, no bins
+            kw = dict(bins=1, pool_factor=1) if prior else dict(bins=bins)
+            for c in sample_type(t, n, seed=seed, limits=limits, prior=prior, **kw):
+                seen.setdefault(c.key, c)
     plan = list(seen.values())
     order = np.random.default_rng([int(seed), 7]).permutation(len(plan))
     return [plan[i] for i in order]

@@ -23,31 +23,33 @@ N = 3
 def bench_db(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     rc = main(["run", "--device", "ci-host", "--runner", "onnxruntime", "--layers", LAYERS, "--samples", str(N),
-               "--warmup", "1", "--runs", "3", "--threads", "1", "--max-ops", "2e6", "--out", str(out),
+               "--prior-samples", "1", "--warmup", "1", "--runs", "3", "--threads", "1", "--max-ops", "2e6",
+               "--out", str(out),
                "--no-progress"])
     assert rc == 0
     return out / "ci-host.sqlite"
 
 
 def test_run_measures_the_whole_plan_and_says_where_data_went(bench_db, capsys):
-    plan = make_plan(LAYERS.split(","), N, seed=0, limits=limits_for("onnxruntime", max_ops=2e6))
+    plan = make_plan(LAYERS.split(","), N, prior_samples=1, seed=0, limits=limits_for("onnxruntime", max_ops=2e6))
     con = sqlite3.connect(bench_db)
     keys = [r[0] for r in con.execute("SELECT config_key FROM measurements")]
-    assert sorted(keys) == sorted(c.key for c in plan) and len(keys) == 6 * N
+    assert sorted(keys) == sorted(c.key for c in plan) and len(keys) == 6 * (N + 1)
     assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     # a re-run with the same arguments measures nothing
-    rc = main(["run", "--device", "ci-host", "--layers", LAYERS, "--samples", str(N), "--warmup", "1", "--runs", "3",
-               "--threads", "1", "--max-ops", "2e6", "--out", str(bench_db.parent), "--no-progress"])
+    rc = main(["run", "--device", "ci-host", "--layers", LAYERS, "--samples", str(N), "--prior-samples", "1",
+               "--warmup", "1", "--runs", "3", "--threads", "1", "--max-ops", "2e6", "--out", str(bench_db.parent),
+               "--no-progress"])
     out = capsys.readouterr().out
     assert rc == 0
-    assert f"measured 0 configurations ({6 * N} already present" in out and str(bench_db) in out
-    assert con.execute("SELECT COUNT(*) FROM measurements").fetchone()[0] == 6 * N
+    assert f"measured 0 configurations ({6 * (N + 1)} already present" in out and str(bench_db) in out
+    assert con.execute("SELECT COUNT(*) FROM measurements").fetchone()[0] == 6 * (N + 1)
 
 
 def test_show_summarises_types_intervals_and_provenance(bench_db, capsys):
     assert main(["show", str(bench_db)]) == 0
     out = capsys.readouterr().out
-    assert f"{6 * N} measurements" in out
+    assert f"{6 * (N + 1)} measurements" in out
     for t in LAYERS.split(","):
         assert any(line.startswith(t + " ") for line in out.splitlines()), t
     assert "T_single/T_LUM" in out and "rel width" in out
@@ -61,7 +63,7 @@ def test_export_csv_has_the_dataset_columns_and_traceable_provenance(bench_db, t
     with path.open() as f:
         assert tuple(next(csv.reader(f))) == COLUMNS
     rows = list(read_measurements(path))
-    assert len(rows) == 6 * N
+    assert len(rows) == 6 * (N + 1)
     side = json.loads((tmp_path / "ci.csv.provenance.json").read_text())
     envs = {e["env_id"]: e for e in side["environments"]}
     for r in rows:
@@ -80,7 +82,7 @@ def test_export_csv_has_the_dataset_columns_and_traceable_provenance(bench_db, t
     capsys.readouterr()
     assert main(["show", str(path)]) == 0
     out = capsys.readouterr().out
-    assert f"{6 * N} measurements" in out and "runner onnxruntime (measured)" in out
+    assert f"{6 * (N + 1)} measurements" in out and "runner onnxruntime (measured)" in out
 
 
 def test_export_parquet(bench_db, tmp_path):
@@ -88,7 +90,7 @@ def test_export_parquet(bench_db, tmp_path):
     path = tmp_path / "ci.parquet"
     assert main(["export", str(bench_db), "--parquet", str(path)]) == 0
     t = pq.read_table(path)
-    assert tuple(t.column_names) == COLUMNS and t.num_rows == 6 * N
+    assert tuple(t.column_names) == COLUMNS and t.num_rows == 6 * (N + 1)
     assert set(t.column("runner").to_pylist()) == {"onnxruntime"}
     assert np.all(np.array(t.column("t_lum_lo_ms").to_pylist()) <= np.array(t.column("t_lum_hi_ms").to_pylist()))
 

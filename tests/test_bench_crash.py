@@ -18,7 +18,7 @@ from bench.smartpad import needed_padding
 
 LAYERS = "conv2d,dwconv2d,maxpool,add"
 SAMPLES = 10
-ARGS = ["--layers", LAYERS, "--samples", str(SAMPLES), "--warmup", "2", "--runs", "25", "--max-ops", "2e7",
+ARGS = ["--layers", LAYERS, "--samples", str(SAMPLES), "--prior-samples", "0", "--warmup", "2", "--runs", "25", "--max-ops", "2e7",
         "--seed", "3", "--no-progress"]
 
 

@@ -103,3 +103,30 @@ def test_out_of_space_is_detected():
     assert not in_space("conv2d", dict(h=32, w=32, c_in=8, c_out=8, k_h=3, k_w=3, s_h=4, s_w=4), LIM)
     assert not in_space("conv2d", dict(h=512, w=512, c_in=1024, c_out=1024, k_h=3, k_w=3), LIM)  # over max ops
     assert not in_space("softmax", dict(h=1, w=1, c=10), LIM)
+
+
+def test_network_prior_adds_to_the_broad_plan_without_changing_it():
+    types = ["conv2d", "dwconv2d", "maxpool", "mul"]
+    broad = make_plan(types, 40, seed=0, limits=LIM)
+    mixed = make_plan(types, 40, prior_samples=30, seed=0, limits=LIM)
+    assert {c.key for c in broad} < {c.key for c in mixed}  # a broad-only database is resumed, not redone
+    assert len(mixed) == len(broad) + 4 * 30
+    assert [c.key for c in mixed] == [c.key for c in make_plan(types, 40, prior_samples=30, seed=0, limits=LIM)]
+    prior = [c for c in mixed if c.key not in {b.key for b in broad}]
+    assert all(in_space(c.layer_type, c.params, LIM) for c in prior)
+
+
+def test_network_prior_draws_the_shapes_cnns_use():
+    convs = sample_type("conv2d", 300, seed=0, limits=LIM, prior=True, bins=1, pool_factor=1)
+    dws = sample_type("dwconv2d", 300, seed=0, limits=LIM, prior=True, bins=1, pool_factor=1)
+    assert len(convs) == len(dws) == 300
+    for c in convs + dws:
+        p = c.params
+        assert p["h"] == p["w"] <= 320 and p["s_h"] == p["s_w"] in (1, 2) and "d_h" not in p
+        chans = [p["c"]] if c.layer_type == "dwconv2d" else [p["c_in"], p["c_out"]]
+        assert all(ch % 8 == 0 or ch == 3 for ch in chans)
+        assert {p["k_h"], p["k_w"]} <= {1, 3, 5, 7}
+    ks = [c.params["k_h"] for c in dws]
+    assert ks.count(3) > ks.count(5) > ks.count(7) > 0  # the prior's density, not FLOPs-balanced
+    # CNNs widen as they downsample: no 2048-channel 112x112 maps
+    assert all(c.params["c_out"] <= max(64, 14336 // c.params["h"]) for c in convs)
