@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -239,9 +240,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def measure_networks(names: Sequence[str], *, runner: str = "onnxruntime", resolution: int | None = None,
-                     warmup: int = 5, runs: int = 20, runner_options: dict[str, Any] | None = None,
+                     warmup: int = 5, runs: int = 20, rounds: int = 1, runner_options: dict[str, Any] | None = None,
                      progress: bool = False) -> dict[str, dict[str, Any]]:
     """Export zoo networks and time them whole on a runner (``bench.runners``).
+
+    With ``rounds > 1`` every network is prepared first and then timed ``rounds`` times
+    round-robin (``warmup`` + ``runs`` each time), so a slow spell of a shared machine
+    hits all networks alike instead of one; the measurement is the median of the rounds'
+    medians, and ``round_medians_ms`` / ``spread_pct`` (max/min - 1 over the rounds) say
+    how much the machine moved.
 
     Returns ``{name: {"onnx": bytes, "measured_ms": median, "timing": {...}}}``.
     """
@@ -254,24 +261,44 @@ def measure_networks(names: Sequence[str], *, runner: str = "onnxruntime", resol
         r = get_runner(runner, **opts)
     except RunnerError as e:
         raise UserError(str(e)) from e
+    if rounds < 1:
+        raise UserError(f"rounds must be >= 1, got {rounds}")
     out: dict[str, dict[str, Any]] = {}
-    it: Any = names
+    prepared: dict[str, Any] = {}
+    medians: dict[str, list[float]] = {n: [] for n in names}
+    bar: Any = None
     if progress:
         from tqdm import tqdm  # noqa: PLC0415
 
-        it = tqdm(names, desc="measuring", unit="net", file=sys.stderr, leave=False)
+        bar = tqdm(total=len(names) * (rounds + 1), desc="measuring", unit="step", file=sys.stderr, leave=False)
     with r:
         env = r.environment()
-        for name in it:
+        for name in names:
             res = resolution or (640 if name.startswith("yolo") else 224)
             data = zoo.export_onnx(name, res)
             try:
-                prepared = r.prepare(data)
-                timing = r.time(prepared, warmup=warmup, runs=runs)
+                prepared[name] = r.prepare(data)
             except RunnerError as e:
                 raise UserError(f"{name}: {e}") from e
-            out[name] = {"onnx": data, "resolution": res, "measured_ms": timing.median_ms,
-                         "timing": timing.to_dict(), "environment": env}
+            out[name] = {"onnx": data, "resolution": res, "environment": env}
+            if bar is not None:
+                bar.update()
+        for _ in range(rounds):
+            for name in names:
+                try:
+                    timing = r.time(prepared[name], warmup=warmup, runs=runs)
+                except RunnerError as e:
+                    raise UserError(f"{name}: {e}") from e
+                medians[name].append(timing.median_ms)
+                out[name]["timing"] = timing.to_dict()  # the last round's statistics
+                if bar is not None:
+                    bar.update()
+    if bar is not None:
+        bar.close()
+    for name in names:
+        m = medians[name]
+        out[name]["measured_ms"] = statistics.median(m)
+        out[name]["timing"].update(rounds=rounds, round_medians_ms=m, spread_pct=100.0 * (max(m) / min(m) - 1.0))
     return out
 
 
@@ -365,7 +392,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         print(f"warning: profile {prof.name} was measured with runner {prof.runner!r}, evaluating on "
               f"{args.runner!r}", file=sys.stderr)
     meas = measure_networks(names, runner=args.runner, resolution=args.resolution, warmup=args.warmup,
-                            runs=args.runs, runner_options=runner_opts, progress=sys.stderr.isatty())
+                            runs=args.runs, rounds=args.rounds, runner_options=runner_opts,
+                            progress=sys.stderr.isatty() and not args.no_progress)
     results: dict[str, Any] = {}
     for t, est in ests.items():
         estimates = {n: est.estimate_network(meas[n]["onnx"], confs, name=n) for n in names}
@@ -374,11 +402,12 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if args.json:
         doc = {"device": prof.name, "runner": args.runner, "threads": threads, "confidence": confs,
                "resolution": {n: meas[n]["resolution"] for n in names},
+               "timing": {n: meas[n]["timing"] for n in names},
                "environment": next(iter(meas.values()))["environment"] if meas else {}, "results": results}
         json.dump(doc, sys.stdout, indent=2, default=_json_default)
         print()
     else:
-        header = ["network", "measured ms"]
+        header = ["network", "measured ms"] + (["spread %"] if args.rounds > 1 else [])
         for t in targets:
             header += [f"{t} pred ms", f"{t} err %"]
         header += [f"{m} {c0:g} cov/width" for m in METRICS]
@@ -386,6 +415,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         main = results[targets[0]]
         for n in names:
             row = [n, _fmt_ms(meas[n]["measured_ms"])]
+            if args.rounds > 1:
+                row.append(f"{meas[n]['timing']['spread_pct']:.1f}")
             for t in targets:
                 r = results[t]["networks"][n]
                 row += [_fmt_ms(r["predicted_ms"]), f"{r['error_pct']:+.1f}"]
@@ -481,7 +512,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="network intervals from independent (default) or comonotone layer errors")
     e.add_argument("--threads", type=int, default=None, help="runner threads (default: the profile's)")
     e.add_argument("--warmup", type=int, default=5, help="untimed runs per network (default 5)")
-    e.add_argument("--runs", type=int, default=20, help="timed runs per network (default 20)")
+    e.add_argument("--runs", type=int, default=20, help="timed runs per network and round (default 20)")
+    e.add_argument("--rounds", type=int, default=1,
+                   help="time every network this many times, round-robin, and take the median of the rounds "
+                        "(default 1; use 5-10 on a shared machine)")
     e.add_argument("--plot", metavar="FILE", help="write a predicted-vs-measured figure")
     e.add_argument("--json", action="store_true", help="print the evaluation as JSON")
     e.add_argument("--no-progress", action="store_true", help="no progress bar")

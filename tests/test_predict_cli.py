@@ -131,7 +131,7 @@ def test_evaluate_measures_and_compares(env, capsys):
     png = env["tmp"] / "eval.png"
     rc = _estimator(["evaluate", "--device", "tiny-cpu", "--profiles", str(env["root"]),
                      "--networks", "mobilenet_v2,squeezenet", "--resolution", "64", "--runs", "3", "--warmup", "1",
-                     "--target", "both", "--json", "--plot", str(png)])
+                     "--rounds", "3", "--target", "both", "--json", "--plot", str(png)])
     captured = capsys.readouterr()
     assert rc == 0, captured.err
     doc = json.loads(captured.out)
@@ -143,6 +143,10 @@ def test_evaluate_measures_and_compares(env, capsys):
             assert r["error_pct"] == pytest.approx(100 * (r["predicted_ms"] - r["measured_ms"]) / r["measured_ms"])
         s = res["summary"]["metrics"]["CM_LV"]["0.9"]
         assert 0 <= s["coverage"] <= 1 and s["mean_rel_width"] >= 0
+    for name, t in doc["timing"].items():  # three interleaved rounds, the median of their medians
+        m = sorted(t["round_medians_ms"])
+        assert t["rounds"] == 3 and len(m) == 3 and doc["results"]["lum"]["networks"][name]["measured_ms"] == m[1]
+        assert t["spread_pct"] == pytest.approx(100 * (m[2] / m[0] - 1))
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 

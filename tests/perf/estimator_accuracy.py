@@ -16,7 +16,9 @@ Sections
    *measured interval* (the calibration target, see ``estimator.models``) and of its
    midpoint, with the median relative width.
 2. Network level: >= 12 zoo networks exported and measured whole with ONNX Runtime (the
-   profile's thread count), predicted with the full-profile models. Printed per network:
+   profile's thread count) in ``--rounds`` interleaved rounds (median of the rounds'
+   medians; "spread" = max/min - 1 over the rounds shows how much the machine moved),
+   predicted with the full-profile models. Printed per network:
    measured, smart-padding and single-layer predictions and % errors (Tables 3-5 of the
    paper), CM_LV 90 % coverage and relative width; then mean |error|, and per metric the
    coverage and mean relative width, for independent layer errors (Eq. 8, the default)
@@ -127,7 +129,8 @@ def network_level(est: dict[str, Estimator], names: list[str], args: argparse.Na
     prof = next(iter(est.values())).profile
     threads = args.threads if args.threads is not None else prof.threads
     meas = measure_networks(names, runner="onnxruntime", resolution=args.resolution, warmup=args.warmup,
-                            runs=args.runs, runner_options={"threads": threads}, progress=sys.stderr.isatty())
+                            runs=args.runs, rounds=args.rounds, runner_options={"threads": threads},
+                            progress=sys.stderr.isatty())
     results = {}
     runs = dict(est)
     lum = est["lum"]
@@ -146,13 +149,14 @@ def network_level(est: dict[str, Estimator], names: list[str], args: argparse.Na
 def print_network_level(res: dict[str, Any], names: list[str]) -> None:
     lum, single = res["results"]["lum"], res["results"]["single"]
     print(f"\n== 2. network level: {len(names)} networks, ONNX Runtime, threads {res['threads']} ==")
-    print(f"{'network':<16} {'res':>4} {'meas ms':>9} {'smart ms':>9} {'err %':>7} {'single ms':>10} {'err %':>8}"
+    print(f"{'network':<16} {'res':>4} {'meas ms':>9} {'spread':>7} {'smart ms':>9} {'err %':>7} {'single ms':>10} {'err %':>8}"
           f"  {'CM_LV .9 cov':>12} {'width':>7}  {'OOD/layers':>10}")
     for n in names:
         a, b = lum["networks"][n], single["networks"][n]
         lv = a["intervals"]["CM_LV"]["0.9"]
         lay = lum["layers"][n]
-        print(f"{n:<16} {res['resolution'][n]:>4} {a['measured_ms']:>9.3f} {a['predicted_ms']:>9.3f} "
+        print(f"{n:<16} {res['resolution'][n]:>4} {a['measured_ms']:>9.3f} {res['timing'][n]['spread_pct']:>6.1f}% "
+              f"{a['predicted_ms']:>9.3f} "
               f"{a['error_pct']:>+7.1f} {b['predicted_ms']:>10.3f} {b['error_pct']:>+8.1f}  "
               f"{'yes' if lv['covered'] else 'NO':>12} {lv['rel_width']:>7.1%}  "
               f"{lay['n_out_of_design_space']:>4}/{lay['n_layers']:<5}")
@@ -196,7 +200,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ood-network", default="resnet18@1024", help="NAME@RES outside the design space")
     ap.add_argument("--holdout", type=float, default=0.2, help="held-out share per layer type (default 0.2)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--runs", type=int, default=20, help="timed runs per network and round (default 20)")
+    ap.add_argument("--rounds", type=int, default=7,
+                    help="interleaved measurement rounds per network; the median of the rounds' medians is the "
+                         "measured latency (default 7)")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--threads", type=int, default=None, help="ORT threads (default: the profile's)")
     ap.add_argument("--jobs", type=int, default=1, help="parallel jobs for training the forests")
