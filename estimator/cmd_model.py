@@ -230,7 +230,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print("skipped rows: " + "; ".join(f"{k}: {v}" for k, v in rep["skipped_rows"].items()))
     fb = rep["fallback"]
     print(f"fallback roofline: {fb['peak_gops_per_s']:.2f} Gop/s, {fb['peak_gbytes_per_s']:.2f} GB/s, "
-          f"median measured/roofline {fb['median_ratio']:.2f} over {fb['n_rows']} rows")
+          f"overhead {fb['overhead_us']:.2f} us per layer, median measured/(overhead + roofline) "
+          f"{fb['median_ratio']:.2f} over {fb['n_rows']} rows")
     print("coverage columns: out-of-bag calibration coverage of the whole measured interval (by construction "
           "close to 0.9; held-out coverage is what `estimator evaluate` and tests/perf check)")
     return 0

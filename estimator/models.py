@@ -99,12 +99,19 @@ A layer is flagged when any of these holds (reasons are kept per layer):
 
 Fallback rule (types without data, type ``other``, or fewer than ``min_rows`` rows)
 ----------------------------------------------------------------------------------
-A roofline fitted to the whole profile: peak rates ``P`` (ops/ms) and ``B`` (bytes/ms)
-are the ``fallback_peak_quantile`` quantiles of ``ops / t`` and ``bytes / t`` over all
-usable benchmark rows (of all types); ``roof = max(ops / P, bytes / B)``. The ratios
-``R = t_measured / roof`` over the same rows form the fallback's predictive distribution:
-point estimate ``roof * median(R)``; CM_TV and CM_LV are ``roof * R`` (its conformal
-quantiles); CM_O is log-symmetric around the point estimate: ``roof * m * exp(+-lam *
+A roofline plus a fixed per-layer overhead, fitted to the whole profile: peak rates
+``P`` (ops/ms) and ``B`` (bytes/ms) are the ``fallback_peak_quantile`` quantiles of
+``ops / t`` and ``bytes / t`` over all usable benchmark rows (of all types);
+``roof = max(ops / P, bytes / B)``; ``base = t0 + roof``, where the overhead ``t0`` is
+the quantile of the measured latencies (0.5, 1, 2, 5 or 10 %) that makes the ratios
+``R = t_measured / base`` tightest (smallest 90 % quantile of ``|ln(R / median(R))|``).
+Without ``t0`` a small operator's time is mostly overhead the roofline does not see: its
+ratio to the roofline is tens of times the median, so the ratios' distribution gets a tail
+whose sum over many small fallback layers (ShuffleNet's reshapes and transposes) lands
+far above the sum of their point estimates. The ratios ``R`` over the same rows form the
+fallback's predictive distribution: point estimate ``base * median(R)``; CM_TV and CM_LV
+are ``base * R`` (its conformal quantiles); CM_O is log-symmetric around the point
+estimate: ``base * m * exp(+-lam *
 |ln(R / m)|)`` with ``m = median(R)`` and ``lam = max(2, ln(fallback_o_min_factor) /
 d90)``, ``d90`` being the 90 % conformal quantile of ``|ln(R / m)|``: at least twice the
 log-width of the ratios' spread, and the 90 % interval reaches at least a factor
@@ -548,6 +555,7 @@ class FallbackModel:
 
     peak_ops_per_ms: float
     peak_bytes_per_ms: float
+    overhead_ms: float
     median_ratio: float
     lam: float
     n_rows: int
@@ -567,7 +575,13 @@ class FallbackModel:
         P = float(np.quantile(ops / t, q))
         B = float(np.quantile(byt / t, q))
         roof = np.maximum(ops / P, byt / B)
-        R = t / roof
+
+        def spread(t0: float) -> float:
+            r = t / (t0 + roof)
+            return float(np.quantile(np.abs(np.log(r / np.median(r))), 0.9))
+
+        t0 = min((float(np.quantile(t, q)) for q in (0.005, 0.01, 0.02, 0.05, 0.1)), key=spread)
+        R = t / (t0 + roof)
         m = float(np.median(R))
         # CM_O: log-symmetric around the point estimate, log-width lam x that of the ratios
         dev = np.abs(np.log(R / m))
@@ -585,20 +599,20 @@ class FallbackModel:
             "CM_LV": Family("mult", R, name="fallback:CM_LV"),
             "CM_O": Family("mult", fam_o, name="fallback:CM_O"),
         }
-        return cls(P, B, m, lam, int(ok.sum()), families)
+        return cls(P, B, t0, m, lam, int(ok.sum()), families)
 
     def roofline_ms(self, ops: np.ndarray, byt: np.ndarray) -> np.ndarray:
         return np.maximum(np.asarray(ops, float) / self.peak_ops_per_ms, np.asarray(byt, float) / self.peak_bytes_per_ms)
 
     def predict(self, ops: np.ndarray, byt: np.ndarray) -> dict[str, Any]:
-        roof = self.roofline_ms(ops, byt)
-        pred = roof * self.median_ratio
-        return {"pred_ms": pred, "roof_ms": roof,
-                "dist": {m: (pred, roof) for m in METRICS}}
+        base = self.overhead_ms + self.roofline_ms(ops, byt)
+        pred = base * self.median_ratio
+        return {"pred_ms": pred, "base_ms": base,
+                "dist": {m: (pred, base) for m in METRICS}}
 
     def describe(self) -> dict[str, Any]:
         return {"peak_gops_per_s": self.peak_ops_per_ms / 1e6, "peak_gbytes_per_s": self.peak_bytes_per_ms / 1e6,
-                "median_ratio": self.median_ratio, "cm_o_log_width_factor": self.lam, "n_rows": self.n_rows}
+                "overhead_us": 1e3 * self.overhead_ms, "median_ratio": self.median_ratio, "cm_o_log_width_factor": self.lam, "n_rows": self.n_rows}
 
 
 # ---------------------------------------------------------------- device models
