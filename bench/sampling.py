@@ -35,7 +35,9 @@ draws below): square inputs from the resolutions CNNs use (7..320, the ladder a 
 320 input is divided down to, plus YOLO-style 10/20/40/80), channels that are multiples
 of 8 (3 for stems), square kernels 1/3/5/7 (1xk/kx1 now and then), strides 1/2, SAME
 padding, and the type-specific shapes of real blocks (3x3/2 and 5x5/1 max pools, SE-style
-broadcast mul, x2 nearest upsampling). They are *not* FLOPs-balanced: the point is the
+broadcast mul, x2 nearest upsampling), with the fused activations networks use (ReLU,
+ReLU6, none, ...: ``act``) and RegNet/ResNeXt-style grouped convolutions
+(:func:`_prior_variants`). They are *not* FLOPs-balanced: the point is the
 prior's own density (balancing would turn the rare 7x7 depthwise and 3-channel stems into
 a third of the draws). They come from their own generator, so the broad part of a plan is
 unchanged by them (a database
@@ -326,6 +328,47 @@ def _draw_resize(r: np.random.Generator, prior: bool = False) -> dict[str, Any]:
     return dict(h=h, w=w, c=_channels(r), h_out=h_out, w_out=w_out, mode=mode)
 
 
+#: Network prior: the fused activation of the LUM, by layer type (``act`` raw param; the
+#: first entry is the LUM's default and leaves ``act`` out). Kernels differ by activation
+#: (ONNX Runtime fuses ReLU into its convolution kernels but applies Clip/ReLU6 as a second
+#: pass: 40 % slower depthwise convs), and networks use more than ReLU.
+_PRIOR_ACTS: dict[str, tuple[tuple[str | None, float], ...]] = {
+    LayerType.CONV2D: (("relu", .45), ("relu6", .25), ("none", .15), ("leakyrelu", .05), ("sigmoid", .05),
+                       ("hardsigmoid", .05)),
+    LayerType.DWCONV2D: (("relu", .45), ("relu6", .3), ("none", .2), ("hardsigmoid", .05)),
+    LayerType.FC: ((None, .6), ("relu", .3), ("sigmoid", .05), ("hardsigmoid", .05)),
+    LayerType.ADD: (("relu", .5), ("none", .5)),
+}
+
+
+def _unit_hash(layer_type: str, params: Mapping[str, Any], salt: str) -> float:
+    """A uniform number in [0, 1) fixed by the configuration."""
+    h = hashlib.sha256(f"{salt}|{layer_type}|{canonical_params(params)}".encode()).digest()
+    return int.from_bytes(h[:8], "little") / 2.0**64
+
+
+def _prior_variants(layer_type: str, p: dict[str, Any]) -> dict[str, Any]:
+    """The prior's fused activation and (conv2d) grouped variants, chosen by a hash of the
+    drawn configuration instead of the generator, so that adding them left the other
+    draws (and configurations measured before) unchanged: a configuration that keeps the
+    LUM's default activation and no groups has the key it had without this step."""
+    p = dict(p)
+    if layer_type == LayerType.CONV2D and p.get("groups", 1) == 1 and _unit_hash(layer_type, p, "groups") < 0.1:
+        gw = (8, 16, 32, 64)[int(4 * _unit_hash(layer_type, p, "group-width"))]  # RegNet/ResNeXt group widths
+        if p["c_in"] % gw == 0 and p["c_in"] // gw > 1 and p["c_out"] % (p["c_in"] // gw) == 0:
+            p["groups"] = p["c_in"] // gw
+    acts = _PRIOR_ACTS.get(layer_type)
+    if acts:
+        u, acc = _unit_hash(layer_type, p, "act"), 0.0
+        for i, (a, w) in enumerate(acts):
+            acc += w
+            if u < acc or i == len(acts) - 1:
+                if i:
+                    p["act"] = a if a is not None else "none"
+                break
+    return p
+
+
 _DRAW: dict[str, Callable[[np.random.Generator, bool], dict[str, Any]]] = {
     LayerType.CONV2D: _draw_conv2d,
     LayerType.DWCONV2D: _draw_dwconv2d,
@@ -403,7 +446,8 @@ def sample_type(layer_type: str, samples: int, *, seed: int = 0, limits: Limits 
     max_attempts = want * 50
     while len(pool) < want and attempts < max_attempts:
         attempts += 1
-        cfg = _within(layer_type, _DRAW[layer_type](r, prior), limits)
+        raw = _DRAW[layer_type](r, prior)
+        cfg = _within(layer_type, _prior_variants(layer_type, raw) if prior else raw, limits)
         if cfg is not None and cfg.key not in pool:
             pool[cfg.key] = cfg
     cands = list(pool.values())

@@ -130,3 +130,14 @@ def test_network_prior_draws_the_shapes_cnns_use():
     assert ks.count(3) > ks.count(5) > ks.count(7) > 0  # the prior's density, not FLOPs-balanced
     # CNNs widen as they downsample: no 2048-channel 112x112 maps
     assert all(c.params["c_out"] <= max(64, 14336 // c.params["h"]) for c in convs)
+
+
+def test_network_prior_varies_the_fused_activation_and_groups():
+    plan = make_plan(["conv2d", "dwconv2d", "add"], 0, prior_samples=300, seed=0, limits=LIM)
+    acts = {t: {c.params.get("act") for c in plan if c.layer_type == t} for t in ("conv2d", "dwconv2d", "add")}
+    assert {None, "relu6", "none"} <= acts["conv2d"] and {None, "relu6", "none"} <= acts["dwconv2d"]
+    assert acts["add"] == {None, "none"}  # the LUM's default (ReLU) or a bare add
+    assert any(c.params.get("groups", 1) > 1 for c in plan if c.layer_type == "conv2d")
+    # the variant is a function of the configuration: the same plan every time
+    again = make_plan(["conv2d", "dwconv2d", "add"], 0, prior_samples=300, seed=0, limits=LIM)
+    assert [c.key for c in again] == [c.key for c in plan]
