@@ -106,7 +106,9 @@ from estimator.layers import (
     SPECS,
     LayerSpecError,
     LayerType,
+    bench_params,
     describe,
+    fused_act,
 )
 
 __all__ = [
@@ -117,7 +119,6 @@ __all__ = [
     "HWC",
     "OPSET",
     "BENCHABLE_TYPES",
-    "LUM_DEFAULT_ACT",
     "single_layer_model",
     "padding_model",
     "padded_model",
@@ -138,14 +139,6 @@ HWC = tuple[int, int, int]
 #: Types this module can build padded models for (the vocabulary's ``benchable`` types).
 BENCHABLE_TYPES: tuple[str, ...] = tuple(t for t, s in SPECS.items() if s.benchable)
 
-#: Fused activation of the LUM per type (Table 2 of the paper); raw param ``act`` overrides.
-LUM_DEFAULT_ACT: dict[str, str | None] = {
-    LayerType.CONV2D: "relu",
-    LayerType.DWCONV2D: "relu",
-    LayerType.ADD: "relu",
-    LayerType.FC: None,
-    LayerType.MUL: None,
-}
 
 #: Activation of the padding convs.
 PAD_ACT = "relu"
@@ -308,15 +301,8 @@ def _concat_channels(p: Mapping[str, Any]) -> list[int]:
 
 
 def _lum_act(layer_type: str, p: Mapping[str, Any]) -> str | None:
-    if "act" in p:
-        a = p["act"]
-        if a in (None, "", "none"):
-            return None
-        if a not in ACTIVATION_KINDS or a == "other":
-            raise LayerSpecError(f"unknown activation {a!r} for param 'act'; known: "
-                                 f"{', '.join(k for k in ACTIVATION_KINDS if k != 'other')}")
-        return str(a)
-    return LUM_DEFAULT_ACT.get(layer_type)
+    """The LUM's fused activation: raw param ``act``, else the type's default (Table 2)."""
+    return fused_act(bench_params(layer_type, p))
 
 
 def _act_kind(p: Mapping[str, Any]) -> str:

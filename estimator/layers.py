@@ -24,6 +24,13 @@ Conventions
 * ``bytes`` is (input elements + output elements + parameters) x ``elem_bytes``.
 * Batch ``n`` multiplies MACs, ops and bytes but is not a feature: profiles are
   benchmarked at batch 1 and a batch > 1 is flagged by the estimator.
+* ``act`` (conv2d, dwconv2d, fc, add, mul) is the fused activation kind (a key of
+  :data:`ACTIVATION_KINDS`; absent, ``None`` or ``"none"``: no activation), and the
+  ``act`` feature its code (-1 for none): backends run different kernels for different
+  fused activations (ONNX Runtime's CPU convolutions apply ReLU in the kernel but ReLU6
+  as a second pass). A *benchmark* row without ``act`` carries its LUM's default
+  activation (:data:`LUM_DEFAULT_ACT`, Table 2 of the paper); :func:`bench_params`
+  writes it out.
 """
 from __future__ import annotations
 
@@ -41,7 +48,11 @@ __all__ = [
     "SPECS",
     "LAYER_TYPES",
     "ACTIVATION_KINDS",
+    "LUM_DEFAULT_ACT",
+    "FUSED_ACT_TYPES",
+    "fused_act",
     "RESIZE_MODES",
+    "bench_params",
     "describe",
     "feature_names",
     "feature_vector",
@@ -96,6 +107,45 @@ ACTIVATION_KINDS: dict[str, int] = {
     "softplus": 13,
     "other": 14,
 }
+
+#: Layer types that take a fused activation (raw param ``act``, feature ``act``).
+FUSED_ACT_TYPES = (LayerType.CONV2D, LayerType.DWCONV2D, LayerType.FC, LayerType.ADD, LayerType.MUL)
+
+#: Fused activation of the benchmarked LUM per type when a benchmark row's raw params
+#: name none (Table 2 of the paper).
+LUM_DEFAULT_ACT: dict[str, str | None] = {
+    LayerType.CONV2D: "relu",
+    LayerType.DWCONV2D: "relu",
+    LayerType.ADD: "relu",
+    LayerType.FC: None,
+    LayerType.MUL: None,
+}
+
+
+def fused_act(p: Mapping[str, Any]) -> str | None:
+    """The fused activation kind named by raw param ``act`` (``None``: no activation)."""
+    a = p.get("act")
+    if a is None or a in ("", "none"):
+        return None
+    if not isinstance(a, str) or a not in ACTIVATION_KINDS or a == "other":
+        raise LayerSpecError(f"unknown activation {a!r} for param 'act'; known: none, "
+                             f"{', '.join(k for k in ACTIVATION_KINDS if k != 'other')}")
+    return a
+
+
+def bench_params(layer_type: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """A benchmark row's raw parameters with its LUM's activation written out as ``act``
+    (rows store only what the plan drew; a missing ``act`` means the LUM's default)."""
+    p = dict(params)
+    if layer_type in LUM_DEFAULT_ACT and "act" not in p:
+        p["act"] = LUM_DEFAULT_ACT[layer_type] or "none"
+    return p
+
+
+def _act_code(p: Mapping[str, Any]) -> float:
+    a = fused_act(p)
+    return -1.0 if a is None else float(ACTIVATION_KINDS[a])
+
 
 #: Resize interpolation modes. The integer code is the ``mode`` feature of resize.
 RESIZE_MODES: dict[str, int] = {"nearest": 0, "linear": 1, "cubic": 2}
@@ -236,7 +286,7 @@ def _conv2d(p: dict[str, Any], eb: int) -> LayerCounts:
     macs = n * h_out * w_out * c_out * (c_in // g) * k_h * k_w
     dil = max(_pos(p, "d_h", 1), _pos(p, "d_w", 1))
     feats = dict(h=h, w=w, c_in=c_in, c_out=c_out, k_h=k_h, k_w=k_w, s_h=s_h, s_w=s_w,
-                 groups=g, dilation=dil, flops=2 * macs / n, params=params)
+                 groups=g, dilation=dil, flops=2 * macs / n, params=params, act=_act_code(p))
     return LayerCounts(feats, macs, params, 2.0 * macs,
                        _bytes(n * h * w * c_in, n * h_out * w_out * c_out, params, eb),
                        (n, c_out, h_out, w_out))
@@ -253,7 +303,7 @@ def _dwconv2d(p: dict[str, Any], eb: int) -> LayerCounts:
     macs = n * h_out * w_out * c_out * k_h * k_w
     dil = max(_pos(p, "d_h", 1), _pos(p, "d_w", 1))
     feats = dict(h=h, w=w, c=c, k_h=k_h, k_w=k_w, s_h=s_h, s_w=s_w, dilation=dil,
-                 flops=2 * macs / n, params=params)
+                 flops=2 * macs / n, params=params, act=_act_code(p))
     return LayerCounts(feats, macs, params, 2.0 * macs,
                        _bytes(n * h * w * c, n * h_out * w_out * c_out, params, eb),
                        (n, c_out, h_out, w_out))
@@ -265,7 +315,7 @@ def _fc(p: dict[str, Any], eb: int) -> LayerCounts:
     bias = _nonneg(p, "bias", 1)
     params = c_in * c_out + (c_out if bias else 0)
     macs = m * c_in * c_out
-    feats = dict(m=m, c_in=c_in, c_out=c_out, flops=2 * macs, params=params)
+    feats = dict(m=m, c_in=c_in, c_out=c_out, flops=2 * macs, params=params, act=_act_code(p))
     return LayerCounts(feats, macs, params, 2.0 * macs, _bytes(m * c_in, m * c_out, params, eb), (m, c_out))
 
 
@@ -297,7 +347,7 @@ def _eltwise(p: dict[str, Any], eb: int) -> LayerCounts:
     second = out if bc == 0 else _pos(p, "elems_b", c)
     # Constant parameter operands, e.g. a standalone BatchNormalization's scale and shift.
     cp = _nonneg(p, "const_params", 0)
-    return LayerCounts(dict(h=h, w=w, c=c, broadcast=float(bc > 0)), 0, cp, float(out),
+    return LayerCounts(dict(h=h, w=w, c=c, broadcast=float(bc > 0), act=_act_code(p)), 0, cp, float(out),
                        _bytes(out + second, out, cp, eb), (n, c, h, w))
 
 
@@ -392,14 +442,14 @@ def _spec(name: str, features: Sequence[str], ops_unit: str, summary: str, count
 _WIN = ("h", "w", "c", "k_h", "k_w", "s_h", "s_w")
 _SPECS = [
     _spec(LayerType.CONV2D,
-          ("h", "w", "c_in", "c_out", "k_h", "k_w", "s_h", "s_w", "groups", "dilation", "flops", "params"),
+          ("h", "w", "c_in", "c_out", "k_h", "k_w", "s_h", "s_w", "groups", "dilation", "flops", "params", "act"),
           "flops", "2D convolution incl. grouped and dilated (+ fused activation)", _conv2d,
           ("h", "w", "c_in", "c_out", "k_h", "k_w"), True),
     _spec(LayerType.DWCONV2D,
-          ("h", "w", "c", "k_h", "k_w", "s_h", "s_w", "dilation", "flops", "params"),
+          ("h", "w", "c", "k_h", "k_w", "s_h", "s_w", "dilation", "flops", "params", "act"),
           "flops", "depthwise 2D convolution (groups = channels) (+ fused activation)", _dwconv2d,
           ("h", "w", "c", "k_h", "k_w"), True),
-    _spec(LayerType.FC, ("m", "c_in", "c_out", "flops", "params"), "flops",
+    _spec(LayerType.FC, ("m", "c_in", "c_out", "flops", "params", "act"), "flops",
           "fully connected / Gemm / MatMul with constant weights (+ fused activation)", _fc, ("c_in", "c_out"), True),
     _spec(LayerType.MATMUL, ("b", "m", "k", "n_cols", "flops"), "flops",
           "MatMul of two activations: (b, m, k) x (b, k, n_cols)", _matmul, ("m", "k", "n_cols")),
@@ -407,9 +457,9 @@ _SPECS = [
     _spec(LayerType.AVGPOOL, _WIN, "window-ops", "average pooling", _pool, ("h", "w", "c", "k_h", "k_w"), True),
     _spec(LayerType.GLOBALPOOL, ("h", "w", "c"), "elements", "global average/max pooling", _globalpool,
           ("h", "w", "c"), True),
-    _spec(LayerType.ADD, ("h", "w", "c", "broadcast"), "elements",
+    _spec(LayerType.ADD, ("h", "w", "c", "broadcast", "act"), "elements",
           "element-wise add/sub, optionally broadcast (+ fused activation)", _eltwise, ("h", "w", "c"), True),
-    _spec(LayerType.MUL, ("h", "w", "c", "broadcast"), "elements",
+    _spec(LayerType.MUL, ("h", "w", "c", "broadcast", "act"), "elements",
           "element-wise mul/div, optionally broadcast (+ fused activation)", _eltwise, ("h", "w", "c"), True),
     _spec(LayerType.CONCAT, ("h", "w", "c_out", "n_inputs", "c_in1", "c_in2"), "elements",
           "channel concatenation (ops = elements moved = bytes moved / element size)", _concat, ("h", "w"), True),

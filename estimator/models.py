@@ -129,7 +129,7 @@ import numpy as np
 
 from .aggregate import DistBatch, Family, conformal_index
 from .errors import UserError
-from .layers import SPECS, Layer, LayerSpecError, LayerType, describe, feature_names, feature_vector
+from .layers import SPECS, Layer, LayerSpecError, LayerType, bench_params, describe, feature_names, feature_vector
 
 __all__ = [
     "MODEL_CODE_VERSION",
@@ -301,8 +301,9 @@ def prepare_training_data(rows: Iterable[Mapping[str, Any]], target: str = "lum"
         if iv is None:
             skip(f"{t}: no {target} time")
             continue
+        params = bench_params(t, row["params"])  # the LUM's default activation written out
         try:
-            c = describe(t, row["params"], elem_bytes=elem_bytes)
+            c = describe(t, params, elem_bytes=elem_bytes)
         except LayerSpecError as e:
             skip(f"{t}: invalid params ({e})")
             continue
@@ -315,7 +316,7 @@ def prepare_training_data(rows: Iterable[Mapping[str, Any]], target: str = "lum"
         a["bytes"].append(float(c.bytes))
         a["lo"].append(iv[0])
         a["hi"].append(iv[1])
-        a["params"].append(dict(row["params"]))
+        a["params"].append(params)
     out: dict[str, TrainingData] = {}
     for t, a in acc.items():
         lo, hi = np.asarray(a["lo"]), np.asarray(a["hi"])
@@ -369,6 +370,16 @@ def _sigmas(betas: Mapping[str, float], p: np.ndarray, rel_sd: np.ndarray, d_knn
     }
 
 
+def _model_features(layer_type: str, X: np.ndarray) -> tuple[tuple[str, ...], np.ndarray]:
+    """The features a type's model uses, and those columns of ``X``: the vocabulary's,
+    less ``act`` where the benchmark held the fused activation fixed (a profile measured
+    with one activation per type then treats every activation its fusion rules fold as
+    that one, instead of flagging them all out of range)."""
+    names = feature_names(layer_type)
+    keep = [j for j, f in enumerate(names) if f != "act" or (X.size and np.ptp(X[:, j]) > 0)]
+    return tuple(names[j] for j in keep), X[:, keep]
+
+
 @dataclass
 class TypeModel:
     """The forest and the three conformal regressors of one layer type."""
@@ -399,6 +410,7 @@ class TypeModel:
 
         t = data.layer_type
         n = data.X.shape[0]
+        names, X = _model_features(t, data.X)
         ops = data.ops
         t_op = data.mid / ops
         pos = t_op[t_op > 0]
@@ -424,7 +436,7 @@ class TypeModel:
             warnings.simplefilter("ignore", UserWarning)  # "Some inputs do not have OOB scores"
             for mf in options.grid_max_features:
                 for msl in options.grid_min_samples_leaf:
-                    rf = _forest(options.grid_estimators, mf, msl, options.seed, n_jobs).fit(data.X, y_fit)
+                    rf = _forest(options.grid_estimators, mf, msl, options.seed, n_jobs).fit(X, y_fit)
                     oob = to_top(rf.oob_prediction_)
                     score = _rmspe(oob, y)
                     if not math.isfinite(score):
@@ -434,7 +446,7 @@ class TypeModel:
                         best = (score, mf, msl)
             assert best is not None
             _, mf, msl = best
-            forest = _forest(options.n_estimators, mf, msl, options.seed, n_jobs).fit(data.X, y_fit)
+            forest = _forest(options.n_estimators, mf, msl, options.seed, n_jobs).fit(X, y_fit)
         oob = to_top(np.asarray(forest.oob_prediction_, dtype=float))
         if not np.all(np.isfinite(oob)):
             raise ModelError(f"{t}: some rows have no out-of-bag prediction; raise n_estimators")
@@ -442,7 +454,7 @@ class TypeModel:
         # difficulty estimators (crepes), out-of-bag. The spread of the trees' t_op
         # predictions: their standard deviation, or for a log-target forest t_op_hat times
         # the standard deviation of the trees' log predictions (delta method).
-        var_de = DifficultyEstimator().fit(data.X, learner=forest, scaler=False, beta=0.0, oob=True)
+        var_de = DifficultyEstimator().fit(X, learner=forest, scaler=False, beta=0.0, oob=True)
         sd_fit = np.sqrt(np.maximum(np.asarray(var_de.apply(), dtype=float), 0.0))
         rel_sd = sd_fit if log_target else sd_fit / np.maximum(oob, _TINY)
         sd_ms = rel_sd * oob * t_scale * ops
@@ -450,7 +462,7 @@ class TypeModel:
         beta_lv = options.beta_rel * float(np.median(sd_ms)) or max(options.beta_rel * 1e-3 * float(np.median(data.mid)),
                                                                     1e-9)
         k = max(1, min(options.knn_k, n - 1))
-        knn_de = DifficultyEstimator().fit(data.X, k=k, scaler=False, beta=0.0, oob=True)
+        knn_de = DifficultyEstimator().fit(X, k=k, scaler=False, beta=0.0, oob=True)
         knn_de.nn_scaler.clip = False  # keep growing outside the benchmarked range (see docstring)
         knn_de.nn.set_params(n_jobs=1)  # crepes uses n_jobs=-1: a thread pool per query costs ~10 ms
         d_loo = np.asarray(knn_de.apply(), dtype=float)
@@ -470,11 +482,11 @@ class TypeModel:
         families = {m: Family("sym", np.asarray(cr.alphas, dtype=float), name=f"{t}:{m}")
                     for m, cr in regressors.items()}
 
-        model = cls(t, feature_names(t), n, t_scale, log_target, forest,
+        model = cls(t, names, n, t_scale, log_target, forest,
                     {"max_features": mf, "min_samples_leaf": msl, "n_estimators": options.n_estimators,
                      "target_transform": options.target_transform},
                     grid, var_de, betas, knn_de, float(d_loo.max()),
-                    data.X.min(axis=0), data.X.max(axis=0), regressors, families, {})
+                    X.min(axis=0), X.max(axis=0), regressors, families, {})
         model.report = model._oob_report(data, oob, sig)
         return model
 
@@ -695,7 +707,7 @@ class DeviceModels:
             idx = np.asarray(idx_list, dtype=np.int64)
             model = self.types.get(t)
             if model is not None:
-                X = np.array([feature_vector(t, layers[i].features) for i in idx], dtype=float)
+                X = np.array([[layers[i].features[f] for f in model.feature_names] for i in idx], dtype=float)
                 out = model.predict(X, ops[idx])
                 t_op[idx] = out["t_op_ms"]
                 for j, i in enumerate(idx):

@@ -107,7 +107,7 @@ from onnx import TensorProto, numpy_helper
 
 from .errors import NotFoundError, UserError
 from .fusion import FusionRules
-from .layers import Layer, LayerSpecError, LayerType, conv_out, describe, hwc
+from .layers import FUSED_ACT_TYPES, Layer, LayerSpecError, LayerType, conv_out, describe, hwc
 from .onnx_shapes import GraphNode, graph_nodes, is_dataless, node_attrs, propagate_shapes, to_array
 
 __all__ = [
@@ -1657,6 +1657,8 @@ class _Extractor:
     def _finish(self, d: _Draft) -> Layer:
         params = {k: (int(v) if isinstance(v, (int, np.integer)) and not isinstance(v, bool) else v)
                   for k, v in d.params.items()}
+        if d.activation is not None and d.type in FUSED_ACT_TYPES:
+            params["act"] = d.activation  # the fused activation is a feature (estimator.layers)
         try:
             counts = describe(d.type, params)
         except (LayerSpecError, TypeError, ValueError) as e:

@@ -22,7 +22,7 @@ def test_every_type_has_features_in_order():
     for t in LAYER_TYPES:
         assert describe  # vocabulary has a spec for each type
     v = feature_vector("dwconv2d", describe("dwconv2d", dict(h=8, w=8, c=4, k_h=3, k_w=5)).features)
-    assert len(v) == 10
+    assert len(v) == 11 and v[-1] == -1.0  # act: none
 
 
 @pytest.mark.parametrize(
@@ -38,3 +38,18 @@ def test_every_type_has_features_in_order():
 def test_bad_specs_have_precise_errors(t, params, msg):
     with pytest.raises(LayerSpecError, match=msg):
         describe(t, params)
+
+
+def test_fused_activation_is_a_feature_and_benchmark_rows_carry_their_lum_default():
+    from estimator.layers import bench_params
+
+    conv = dict(h=8, w=8, c_in=8, c_out=8, k_h=3, k_w=3)
+    code = {a: describe("conv2d", dict(conv, act=a)).features["act"] for a in ("relu", "relu6", "none", None)}
+    assert code == {"relu": 0.0, "relu6": 1.0, "none": -1.0, None: -1.0}
+    assert describe("conv2d", conv).features["act"] == -1.0  # an imported layer without a fused activation
+    # a benchmark row without act was measured with its LUM's default (conv: ReLU, fc: none)
+    assert bench_params("conv2d", conv)["act"] == "relu" and bench_params("fc", dict(c_in=4, c_out=4))["act"] == "none"
+    assert bench_params("conv2d", dict(conv, act="relu6"))["act"] == "relu6"
+    assert "act" not in bench_params("maxpool", dict(h=8, w=8, c=4, k_h=2, k_w=2))
+    with pytest.raises(LayerSpecError, match="unknown activation 'swoosh'"):
+        describe("dwconv2d", dict(h=8, w=8, c=4, k_h=3, k_w=3, act="swoosh"))

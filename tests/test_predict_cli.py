@@ -30,13 +30,13 @@ def env(tmp_path_factory) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("predict_cli")
     db = tmp / "bench"
     rc = bench_cli.main(["run", "--device", "tiny-cpu", "--runner", "onnxruntime", "--layers", TYPES,
-                         "--samples", "30", "--max-ops", "3e6", "--runs", "5", "--warmup", "2", "--out", str(db),
+                         "--samples", "15", "--prior-samples", "15", "--max-ops", "3e6", "--runs", "5", "--warmup", "2", "--out", str(db),
                          "--no-progress"])
     assert rc == 0
     csv = tmp / "tiny.csv"
     assert bench_cli.main(["export", str(db / "tiny-cpu.sqlite"), "--csv", str(csv)]) == 0
     root = tmp / "profiles"
-    create_profile(root, "tiny-cpu", csv, source=f"pytest: bench run --samples 30 --max-ops 3e6 ({TYPES})",
+    create_profile(root, "tiny-cpu", csv, source=f"pytest: bench run --samples 15 --prior-samples 15 --max-ops 3e6 ({TYPES})",
                    training={"n_estimators": 40, "grid_estimators": 30, "grid_max_features": [1.0, 0.5],
                              "grid_min_samples_leaf": [1, 3]})
     from estimator import zoo
