@@ -301,6 +301,35 @@ class Estimator:
                 out_of_design_space=ood[i], ood_reasons=list(bp.reasons[i]), fallback=fallback[i], flags=flags))
         return rows
 
+    def _split_free(self, layers: Iterable[Layer]) -> tuple[list[Layer], dict[str, str], list[str]]:
+        """Split off the layers whose ONNX op the profile lists in ``op_mapping.free_ops``
+        (ops the target turns into views, e.g. Reshape or Slice on Vela): ``(layers to
+        estimate, free node -> reason, warnings)``. Free layers are not estimated; every
+        ONNX node of theirs goes to the network's ``free_nodes`` with the reason, and a
+        warning counts them, so nothing is dropped silently."""
+        layers = list(layers)
+        free_ops = set(self.profile.free_ops)
+        if not free_ops:
+            return layers, {}, []
+        keep: list[Layer] = []
+        free: dict[str, str] = {}
+        counts: dict[str, int] = {}
+        for l in layers:
+            if l.op_type and l.op_type in free_ops:
+                why = (f"{l.op_type} ({l.type} layer {l.name}) is free on {self.device}: op_mapping.free_ops "
+                       f"(the target executes it as a view)")
+                for n in list(l.nodes) or [l.name]:
+                    free[str(n)] = why
+                counts[l.op_type] = counts.get(l.op_type, 0) + 1
+            else:
+                keep.append(l)
+        warns = []
+        if counts:
+            what = ", ".join(f"{n} {op}" for op, n in sorted(counts.items()))
+            warns.append(f"{sum(counts.values())} layer(s) ({what}) cost nothing on {self.device} "
+                         f"(op_mapping.free_ops): listed in free_nodes, not estimated")
+        return keep, free, warns
+
     def _warnings(self, layers: Sequence[Layer], bp: BatchPrediction, confs: list[float]) -> list[str]:
         out: list[str] = []
         fb_types = sorted({layers[i].type if layers[i].type != "other" else f"other({layers[i].op_type or '?'})"
@@ -369,9 +398,8 @@ class Estimator:
             net = self.load_network(network, input_shapes, fast=use_fast)
             if not name and isinstance(network, (str, Path)):
                 name = Path(network).stem
-        layers = list(net.layers)
+        layers, dev_free, free_warns = self._split_free(net.layers)
         bp = self.predict_batch(layers, fast=use_fast)
-        rows = self._rows(layers, bp, confs) if per_layer else []
         intervals: dict[str, dict[float, tuple[float, float]]] = {}
         bank = self.sample_bank if use_fast else None
 
@@ -380,13 +408,16 @@ class Estimator:
                              coupling=self.coupling, bank=bank)[0]
 
         pool = self._mc_pool() if use_fast and len(layers) else None
-        results = list(pool.map(one, range(len(METRICS)))) if pool is not None else [one(k) for k in
-                                                                                       range(len(METRICS))]
+        # with a pool, the Monte Carlo sums run on its threads while this one builds the rows
+        pending = [pool.submit(one, k) for k in range(len(METRICS))] if pool is not None else None
+        rows = self._rows(layers, bp, confs) if per_layer else []
+        results = [f.result() for f in pending] if pending is not None else [one(k) for k in range(len(METRICS))]
         for m, res in zip(METRICS, results):
             intervals[m] = {c: (res[c].lower, res[c].upper) for c in confs}
-        warns = [str(w) for w in getattr(net, "warnings", [])] + self._warnings(layers, bp, confs)
+        warns = [str(w) for w in getattr(net, "warnings", [])] + free_warns + self._warnings(layers, bp, confs)
         fn = getattr(net, "free_nodes", None) or {}
         free = {str(k): str(v) for k, v in fn.items()} if isinstance(fn, Mapping) else {str(k): "" for k in fn}
+        free.update(dev_free)
         counts = None if per_layer else (len(layers), int(bp.fallback.sum()), int(bp.out_of_design_space.sum()))
         return NetworkEstimate(device=self.device, target=self.models.target, total_ms=float(bp.pred_ms.sum()),
                                confidence=confs, intervals=intervals, layers=rows, warnings=warns,

@@ -29,7 +29,9 @@ from ``measurements.csv`` and cached locally (:mod:`estimator.cache`).
       },
       "fusion": { ... },                       // estimator.fusion.FusionRules.to_dict()
       "op_mapping": {                          // optional notes on how ops map to the target
-        "cpu_fallback_ops": ["Resize"],        //   ops the target leaves on the CPU
+        "cpu_fallback_ops": ["Resize"],        //   ops the target leaves on the CPU (flagged)
+        "free_ops": ["Reshape", "Slice"],      //   ops the target turns into views: their layers
+                                               //   are listed in free_nodes, not estimated
         "notes": "free text"
       },
       "training": { ... }                      // optional estimator.models.TrainingOptions overrides
@@ -163,6 +165,13 @@ class Profile:
     @property
     def cpu_fallback_ops(self) -> list[str]:
         return list(self.op_mapping.get("cpu_fallback_ops", []))
+
+    @property
+    def free_ops(self) -> list[str]:
+        """ONNX ops the target executes as views (no time): ``op_mapping.free_ops``. The
+        estimator lists such layers in ``free_nodes`` with the reason instead of estimating
+        them (:meth:`estimator.predict.Estimator.estimate_network`)."""
+        return list(self.op_mapping.get("free_ops", []))
 
     def to_dict(self) -> dict[str, Any]:
         """The metadata as written in ``profile.json`` (plus nothing derived)."""
@@ -331,9 +340,13 @@ def parse_profile_dict(meta: Any, path: Path, *, where: str | None = None) -> Pr
         except UserError as e:
             raise ProfileError(f"{where}: fusion: {e}") from e
     op_mapping = _opt_dict(meta, "op_mapping", where)
-    cfo = op_mapping.get("cpu_fallback_ops", [])
-    if not isinstance(cfo, list) or not all(isinstance(x, str) for x in cfo):
-        raise ProfileError(f"{where}: op_mapping.cpu_fallback_ops must be a list of ONNX op names, got {cfo!r}")
+    for key in ("cpu_fallback_ops", "free_ops"):
+        ops = op_mapping.get(key, [])
+        if not isinstance(ops, list) or not all(isinstance(x, str) and x for x in ops):
+            raise ProfileError(f"{where}: op_mapping.{key} must be a list of ONNX op names, got {ops!r}")
+    both = sorted(set(op_mapping.get("cpu_fallback_ops", [])) & set(op_mapping.get("free_ops", [])))
+    if both:
+        raise ProfileError(f"{where}: op_mapping lists {both} both as cpu_fallback_ops and as free_ops")
 
     return Profile(
         name=name,

@@ -5,7 +5,8 @@ Vela-specific parts of benchmarking.
   carries Vela's fusion and CPU-fallback rules;
 * ``estimator predict MODEL.onnx --device imx93`` works and never imports TensorFlow,
   LiteRT or Vela (the estimation path stays light);
-* operators the profile lists as CPU-placed are flagged in estimates;
+* operators the profile lists as CPU-placed are flagged in estimates, and those it lists as
+  free (views on Vela: Reshape, Flatten, ...) are free nodes with their reason;
 * (tflite extra) a small smart-padding plan on the Vela runner refuses a layer Vela puts
   on the CPU instead of recording a time without it, and ``bench profile`` turns the
   database into a profile with Vela's rules;
@@ -134,6 +135,66 @@ def test_cpu_fallback_ops_are_flagged(tmp_path: Path, cache_dir: Path, monkeypat
     assert sin and "cpu_fallback_op" in sin[0].flags
     assert sin[0].fallback and sin[0].out_of_design_space and sin[0].prediction_ms > 0
     assert all("cpu_fallback_op" not in l.flags for l in net.layers if l.op_type != "Sin")
+
+
+def _reshape_onnx(path: Path) -> Path:
+    """conv 3x3 (8->16), a Reshape to (1, 16, 8, 128) (a view on Vela), global pool,
+    Flatten, Gemm 16->10."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    r = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(r.standard_normal((16, 8, 3, 3)).astype(np.float32), "w1"),
+             numpy_helper.from_array(np.array([1, 16, 8, 128], np.int64), "shape"),
+             numpy_helper.from_array(r.standard_normal((10, 16)).astype(np.float32), "wf"),
+             numpy_helper.from_array(r.standard_normal(10).astype(np.float32), "bf")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["a1"], name="relu"),
+             helper.make_node("Reshape", ["a1", "shape"], ["r1"], name="reshape"),
+             helper.make_node("GlobalAveragePool", ["r1"], ["g"], name="gap"),
+             helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
+             helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], name="fc", transB=1)]
+    g = helper.make_graph(nodes, "views", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 32, 32])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return path
+
+
+def test_free_ops_are_free_nodes_with_their_reason(tmp_path: Path, cache_dir: Path) -> None:
+    """Ops the profile lists in op_mapping.free_ops (Vela makes Reshape/Flatten views) are not
+    estimated: ``estimator predict`` lists their nodes in free_nodes with the reason and warns;
+    without the list the same layers get the roofline fallback."""
+    assert {"Reshape", "Flatten"} <= set(load_profile("imx93", ROOT / "profiles").free_ops)
+    model = _reshape_onnx(tmp_path / "views.onnx")
+    # the same profile without free_ops (same measurements: same cached models)
+    alt = tmp_path / "profiles" / "imx93"
+    alt.mkdir(parents=True)
+    meta = json.loads((ROOT / "profiles" / "imx93" / "profile.json").read_text())
+    del meta["op_mapping"]["free_ops"]
+    (alt / "profile.json").write_text(json.dumps(meta))
+    (alt / "measurements.csv").symlink_to(ROOT / "profiles" / "imx93" / "measurements.csv")
+    docs = {}
+    for root in (ROOT / "profiles", alt.parent):
+        env = dict(os.environ, CL_CACHE_DIR=str(cache_dir), CL_PROFILES=str(root))
+        proc = subprocess.run([sys.executable, "-m", "estimator.cli", "predict", str(model), "--device", "imx93",
+                               "--json", "--no-progress"], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=900)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        docs[root] = json.loads(proc.stdout)
+    free, full = docs[ROOT / "profiles"], docs[alt.parent]
+    types = [l["op_type"] for l in free["layers"]]
+    assert "Reshape" not in types and "Flatten" not in types and "Conv" in types and "Gemm" in types
+    for node in ("reshape", "flatten"):
+        assert "op_mapping.free_ops" in free["free_nodes"][node] and "imx93" in free["free_nodes"][node]
+    assert any("2 layer(s) (1 Flatten, 1 Reshape) cost nothing on imx93" in w for w in free["warnings"])
+    # without free_ops they are estimated (roofline fallback, never zero) and nothing else changes
+    views = [l for l in full["layers"] if l["op_type"] in ("Reshape", "Flatten")]
+    assert len(views) == 2 and all(l["fallback"] and l["prediction_ms"] > 0 for l in views)
+    assert "reshape" not in full["free_nodes"]
+    assert free["total_ms"] == pytest.approx(full["total_ms"] - sum(l["prediction_ms"] for l in views), rel=1e-9)
+    assert free["n_fallback"] == full["n_fallback"] - 2
 
 
 # ----------------------------------------------------- Vela benchmark + bench profile

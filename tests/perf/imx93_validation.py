@@ -23,12 +23,10 @@ names that the converter keeps in the TFLite tensor names) and compares per laye
     python tests/perf/imx93_validation.py                       # all networks
     python tests/perf/imx93_validation.py --networks mobilenet_v2,resnet18 --breakdown
     python tests/perf/imx93_validation.py --json out.json
-    python tests/perf/imx93_validation.py --apply-free-ops   # experiment, see below
 
-``--apply-free-ops`` drops the layers whose ONNX op the profile lists in
-``op_mapping.free_ops`` (views on Vela: Reshape, Flatten, Split, Slice, ...) before
-estimating. The estimator does not read ``free_ops`` yet, so this shows what that change
-would give; the default numbers are what ``estimator predict`` returns.
+The numbers are what ``estimator predict`` returns: layers whose ONNX op the profile lists
+in ``op_mapping.free_ops`` (views on Vela: Reshape, Flatten, Split, Slice, ...) are free
+nodes there (listed, not estimated); ``--breakdown`` shows them as ``<type> (free)``.
 
 The breakdown attributes each of Vela's per-operator rows to an estimator layer by its
 TFLite tensor name, which the converter derives from the ONNX node name. Vela names an
@@ -252,9 +250,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--confidence", type=float, default=0.9)
     ap.add_argument("--breakdown", action="store_true", help="per-layer-type comparison with Vela's per-operator cycles")
     ap.add_argument("--json", default=None, help="write all results here")
-    ap.add_argument("--apply-free-ops", action="store_true",
-                    help="experiment: treat the profile's op_mapping.free_ops (views on Vela: Reshape, Split, ...) "
-                         "as free nodes before estimating (the estimator itself does not yet read free_ops)")
     ap.add_argument("--prepare-only", action="store_true",
                     help="only build, convert and Vela-compile the networks (fills the cache), no estimator")
     a = ap.parse_args(argv)
@@ -288,13 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         r: dict[str, Any] = {"network": label, "resolution": res, "vela_ms": ref, "cpu_ops": v["cpu_ops"],
                              "npu_ops": v["npu_ops"]}
         for t, e in est.items():
-            src: Any = v["onnx"]
-            free = set(e.profile.op_mapping.get("free_ops", [])) if a.apply_free_ops else set()
-            if free:
-                src = e.load_network(v["onnx"])
-                for layer in [l for l in src.layers if l.op_type in free]:
-                    src.free_nodes[layer.name] = f"free on {e.device} (op_mapping.free_ops)"
-                src.layers = [l for l in src.layers if l.op_type not in free]
+            src: Any = e.load_network(v["onnx"])
             ne = e.estimate_network(src, confidence=[conf], name=label)
             lo, hi = ne.interval("CM_LV", conf)
             r[t] = {"pred_ms": ne.total_ms, "err_pct": 100.0 * (ne.total_ms - ref) / ref, "cm_lv": [lo, hi],
@@ -305,21 +294,26 @@ def main(argv: list[str] | None = None) -> int:
                 r["cm_o"] = list(ne.interval("CM_O", conf))
                 r["cm_tv"] = list(ne.interval("CM_TV", conf))
                 if a.breakdown:
-                    net = src if not isinstance(src, (bytes, bytearray)) else e.load_network(v["onnx"])
+                    net = src
+                    pred_of = {row.name: row.prediction_ms for row in ne.layers}
+                    free_layers = {layer.name for layer in net.layers if layer.name not in pred_of}
+
                     def key(layer: Any) -> str:
+                        if layer.name in free_layers:
+                            return f"{layer.type} (free)"
                         if layer.type == "activation":
                             return f"activation:{layer.params.get('kind')}"
                         return layer.type if layer.type != "other" else f"other:{layer.op_type}"
 
-                    for i, layer in enumerate(net.layers):
+                    for layer in net.layers:
                         tt = type_tot.setdefault(key(layer), [0.0, 0.0, 0])
-                        tt[1] += ne.layers[i].prediction_ms
+                        tt[1] += pred_of.get(layer.name, 0.0)
                         tt[2] += 1
                     for vop, name, ms in v["per_op_rows"]:
                         per, lost = attribute({name: ms}, net.layers)
                         if per:
                             k = key(net.layers[next(iter(per))])
-                            if k in ("concat", "reshape") and vop not in ("Concat", "Reshape"):
+                            if k in ("concat", "reshape", "reshape (free)") and vop not in ("Concat", "Reshape"):
                                 # a producer writing straight into a concat/reshape output
                                 k = _VELA_TYPE.get(vop, f"{k}<-{vop}")
                         else:
