@@ -14,8 +14,9 @@ Device-specific mapping rules go into ``profile.json``:
 * ``op_mapping``: operators the target leaves on the CPU (``--op-mapping FILE.json``);
   ``cpu_fallback_ops`` (ONNX op types) are flagged ``cpu_fallback_op`` in every estimate.
 
-For a database measured with the ``vela`` runner both default to Vela's own behaviour
-(:func:`vela_fusion`, :func:`vela_op_mapping`), derived from the installed Vela's
+For a database measured with the ``onnxruntime`` runner, ``fusion`` defaults to ONNX
+Runtime's CPU graph optimisations (:func:`onnxruntime_fusion`). For the ``vela`` runner
+both default to Vela's own behaviour (:func:`vela_fusion`, :func:`vela_op_mapping`), derived from the installed Vela's
 supported-operator list plus the configurations the benchmark could not place on the
 NPU (the database's ``failures``), so an Ethos-U profile says which operators fall back.
 
@@ -37,7 +38,21 @@ from typing import Any, Mapping
 
 from estimator.errors import UserError
 
-__all__ = ["register", "cmd_profile", "vela_fusion", "vela_op_mapping", "profile_from_db"]
+__all__ = ["register", "cmd_profile", "onnxruntime_fusion", "vela_fusion", "vela_op_mapping", "profile_from_db"]
+
+
+def onnxruntime_fusion() -> dict[str, Any]:
+    """Fusion rules of ONNX Runtime's CPU execution provider at graph optimisation 'all':
+    Conv + {Relu, Clip, LeakyRelu, Sigmoid, Tanh, HardSigmoid} become one FusedConv (MLAS
+    applies ReLU inside the kernel and the others as a pass over its output, which the
+    ``act`` feature tells apart); Gemm + an activation become one kernel; an Add followed
+    by Relu is measured as one LUM (Table 2) and folds into the producing convolution's
+    sum input. SiLU (x * sigmoid(x)) and HardSwish stay kernels of their own."""
+    conv = ["clip", "hardsigmoid", "leakyrelu", "relu", "relu6", "sigmoid", "tanh"]
+    return {"activations": {"conv2d": list(conv), "dwconv2d": list(conv),
+                            "fc": ["elu", "hardsigmoid", "leakyrelu", "relu", "sigmoid", "softplus", "tanh"],
+                            "add": ["relu"], "mul": []},
+            "bn_into_conv": True, "single_consumer": True}
 
 #: Activations Vela runs inside the producing NPU operation (no extra cycles): the TFLite
 #: converter fuses ReLU/ReLU6/ReLU_N1_TO_1 (and clips) into CONV_2D, DEPTHWISE_CONV_2D,
@@ -215,6 +230,8 @@ def profile_from_db(db: str | Path, name: str, *, source: str, root: str | Path 
     runner = env.get("runner")
     if fusion is None and runner == "vela":
         fusion = vela_fusion()
+    elif fusion is None and runner == "onnxruntime":
+        fusion = onnxruntime_fusion()
     if op_mapping is None and runner == "vela":
         op_mapping = vela_op_mapping(failures)
     if fusion is not None:

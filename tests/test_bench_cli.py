@@ -128,3 +128,17 @@ def test_a_second_concurrent_run_on_the_same_database_is_refused(bench_db, capsy
         rc = main(["run", "--device", "ci-host", "--layers", "add", "--samples", "1", "--out", str(bench_db.parent),
                    "--no-progress"])
     assert rc == 2 and "in use by another bench run" in capsys.readouterr().err
+
+
+def test_profile_registers_a_measured_onnxruntime_profile_with_ort_fusion_rules(bench_db, tmp_path, capsys):
+    from estimator.profile import load_profile
+
+    root = tmp_path / "profiles"
+    rc = main(["profile", str(bench_db), "--name", "ci-host", "--root", str(root), "--source", "pytest run"])
+    assert rc == 0, capsys.readouterr().err
+    prof = load_profile("ci-host", root=root)
+    assert prof.provenance.kind == "measured" and prof.runner == "onnxruntime"
+    rules = prof.fusion_rules()
+    assert rules.folds("conv2d", "relu6") and rules.folds("add", "relu")
+    assert not rules.folds("conv2d", "silu") and not rules.folds("add", "relu6")
+    assert sum(1 for _ in prof.rows()) == 6 * (N + 1)
