@@ -43,6 +43,14 @@ single-layer network this reproduces the layer interval (up to Monte Carlo resol
 at jump points of the discrete distribution). Independence is the paper's assumption;
 ``coupling="comonotone"`` gives the other extreme (perfectly correlated layer errors:
 the sum of the layer intervals), to be compared against measured networks.
+``coupling="type"`` sits between them: layer errors are perfectly correlated *within* a
+family (a layer type, or all fallback layers) and independent across families: every
+layer of a family takes the same draw (slot 0 of its stream), so a family contributes
+``sum(scale) x draw (+ sum(center))`` to a sample. Measured networks show why: what a
+per-layer model gets wrong is mostly systematic per type (one kernel family slower in
+context than in the benchmark, a sparsely benchmarked region such as grouped
+convolutions, a roofline for unmodelled operators), and independence lets such errors
+cancel across the layers of a network that share them.
 
 Where the draws come from (sample slots)
 ----------------------------------------
@@ -73,7 +81,7 @@ import numpy as np
 
 __all__ = ["Family", "DistBatch", "SampleBank", "conformal_index", "layer_intervals", "aggregate",
            "intervals_from_samples",
-           "NetworkInterval", "DEFAULT_SAMPLES", "DEFAULT_SEED", "COUPLINGS", "SLOT_BLOCK"]
+           "NetworkInterval", "DEFAULT_SAMPLES", "DEFAULT_SEED", "COUPLINGS", "DEFAULT_COUPLING", "SLOT_BLOCK"]
 
 DEFAULT_SAMPLES = 10_000
 DEFAULT_SEED = 20240611
@@ -238,10 +246,22 @@ class DistBatch:
             a += self.center[rows, None]
         return a
 
-    def sum_samples(self, n_samples: int, seed: int = DEFAULT_SEED, clip_min: float | None = None) -> np.ndarray:
+    def sum_samples(self, n_samples: int, seed: int = DEFAULT_SEED, clip_min: float | None = None,
+                    shared: bool = False) -> np.ndarray:
         """Draws of the network total, shape ``(n_samples,)``, block by block (the reference
-        implementation; :class:`SampleBank` gives the same totals from kept blocks)."""
+        implementation; :class:`SampleBank` gives the same totals from kept blocks).
+        ``shared``: every layer of a family takes the family's first slot (``coupling="type"``)."""
         total = np.zeros(n_samples)
+        if shared:
+            keys = _family_keys(self.families)
+            for fi in np.unique(self.family):
+                fam = self.families[int(fi)]
+                rows = np.flatnonzero(self.family == fi)
+                v = fam.values(_draw_slots(fam, seed, keys[int(fi)], 0, 1, n_samples)[0])
+                total += float(self.scale[rows].sum()) * v
+                if fam.kind == "sym":
+                    total += float(self.center[rows].sum())
+            return total
         for rows, _, v in self._slot_draws(n_samples, seed):
             d = self._scaled(rows, v)
             if clip_min is not None:
@@ -319,8 +339,10 @@ class SampleBank:
                         self._bytes -= self._fams.pop(first)[1].nbytes
         return mat[:rows]
 
-    def sum_samples(self, dist: DistBatch, n_samples: int, seed: int = DEFAULT_SEED) -> np.ndarray:
-        """Draws of the network total, the numbers :meth:`DistBatch.sum_samples` gives."""
+    def sum_samples(self, dist: DistBatch, n_samples: int, seed: int = DEFAULT_SEED, shared: bool = False
+                    ) -> np.ndarray:
+        """Draws of the network total, the numbers :meth:`DistBatch.sum_samples` gives
+        (``shared``: one draw per family, ``coupling="type"``)."""
         total = np.zeros(n_samples)
         if not len(dist):
             return total
@@ -338,8 +360,10 @@ class SampleBank:
             fi = int(fam_sorted[s0])
             fam = dist.families[fi]
             rows = order[s0:e0]
-            vals = self._slots(fam, seed, keys[fi], e0 - s0, n_samples)
-            total += dist.scale[rows] @ vals
+            if shared:
+                total += float(dist.scale[rows].sum()) * self._slots(fam, seed, keys[fi], 1, n_samples)[0]
+            else:
+                total += dist.scale[rows] @ self._slots(fam, seed, keys[fi], e0 - s0, n_samples)
             if fam.kind == "sym":
                 center += float(dist.center[rows].sum())
         if center:
@@ -382,7 +406,11 @@ class NetworkInterval:
         return self.upper - self.lower
 
 
-COUPLINGS = ("independent", "comonotone")
+COUPLINGS = ("independent", "type", "comonotone")
+#: The estimator's default coupling (``estimator predict/evaluate``, the service, nas): on
+#: the measured host-cpu profile, independent CM_LV 90 % intervals covered 11 of 14
+#: networks, per-type coupling all 14 (README, tests/perf/estimator_accuracy.py).
+DEFAULT_COUPLING = "type"
 
 
 def aggregate(dist: DistBatch, confidences: Sequence[float], *, n_samples: int = DEFAULT_SAMPLES,
@@ -395,13 +423,15 @@ def aggregate(dist: DistBatch, confidences: Sequence[float], *, n_samples: int =
     distributions (Eq. 8), i.e. independent layer errors; relative widths shrink roughly
     as 1/sqrt(layers). ``coupling="comonotone"``: perfectly correlated layer errors (every
     layer at the same quantile), whose interval is exactly the sum of the layer intervals;
-    the conservative bound when layer errors share a systematic cause.
+    the conservative bound when layer errors share a systematic cause. ``coupling="type"``:
+    perfectly correlated within a layer type (family), independent across types (see the
+    module docstring).
 
     ``bank`` takes the draws from kept sample-slot blocks (the same numbers, see
     :class:`SampleBank`); without it every block is drawn here.
 
-    Returns ``({confidence: NetworkInterval}, samples_or_None)`` (samples only for the
-    independent coupling). Deterministic for a fixed ``seed``. An empty network has the
+    Returns ``({confidence: NetworkInterval}, samples_or_None)`` (samples for the Monte
+    Carlo couplings, independent and type). Deterministic for a fixed ``seed``. An empty network has the
     degenerate interval ``[0, 0]``.
     """
     for c in confidences:
@@ -421,7 +451,9 @@ def aggregate(dist: DistBatch, confidences: Sequence[float], *, n_samples: int =
     if len(dist) == 0:
         return {float(c): NetworkInterval(float(c), 0.0, 0.0) for c in confidences}, (
             np.zeros(n_samples) if return_samples else None)
-    total = bank.sum_samples(dist, n_samples, seed) if bank is not None else dist.sum_samples(n_samples, seed)
+    shared = coupling == "type"
+    total = (bank.sum_samples(dist, n_samples, seed, shared=shared) if bank is not None
+             else dist.sum_samples(n_samples, seed, shared=shared))
     return intervals_from_samples(total, confidences, clip_min), (total if return_samples else None)
 
 

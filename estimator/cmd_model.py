@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .aggregate import COUPLINGS
+from .aggregate import COUPLINGS, DEFAULT_COUPLING
 from .cliargs import MODEL_HELP, input_shapes_from_args, model_source
 from .errors import UserError
 from .models import METRICS, TARGETS
@@ -483,9 +483,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="fix dynamic input dims (repeat for several inputs)")
     p.add_argument("--target", choices=TARGETS, default="lum",
                    help="training target: smart-padding LUM times (default) or single-layer times")
-    p.add_argument("--coupling", choices=COUPLINGS, default="independent",
-                   help="network intervals: convolution of independent layer errors (Eq. 8, default) or "
-                        "comonotone (perfectly correlated: the sum of the layer intervals)")
+    p.add_argument("--coupling", choices=COUPLINGS, default=DEFAULT_COUPLING,
+                   help="network intervals (Eq. 8): 'type' (default): layer errors correlated within a layer "
+                        "type, independent across types; 'independent'; or 'comonotone' (the sum of the layer "
+                        "intervals)")
     p.add_argument("--json", action="store_true", help="print the estimate as JSON")
     p.add_argument("--plot", metavar="FILE", help="write a per-layer interval-width figure (png/pdf/svg)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar while training")
@@ -509,8 +510,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     e.add_argument("--confidence", action="append", metavar="C", help="confidence level(s) (default 0.9)")
     e.add_argument("--target", choices=(*TARGETS, "both"), default="lum",
                    help="lum (smart padding), single (single-layer times) or both side by side")
-    e.add_argument("--coupling", choices=COUPLINGS, default="independent",
-                   help="network intervals from independent (default) or comonotone layer errors")
+    e.add_argument("--coupling", choices=COUPLINGS, default=DEFAULT_COUPLING,
+                   help="network intervals: layer errors correlated within a type (default), independent, or "
+                        "comonotone")
     e.add_argument("--threads", type=int, default=None, help="runner threads (default: the profile's)")
     e.add_argument("--warmup", type=int, default=5, help="untimed runs per network (default 5)")
     e.add_argument("--runs", type=int, default=20, help="timed runs per network and round (default 20)")

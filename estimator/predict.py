@@ -40,7 +40,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .aggregate import COUPLINGS, DEFAULT_SAMPLES, DEFAULT_SEED, DistBatch, SampleBank, aggregate, layer_intervals
+from .aggregate import (COUPLINGS, DEFAULT_COUPLING, DEFAULT_SAMPLES, DEFAULT_SEED, DistBatch, SampleBank, aggregate,
+                        layer_intervals)
 from .errors import UserError
 from .layers import Layer, describe
 from .models import METRICS, BatchPrediction, DeviceModels, get_models
@@ -126,7 +127,7 @@ class NetworkEstimate:
     intervals: dict[str, dict[float, tuple[float, float]]]
     layers: list[LayerEstimate]
     warnings: list[str] = field(default_factory=list)
-    coupling: str = "independent"
+    coupling: str = DEFAULT_COUPLING
     #: ONNX node -> why it costs nothing (from the importer; not estimated, listed for transparency)
     free_nodes: dict[str, str] = field(default_factory=dict)
     name: str = ""
@@ -181,7 +182,7 @@ class Estimator:
     """Latency estimates with CM_TV / CM_LV / CM_O intervals for one device profile."""
 
     def __init__(self, profile: Profile, models: DeviceModels, *, n_samples: int = DEFAULT_SAMPLES,
-                 seed: int = DEFAULT_SEED, coupling: str = "independent", fast: bool = True,
+                 seed: int = DEFAULT_SEED, coupling: str = DEFAULT_COUPLING, fast: bool = True,
                  sample_bank_mb: float = 192.0, mc_threads: int | None = None) -> None:
         if n_samples < 100:
             raise UserError(f"n_samples must be >= 100, got {n_samples}")
@@ -206,7 +207,7 @@ class Estimator:
     def from_profile(cls, profile: str | Path | Profile, *, root: str | Path | None = None, target: str = "lum",
                      cache_root: str | Path | None = None, retrain: bool = False, n_jobs: int = 1,
                      progress: Callable[[str, int, int], None] | None = None, n_samples: int = DEFAULT_SAMPLES,
-                     seed: int = DEFAULT_SEED, coupling: str = "independent", fast: bool = True) -> "Estimator":
+                     seed: int = DEFAULT_SEED, coupling: str = DEFAULT_COUPLING, fast: bool = True) -> "Estimator":
         prof = profile if isinstance(profile, Profile) else load_profile(profile, root)
         models = get_models(prof, target=target, cache_root=Path(cache_root) if cache_root else None,
                             retrain=retrain, n_jobs=n_jobs, progress=progress)

@@ -177,3 +177,28 @@ def test_comonotone_coupling_sums_layer_intervals_and_is_wider():
     assert com[0.9].width > 3 * ind[0.9].width  # ~sqrt(16) = 4 for independent layers
     with pytest.raises(ValueError, match="coupling"):
         aggregate(dist, [0.9], coupling="sometimes")
+
+
+def test_type_coupling_is_comonotone_within_a_type_and_independent_across_types():
+    from estimator.aggregate import SampleBank
+
+    fam_a = Family("sym", np.abs(np.random.default_rng(3).standard_normal(199)), name="conv2d:CM_LV")
+    fam_b = Family("sym", np.abs(np.random.default_rng(4).standard_normal(199)), name="dwconv2d:CM_LV")
+    one_type = _batch(16, fam_a, center=10.0, scale=1.0)
+    typ, samples = aggregate(one_type, [0.8], coupling="type", return_samples=True, n_samples=20_000)
+    com, _ = aggregate(one_type, [0.8], coupling="comonotone")
+    # one type: every layer at the same quantile, i.e. the sum of the layer intervals
+    assert typ[0.8].lower == pytest.approx(com[0.8].lower, rel=0.02)
+    assert typ[0.8].upper == pytest.approx(com[0.8].upper, rel=0.02)
+    assert samples is not None and samples.shape == (20_000,)
+    # two types of 8 layers each: narrower than comonotone, wider than independent
+    two = DistBatch.concat([_batch(8, fam_a), _batch(8, fam_b)])
+    w = {c: aggregate(two, [0.9], coupling=c)[0][0.9].width for c in ("independent", "type", "comonotone")}
+    assert w["independent"] < w["type"] < w["comonotone"]
+    assert w["type"] == pytest.approx(w["comonotone"] / math.sqrt(2), rel=0.15)  # two independent blocks
+    # the service's sample bank gives the same numbers
+    bank = SampleBank()
+    a, _ = aggregate(two, [0.9], coupling="type", bank=bank)
+    b, _ = aggregate(two, [0.9], coupling="type")
+    assert a[0.9].lower == pytest.approx(b[0.9].lower, rel=1e-12) and a[0.9].upper == pytest.approx(b[0.9].upper,
+                                                                                                    rel=1e-12)

@@ -222,3 +222,28 @@ def test_small_types_fall_back():
     assert "add" not in m.types and m.report["too_few_rows"] == {"add": 10}
     bp = m.predict_layers([make_layer("add", dict(h=14, w=14, c=32))])
     assert bp.fallback[0] and bp.pred_ms[0] > 0
+
+
+def test_fallback_on_a_real_profile_keeps_many_small_layers_consistent():
+    """ShuffleNet-like: 74 tiny fallback layers (reshape/transpose/slice on a real CPU
+    profile). With a bare roofline, tiny operators' ratios to it have a tail tens of times
+    the median, and the sum of 74 draws lands far above the sum of the point estimates.
+    With the overhead term and errors shared by the fallback layers (``coupling="type"``:
+    one unknown ratio for the device's unmodelled operators) the 90 % network interval
+    holds the point estimate; with independent draws it does not."""
+    from estimator.aggregate import DistBatch, aggregate
+    from estimator.profile import load_profile
+
+    data, _ = prepare_training_data(load_profile("host-cpu").rows())
+    fb = FallbackModel.fit(data, TrainingOptions())
+    assert 0 < fb.overhead_ms < 0.01  # a few microseconds per layer on a CPU
+    rng = np.random.default_rng(0)
+    elems = rng.integers(1_000, 200_000, 74).astype(float)
+    out = fb.predict(elems, 8 * elems)  # one read and one write of fp32 tensors
+    c, s = out["dist"]["CM_LV"]
+    dist = DistBatch(c, s, np.zeros(74, dtype=np.int64), [fb.families["CM_LV"]])
+    total = float(out["pred_ms"].sum())
+    iv, _ = aggregate(dist, [0.9], coupling="type")
+    assert iv[0.9].lower <= total <= iv[0.9].upper
+    ind, _ = aggregate(dist, [0.9])
+    assert ind[0.9].lower > total  # the sum of 74 skewed independent draws: why "type" exists

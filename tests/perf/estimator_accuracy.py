@@ -21,8 +21,10 @@ Sections
    predicted with the full-profile models. Printed per network:
    measured, smart-padding and single-layer predictions and % errors (Tables 3-5 of the
    paper), CM_LV 90 % coverage and relative width; then mean |error|, and per metric the
-   coverage and mean relative width, for independent layer errors (Eq. 8, the default)
-   and, as ``lum_comonotone``, for perfectly correlated ones (sum of layer intervals).
+   coverage and mean relative width, under the estimator's default coupling of layer
+   errors (``lum``: correlated within a layer type, independent across types) and, as
+   ``lum_independent`` and ``lum_comonotone``, under the others (Eq. 8 with independent
+   errors; perfectly correlated ones: the sum of the layer intervals).
 3. CM_O on an out-of-design-space network (``--ood-network NAME@RES``, default
    ``resnet18@1024``): its CM_O 90 % relative width divided by the median over the
    in-space networks of section 2 (target: >= 3x), and the share of its layers flagged.
@@ -45,7 +47,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from estimator import zoo  # noqa: E402
-from estimator.aggregate import layer_intervals  # noqa: E402
+from estimator.aggregate import COUPLINGS, layer_intervals  # noqa: E402
 from estimator.cmd_model import evaluate_estimates, measure_networks, plot_pred_vs_measured  # noqa: E402
 from estimator.models import METRICS, TrainingOptions, prepare_training_data, train_models  # noqa: E402
 from estimator.predict import Estimator, make_layer  # noqa: E402
@@ -134,7 +136,9 @@ def network_level(est: dict[str, Estimator], names: list[str], args: argparse.Na
     results = {}
     runs = dict(est)
     lum = est["lum"]
-    runs["lum_comonotone"] = Estimator(lum.profile, lum.models, coupling="comonotone")
+    for coupling in COUPLINGS:  # the same predictions, intervals under each coupling of layer errors
+        if coupling != lum.coupling:
+            runs[f"lum_{coupling}"] = Estimator(lum.profile, lum.models, coupling=coupling)
     for target, e in runs.items():
         estimates = {n: e.estimate_network(meas[n]["onnx"], [0.9], name=n) for n in names}
         results[target] = evaluate_estimates(estimates, {n: meas[n]["measured_ms"] for n in names}, [0.9])
