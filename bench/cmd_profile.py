@@ -12,7 +12,9 @@ Device-specific mapping rules go into ``profile.json``:
 * ``fusion``: which activations the target's compiler folds into the producing layer
   (``--fusion FILE.json``, :class:`estimator.fusion.FusionRules` format);
 * ``op_mapping``: operators the target leaves on the CPU (``--op-mapping FILE.json``);
-  ``cpu_fallback_ops`` (ONNX op types) are flagged ``cpu_fallback_op`` in every estimate.
+  ``cpu_fallback_ops`` (ONNX op types) are flagged ``cpu_fallback_op`` in every estimate;
+* ``training``: :class:`estimator.models.TrainingOptions` overrides (``--training
+  FILE.json``), e.g. the device's measured ``padding_split`` (``tests/perf/padding_split.py``).
 
 For a database measured with the ``onnxruntime`` runner, ``fusion`` defaults to ONNX
 Runtime's CPU graph optimisations (:func:`onnxruntime_fusion`). For the ``vela`` runner
@@ -176,6 +178,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--description", default=None, help="free-text description")
     p.add_argument("--fusion", default=None, metavar="JSON", help="fusion rules file (default: the runner's, if known)")
     p.add_argument("--op-mapping", default=None, metavar="JSON", help="op_mapping file (default: the runner's, if known)")
+    p.add_argument("--training", default=None, metavar="JSON",
+                   help="training options file (estimator.models.TrainingOptions overrides, e.g. padding_split)")
     p.add_argument("--force", action="store_true", help="replace an existing profile of that name")
     p.set_defaults(func=cmd_profile)
 
@@ -194,7 +198,7 @@ def _load_json(path: str | None, what: str) -> Any:
 def profile_from_db(db: str | Path, name: str, *, source: str, root: str | Path | None = None,
                     env_id: int | None = None, hardware: str | None = None, description: str | None = None,
                     fusion: Mapping[str, Any] | None = None, op_mapping: Mapping[str, Any] | None = None,
-                    force: bool = False) -> Any:
+                    training: Mapping[str, Any] | None = None, force: bool = False) -> Any:
     """Create ``<root>/<name>/`` from one environment of a bench database; returns the Profile."""
     from estimator.dataset import write_measurements  # noqa: PLC0415
     from estimator.profile import create_profile, default_root  # noqa: PLC0415
@@ -238,6 +242,8 @@ def profile_from_db(db: str | Path, name: str, *, source: str, root: str | Path 
         extra["fusion"] = dict(fusion)
     if op_mapping is not None:
         extra["op_mapping"] = dict(op_mapping)
+    if training:
+        extra["training"] = dict(training)
     if description:
         extra["description"] = description
     with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:
@@ -255,7 +261,8 @@ def profile_from_db(db: str | Path, name: str, *, source: str, root: str | Path 
 def cmd_profile(a: argparse.Namespace) -> int:
     prof = profile_from_db(a.db, a.name, source=a.source, root=a.root, env_id=a.env_id, hardware=a.hardware,
                            description=a.description, fusion=_load_json(a.fusion, "fusion"),
-                           op_mapping=_load_json(a.op_mapping, "op-mapping"), force=a.force)
+                           op_mapping=_load_json(a.op_mapping, "op-mapping"),
+                           training=_load_json(a.training, "training"), force=a.force)
     n = sum(1 for _ in prof.rows())
     print(f"wrote profile {prof.name} to {prof.path} ({n} rows, provenance {prof.provenance.kind}, runner {prof.runner})")
     print(f"source: {prof.provenance.source}")

@@ -69,9 +69,17 @@ out-of-bag masks for new objects; no tree has seen a new layer, so we use the sp
 How the smart-padding interval enters calibration
 -------------------------------------------------
 A smart-padding measurement does not give the layer's latency, it gives an interval
-``[t_lum_lo, t_lum_hi]`` (Eq. 4) that contains it. The model is trained on the midpoint
-(intersected with ``[0, inf)``: a latency is never negative), and each calibration row's
-nonconformity is the *worst case over the interval*::
+``[t_lum_lo, t_lum_hi]`` (Eq. 4) that contains it (intersected with ``[0, inf)``: a
+latency is never negative). The model is trained on one point of that interval, set by
+the profile's ``training.padding_split`` ``a`` (the pad-in conv's share of a padding-only
+pair, measured per device by ``tests/perf/padding_split.py``): the padded model's padding
+costs ``pad_in(input shape) + pad_out(output shape) = a * T_b1 + (1 - a) * T_b2``, so a
+row trains on ``T_c - a * T_b1 - (1 - a) * T_b2`` clipped into ``[lo, hi]``. The default
+``a = 0.5`` is the interval's midpoint (the paper's choice); rows without ``T_c``,
+``T_b1``, ``T_b2`` (and single-layer targets) always train on the midpoint. The point only
+moves the forest's target: the interval, and the calibration below, do not depend on it.
+Each calibration row's nonconformity is the *worst case over the interval*, around the
+interval's midpoint ``mid = (lo + hi) / 2``::
 
     r = max over y in [lo, hi] of |y - y_hat|  =  |mid - y_hat| + (hi - lo) / 2
 
@@ -175,6 +183,9 @@ class TrainingOptions:
     fallback_peak_quantile: float = 0.95
     fallback_o_min_factor: float = 4.0
     target_transform: str = "log"  # "log": forest on log(t_op) (default); "linear": on t_op itself
+    # the pad-in conv's share alpha of a padding pair: smart-padding rows train on
+    # T_c - alpha * T_b1 - (1 - alpha) * T_b2 (0.5: Eq. 4's midpoint; see the module docstring)
+    padding_split: float = 0.5
 
     def __post_init__(self) -> None:
         def bad(msg: str) -> ModelError:
@@ -199,11 +210,16 @@ class TrainingOptions:
             raise bad(f"fallback_o_min_factor must be >= 1, got {self.fallback_o_min_factor}")
         if self.target_transform not in ("log", "linear"):
             raise bad(f"target_transform must be 'log' or 'linear', got {self.target_transform!r}")
+        if not (0.0 <= self.padding_split <= 1.0):  # also refuses NaN
+            raise bad(f"padding_split must be in [0, 1] (the pad-in conv's share of a padding-only pair; "
+                      f"0.5 trains on Eq. 4's midpoint), got {self.padding_split!r}")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["grid_max_features"] = [float(x) for x in self.grid_max_features]
         d["grid_min_samples_leaf"] = [int(x) for x in self.grid_min_samples_leaf]
+        if d["padding_split"] == 0.5:  # the default trains exactly as before: keep earlier cache keys
+            del d["padding_split"]
         return d
 
     @classmethod
@@ -261,7 +277,7 @@ class TrainingData:
     bytes: np.ndarray  # (n,)
     lo: np.ndarray  # (n,) measured interval, ms (clipped at 0)
     hi: np.ndarray
-    mid: np.ndarray
+    mid: np.ndarray  # (n,) training point, ms, in [lo, hi]: the midpoint unless padding_split != 0.5
     params: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -277,11 +293,31 @@ def _interval(row: Mapping[str, Any], target: str) -> tuple[float, float] | None
     return (max(t, 0.0), max(t, 0.0)) if math.isfinite(t) else None
 
 
-def prepare_training_data(rows: Iterable[Mapping[str, Any]], target: str = "lum", elem_bytes: int = 4
-                          ) -> tuple[dict[str, TrainingData], dict[str, Any]]:
-    """Group benchmark rows by type into arrays; returns ``(data_by_type, skipped_report)``."""
+def _training_point(row: Mapping[str, Any], lo: float, hi: float, target: str, padding_split: float) -> float:
+    """The latency a row trains on: ``T_c - a * T_b1 - (1 - a) * T_b2`` (``a``: padding
+    split) clipped into its interval ``[lo, hi]`` (already clipped at 0); the midpoint for
+    ``a = 0.5``, for single-layer targets and for rows without ``T_c``, ``T_b1``, ``T_b2``."""
+    mid = (lo + hi) / 2.0
+    if target != "lum" or padding_split == 0.5:
+        return mid
+    t_c, b1, b2 = (row.get(k, float("nan")) for k in ("t_padded_ms", "t_b1_ms", "t_b2_ms"))
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in (t_c, b1, b2)):
+        return mid
+    return min(max(t_c - padding_split * b1 - (1.0 - padding_split) * b2, lo), hi)
+
+
+def prepare_training_data(rows: Iterable[Mapping[str, Any]], target: str = "lum", elem_bytes: int = 4,
+                          padding_split: float = 0.5) -> tuple[dict[str, TrainingData], dict[str, Any]]:
+    """Group benchmark rows by type into arrays; returns ``(data_by_type, skipped_report)``.
+
+    ``padding_split`` (``TrainingOptions.padding_split``) sets each smart-padding row's
+    training point (``TrainingData.mid``, see :func:`_training_point`); the intervals
+    ``lo``/``hi`` do not depend on it."""
     if target not in TARGETS:
         raise ModelError(f"unknown training target {target!r}; known: {', '.join(TARGETS)}")
+    if not (0.0 <= padding_split <= 1.0):
+        raise ModelError(f"padding_split must be in [0, 1] (the pad-in conv's share of a padding-only pair; "
+                         f"0.5 trains on Eq. 4's midpoint), got {padding_split!r}")
     acc: dict[str, dict[str, list]] = {}
     skipped: dict[str, int] = {}
     ops_mismatch = 0
@@ -310,18 +346,19 @@ def prepare_training_data(rows: Iterable[Mapping[str, Any]], target: str = "lum"
         stored = row.get("ops", float("nan"))
         if math.isfinite(stored) and abs(stored - c.ops) > 1e-6 * max(c.ops, 1.0):
             ops_mismatch += 1
-        a = acc.setdefault(t, {"X": [], "ops": [], "bytes": [], "lo": [], "hi": [], "params": []})
+        a = acc.setdefault(t, {"X": [], "ops": [], "bytes": [], "lo": [], "hi": [], "mid": [], "params": []})
         a["X"].append(feature_vector(t, c.features))
         a["ops"].append(float(c.ops))
         a["bytes"].append(float(c.bytes))
         a["lo"].append(iv[0])
         a["hi"].append(iv[1])
+        a["mid"].append(_training_point(row, iv[0], iv[1], target, padding_split))
         a["params"].append(params)
     out: dict[str, TrainingData] = {}
     for t, a in acc.items():
         lo, hi = np.asarray(a["lo"]), np.asarray(a["hi"])
         out[t] = TrainingData(t, np.asarray(a["X"], dtype=float), np.asarray(a["ops"]), np.asarray(a["bytes"]),
-                              lo, hi, (lo + hi) / 2.0, a["params"])
+                              lo, hi, np.asarray(a["mid"], dtype=float), a["params"])
     report = {"skipped": skipped, "ops_mismatch": ops_mismatch}
     return out, report
 
@@ -471,8 +508,9 @@ class TypeModel:
         betas = {"CM_TV": beta_tv, "CM_LV": beta_lv, "CM_O": beta_o}
         sig = _sigmas(betas, oob, rel_sd, d_loo, t_scale, ops)
 
-        # interval-aware nonconformity (see module docstring)
-        r_top = np.abs(y - oob) + (y_hi - y_lo) / 2.0
+        # interval-aware nonconformity: the worst case over the measured interval (see module
+        # docstring), whatever point inside it the forest was trained on
+        r_top = np.abs((y_lo + y_hi) / 2.0 - oob) + (y_hi - y_lo) / 2.0
         r_ms = r_top * ops * t_scale
         regressors = {
             "CM_TV": ConformalRegressor().fit(r_top, sigmas=sig["CM_TV"]),
@@ -751,7 +789,7 @@ def train_models(rows: Iterable[Mapping[str, Any]], *, profile_name: str, precis
 
     options = options or TrainingOptions()
     eb = elem_bytes_for(precision)
-    data, prep = prepare_training_data(rows, target, eb)
+    data, prep = prepare_training_data(rows, target, eb, padding_split=options.padding_split)
     t0 = time.perf_counter()
     types: dict[str, TypeModel] = {}
     few: dict[str, int] = {}

@@ -34,7 +34,9 @@ from ``measurements.csv`` and cached locally (:mod:`estimator.cache`).
                                                //   are listed in free_nodes, not estimated
         "notes": "free text"
       },
-      "training": { ... }                      // optional estimator.models.TrainingOptions overrides
+      "training": {                            // optional estimator.models.TrainingOptions overrides
+        "padding_split": 0.77                  //   e.g. the pad-in conv's share of a padding pair
+      }                                        //   (0.5 = Eq. 4 midpoint; tests/perf/padding_split.py)
     }
 
 Required: ``name``, ``hardware``, ``runner``, ``precision``, ``provenance.kind``,

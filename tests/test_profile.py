@@ -84,6 +84,8 @@ def test_unknown_device_lists_known_ones(root):
          "'versions' values must be strings"),
         (dict(training={"n_trees": 5}), r"training: unknown training options \['n_trees'\]"),
         (dict(training={"n_estimators": "many"}), "training option 'n_estimators'"),
+        (dict(training={"padding_split": 1.2}), r"training: training option padding_split must be in \[0, 1\].*got 1.2"),
+        (dict(training={"padding_split": True}), "training option 'padding_split' must be like 0.5"),
         (dict(op_mapping={"cpu_fallback_ops": "Resize"}), "cpu_fallback_ops must be a list"),
         (dict(op_mapping={"free_ops": ["Reshape", 3]}), "free_ops must be a list of ONNX op names"),
         (dict(op_mapping={"free_ops": ["Reshape"], "cpu_fallback_ops": ["Reshape"]}),
