@@ -20,6 +20,10 @@ What is precomputed (once per loaded model set, never pickled)
   ``NearestNeighbors`` built at training time, queried directly: the same neighbours and
   the same distances as ``DifficultyEstimator.apply``, without the estimator's input
   validation and joblib dispatch.
+* **Feature rows.** The per-row statistics above are kept per ``(type, feature row)``
+  (:class:`FastModels`, bounded; see :meth:`FastModels._compute_rows` for the one bit of
+  batch context in the key), so a layer configuration seen before is not evaluated again;
+  the per-layer arithmetic then runs once over all modelled layers.
 * **Conformal parts.** Unchanged arithmetic (:func:`estimator.models._sigmas`) on the same
   inputs, so centres, scales and per-layer intervals are identical. The network-level Monte
   Carlo draws come from a :class:`~estimator.aggregate.SampleBank` (kept sample-slot
@@ -30,6 +34,7 @@ except for the Monte Carlo summation order).
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Mapping, Sequence
@@ -39,10 +44,12 @@ import numpy as np
 from .aggregate import DistBatch
 from .layers import Layer
 
-__all__ = ["FlatForests", "FastKNN", "FastModels", "PER_TREE_ROWS"]
+__all__ = ["FlatForests", "FastKNN", "FastModels", "PER_TREE_ROWS", "ROW_CACHE_SIZE"]
 
 #: From this many layers of one type in a batch on, that type's trees use their compiled predict.
 PER_TREE_ROWS = 256
+#: Feature rows whose statistics :class:`FastModels` keeps (about 300 bytes each).
+ROW_CACHE_SIZE = 1 << 16
 _LEAF = -1
 _FEATURE_BITS = 8
 
@@ -246,26 +253,105 @@ class _TypeEval:
 
 
 class FastModels:
-    """:meth:`DeviceModels.predict_layers` with precomputed evaluators (same results)."""
+    """:meth:`DeviceModels.predict_layers` with precomputed evaluators (same results).
 
-    def __init__(self, models: Any) -> None:
+    The statistics of a feature row (forest mean and spread, k-NN difficulty, the
+    out-of-design-space reasons) depend on that row alone, so they are kept per
+    ``(type, feature row)`` (plus whether the row is alone of its type in its batch, see
+    :meth:`_compute_rows`): networks repeat blocks and NAS candidates share most of their
+    layer configurations, and a layer seen before costs a dictionary look-up. Only the
+    rows not seen before go through the forests and k-d trees (all types in one walk).
+    """
+
+    def __init__(self, models: Any, row_cache_size: int = ROW_CACHE_SIZE) -> None:
         self.models = models
         self.forests = FlatForests({t: m.forest for t, m in sorted(models.types.items())})
         self.types = {t: _TypeEval(t, m, FastKNN(m.knn_de), itemgetter(*m.feature_names))
                       for t, m in sorted(models.types.items())}
+        #: (type, feature row, alone) -> (p, rel_sd, d_knn, out-of-design-space reasons), at most
+        #: ``row_cache_size`` entries (the oldest go first)
+        self._row_cache: dict[tuple, tuple[float, float, float, tuple[str, ...]]] = {}
+        self._row_lock = threading.Lock()
+        self.row_cache_size = int(row_cache_size)
 
-    def _features(self, te: _TypeEval, layers: Sequence[Layer], idx: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        """The distinct feature rows of these layers and, per layer, its row (networks repeat
-        blocks; every row's prediction depends on that row alone)."""
-        get = te.get
-        single = len(te.model.feature_names) == 1
-        rows: dict[Any, int] = {}
-        inverse = np.empty(len(idx), dtype=np.intp)
-        for j, i in enumerate(idx):
-            f = get(layers[i].features)
-            key = (f,) if single else f
-            inverse[j] = rows.setdefault(key, len(rows))
-        return np.array(list(rows), dtype=float).reshape(len(rows), -1), inverse
+    def clear_row_cache(self) -> None:
+        """Forget every kept feature row (for measuring cold evaluations)."""
+        with self._row_lock:
+            self._row_cache.clear()
+
+    def _row_stats(self, layers: Sequence[Layer], by_type: Mapping[str, list[int]], modelled: Sequence[str]
+                   ) -> list[list[tuple[float, float, float, tuple[str, ...]]]]:
+        """Per modelled type, per layer (in ``by_type`` order): the statistics of its feature
+        row, ``(p, rel_sd, d_knn, reasons)``, from the row cache; the rows not in it are
+        computed together (one forest walk for all types, :meth:`_compute_rows`) and added."""
+        cache = self._row_cache
+        found: list[list[Any]] = []
+        missing: list[tuple[str, list[tuple]]] = []
+        for t in modelled:
+            te = self.types[t]
+            get = te.get
+            single = len(te.model.feature_names) == 1
+            alone = len(by_type[t]) == 1  # (see _compute_rows)
+            keys = [(t, (get(layers[i].features),) if single else get(layers[i].features), alone)
+                    for i in by_type[t]]
+            recs = [cache.get(k) for k in keys]
+            if None in recs:
+                miss = list(dict.fromkeys(k for k, r in zip(keys, recs) if r is None))
+                missing.append((t, miss))
+                found.append([keys, recs])
+            else:
+                found.append([None, recs])
+        if missing:
+            new = self._compute_rows(missing)
+            for entry in found:
+                keys, recs = entry
+                if keys is not None:
+                    entry[1] = [r if r is not None else new[k] for k, r in zip(keys, recs)]
+            with self._row_lock:
+                cache.update(new)
+                while len(cache) > self.row_cache_size:
+                    del cache[next(iter(cache))]
+        return [recs for _, recs in found]
+
+    def _compute_rows(self, missing: Sequence[tuple[str, list[tuple]]]
+                      ) -> dict[tuple, tuple[float, float, float, tuple[str, ...]]]:
+        """The statistics of these ``(type, feature row, alone)`` keys: forest mean and relative
+        spread, k-NN difficulty, and the out-of-design-space reasons.
+
+        They are the reference path's numbers to the last bit, and they do not depend on what
+        else was evaluated with them: the means and spreads over the trees are column
+        reductions of a ``(trees, rows)`` matrix, which numpy sums tree by tree when there are
+        two columns or more but pairwise for a single column. The reference evaluates every
+        layer of a type together, so its last bit depends on whether the layer is ``alone``
+        of its type in the batch (part of the key); here an alone row is evaluated as a single
+        column, any other row among at least two columns (a single one twice)."""
+        parts = []
+        for t, keys in missing:
+            X = np.array([k[1] for k in keys], dtype=float).reshape(len(keys), -1)
+            parts.append((t, X if len(keys) > 1 or keys[0][2] else np.repeat(X, 2, axis=0)))
+        out: dict[tuple, tuple[float, float, float, tuple[str, ...]]] = {}
+        for (t, X), P, (_, keys) in zip(parts, self.forests.tree_predictions(parts), missing):
+            te = self.types[t]
+            mdl = te.model
+            if mdl.log_target:
+                p = np.exp(P.mean(axis=0))
+                rel_sd = P.std(axis=0)
+            else:
+                p = P.mean(axis=0)
+                rel_sd = P.std(axis=0) / np.maximum(p, 1e-12)
+            d_knn = te.knn.apply(X)
+            out_of_range = (X < mdl.feat_min) | (X > mdl.feat_max)
+            far = d_knn > mdl.knn_threshold * (1 + 1e-9)
+            names = mdl.feature_names
+            flagged = out_of_range.any(axis=1) | far
+            for j, (k, pj, sj, dj) in enumerate(zip(keys, p.tolist(), rel_sd.tolist(), d_knn.tolist())):
+                why: tuple[str, ...] = ()
+                if flagged[j]:
+                    why = tuple(f"range:{names[c]}" for c in np.flatnonzero(out_of_range[j]).tolist())
+                    if far[j]:
+                        why += ("knn",)
+                out[k] = (pj, sj, dj, why)
+        return out
 
     def predict_layers(self, layers: Sequence[Layer]) -> Any:
         from .models import METRICS, BatchPrediction, _sigmas  # noqa: PLC0415 (models imports this module lazily)
@@ -280,7 +366,7 @@ class FastModels:
         for i, l in enumerate(layers):
             by_type.setdefault(l.type, []).append(i)
             p = l.params
-            n = p.get("n", 1) if isinstance(p, Mapping) else 1
+            n = p.get("n", 1) if type(p) is dict or isinstance(p, Mapping) else 1
             if n != 1:
                 try:
                     if int(n) > 1:
@@ -293,42 +379,44 @@ class FastModels:
         scale = {m: np.empty(N) for m in METRICS}
         families: dict[str, list[Any]] = {m: [] for m in METRICS}
         modelled = [t for t in present if t in self.types]
-        Xs = {t: self._features(self.types[t], layers, by_type[t]) for t in modelled}
-        P_all = dict(zip(modelled, self.forests.tree_predictions([(t, Xs[t][0]) for t in modelled])))
+        if modelled:
+            # every modelled layer at once: per-layer statistics and per-type constants as
+            # arrays, then the same element-wise arithmetic as per type
+            stats = self._row_stats(layers, by_type, modelled)
+            idx_l: list[int] = []
+            consts: list[tuple[float, float, float, float]] = []
+            recs: list[tuple[float, float, float, tuple[str, ...]]] = []
+            for t, r in zip(modelled, stats):
+                mdl = self.types[t].model
+                b = mdl.betas
+                idx_l.extend(by_type[t])
+                consts.extend([(mdl.t_scale, b["CM_TV"], b["CM_LV"], b["CM_O"])] * len(r))
+                recs.extend(r)
+            idx = np.asarray(idx_l, dtype=np.intp)
+            p, rel_sd, d_knn = np.array([r[:3] for r in recs], dtype=float).T
+            t_scale, b_tv, b_lv, b_o = np.array(consts, dtype=float).T
+            o = ops[idx]
+            sig = _sigmas({"CM_TV": b_tv, "CM_LV": b_lv, "CM_O": b_o}, p, rel_sd, d_knn, t_scale, o)
+            t_op_ms = p * t_scale
+            pred_ms = t_op_ms * o
+            scale_top = t_scale * o
+            t_op[idx] = t_op_ms
+            pred[idx] = pred_ms
+            for m in METRICS:
+                center[m][idx] = pred_ms
+            scale["CM_TV"][idx] = sig["CM_TV"] * scale_top
+            scale["CM_LV"][idx] = sig["CM_LV"]
+            scale["CM_O"][idx] = sig["CM_O"] * scale_top
+            for i, r in zip(idx_l, recs):
+                if r[3]:
+                    reasons[i].extend(r[3])
         for fi, t in enumerate(present):
             idx = np.asarray(by_type[t], dtype=np.intp)
             family[idx] = fi
             te = self.types.get(t)
             if te is not None:
-                mdl = te.model
-                (Xu, inv), P, o = Xs[t], P_all[t], ops[idx]
-                # per distinct row, then per layer: column-wise reductions, so the same numbers
-                if mdl.log_target:
-                    p = np.exp(P.mean(axis=0))[inv]
-                    rel_sd = P.std(axis=0)[inv]
-                else:
-                    p = P.mean(axis=0)[inv]
-                    rel_sd = P.std(axis=0)[inv] / np.maximum(p, 1e-12)
-                d_knn = te.knn.apply(Xu)[inv]
-                X = Xu[inv]
-                sig = _sigmas(mdl.betas, p, rel_sd, d_knn, mdl.t_scale, o)
-                t_op_ms = p * mdl.t_scale
-                pred_ms = t_op_ms * o
-                t_op[idx] = t_op_ms
-                pred[idx] = pred_ms
-                scale_top = mdl.t_scale * o
-                out_of_range = (X < mdl.feat_min) | (X > mdl.feat_max)
-                far = d_knn > mdl.knn_threshold * (1 + 1e-9)
-                flagged = np.flatnonzero(out_of_range.any(axis=1) | far)
-                names = mdl.feature_names
-                for j in flagged.tolist():
-                    r = reasons[int(idx[j])]
-                    r.extend(f"range:{names[k]}" for k in np.flatnonzero(out_of_range[j]).tolist())
-                    if far[j]:
-                        r.append("knn")
-                fams = mdl.families
-                dist = {"CM_TV": (pred_ms, sig["CM_TV"] * scale_top), "CM_LV": (pred_ms, sig["CM_LV"]),
-                        "CM_O": (pred_ms, sig["CM_O"] * scale_top)}
+                for m in METRICS:
+                    families[m].append(te.model.families[m])
             else:
                 byt = np.array([self.models._layer_bytes(layers[i]) for i in idx.tolist()])
                 out = self.models.fallback.predict(ops[idx], byt)
@@ -336,13 +424,11 @@ class FastModels:
                 for i in idx.tolist():
                     reasons[i].insert(0, "no_data")
                 pred[idx] = out["pred_ms"]
-                fams = self.models.fallback.families
-                dist = out["dist"]
-            for m in METRICS:
-                c, s = dist[m]
-                center[m][idx] = c
-                scale[m][idx] = s
-                families[m].append(fams[m])
+                for m in METRICS:
+                    c, s = out["dist"][m]
+                    center[m][idx] = c
+                    scale[m][idx] = s
+                    families[m].append(self.models.fallback.families[m])
         dists = {m: DistBatch(center[m], scale[m], family, families[m]) for m in METRICS}
         ood = np.fromiter((bool(r) for r in reasons), dtype=bool, count=N)
         return BatchPrediction(pred, t_op, ops, fb, ood, reasons, dists)

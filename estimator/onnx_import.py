@@ -119,6 +119,7 @@ __all__ = [
     "ImpossibleShapeError",
     "load_model",
     "load_network",
+    "clear_counts_cache",
     "parse_input_shape",
     "DEFAULT_SIMPLIFY_TIMEOUT_S",
 ]
@@ -219,8 +220,11 @@ def _validate(model: onnx.ModelProto, what: str, nodes: list[GraphNode] | None =
     all_nodes: Sequence[Any] = nodes if nodes is not None else g.node
     defined = {i.name for i in g.input} | {t.name for t in g.initializer}
     defined |= {t.values.name for t in g.sparse_initializer}
+    empty_defined = "" in defined
     for n in all_nodes:
-        defined.update(o for o in n.output if o)
+        defined.update(n.output)
+    if not empty_defined:
+        defined.discard("")  # (an omitted optional output)
     for n in all_nodes:
         for i in n.input:
             if i and i not in defined:
@@ -965,7 +969,7 @@ _RESHAPE_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"}
 _SLICE_OPS = {"Slice", "Split", "Gather"}
 
 
-@dataclass
+@dataclass(slots=True)
 class _Draft:
     """A layer before fusion and counting."""
 
@@ -995,6 +999,18 @@ def _attrs(node: Any) -> dict[str, Any]:
     return cached if cached is not None else node_attrs(node)
 
 
+def _impossible(n: Any) -> str:
+    """The start of an :class:`ImpossibleShapeError` message about node ``n``."""
+    return f"impossible shapes: node {n.name!r} ({n.op_type})"
+
+
+def _has_subgraph(node: Any) -> bool:
+    """Whether a node carries a graph attribute (If/Loop/Scan bodies)."""
+    if getattr(node, "attrs_cache", None) is not None and node.attrs_simple:
+        return False  # attributes already converted, all of plain types
+    return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
+
+
 class _Extractor:
     def __init__(self, model: onnx.ModelProto, shapes: dict[str, Shape | None], rules: FusionRules,
                  warnings: list[str], nodes: Sequence[GraphNode] | None = None,
@@ -1009,48 +1025,53 @@ class _Extractor:
         # values of initializers and Constant outputs already read (by the shape propagation)
         self._values: dict[str, np.ndarray | None] = dict(values) if values else {}
         self.nodes = self._topo_sort(list(nodes) if nodes is not None else list(self.g.node))
-        for n in self.nodes:
-            if n.op_type == "Constant" and n.output:
-                self.const_nodes[n.output[0]] = n
         # Aliases: outputs of Identity/Dropout and of no-ops stand for their input.
         self.alias: dict[str, str] = {}
         self.noop: dict[str, str] = {}
         for n in self.nodes:
+            if n.op_type == "Constant" and n.output:
+                self.const_nodes[n.output[0]] = n
             if n.domain not in ("", "ai.onnx") or not n.input or not n.input[0] or not n.output:
                 continue
             reason = self._noop_reason(n)
             if reason:
                 self.alias[n.output[0]] = self.canon(n.input[0])
                 self.noop[n.name] = reason
-        self.graph_outputs = {self.canon(o.name) for o in self.g.output}
+        canon = self.canon
+        self.graph_outputs = {canon(o.name) for o in self.g.output}
         self.live = self._live_nodes()
+        # consumers of every (canonical) tensor among the live nodes that are not no-ops, and
+        # the static tensors: constants and everything computed from constants and shapes only
         self.consumers: dict[str, list[onnx.NodeProto]] = {}
+        static = self.static = set(self.init) | {t.values.name for t in self.g.sparse_initializer}
+        consumers, live, noop = self.consumers, self.live, self.noop
         for n in self.nodes:
-            if n.name not in self.live or n.name in self.noop:
-                continue
-            for i in dict.fromkeys(self.canon(x) for x in n.input if x):
-                self.consumers.setdefault(i, []).append(n)
-        self.static: set[str] = set(self.init) | {t.values.name for t in self.g.sparse_initializer}
-        for n in self.nodes:
-            ins = [x for x in n.input if x]
-            if (n.op_type == "Constant" or n.op_type in ("Shape", "Size")
-                    or (ins and n.domain in ("", "ai.onnx") and all(self.canon(x) in self.static for x in ins)
-                        and not n.op_type.startswith("Random"))):
-                self.static.update(o for o in n.output if o)
+            ins = [canon(x) for x in n.input if x]
+            if n.name in live and n.name not in noop:
+                for i in dict.fromkeys(ins):
+                    if i in consumers:
+                        consumers[i].append(n)
+                    else:
+                        consumers[i] = [n]
+            op = n.op_type
+            if (op == "Constant" or op == "Shape" or op == "Size"
+                    or (ins and n.domain in ("", "ai.onnx") and all(x in static for x in ins)
+                        and not op.startswith("Random"))):
+                static.update(o for o in n.output if o)
         self.claimed: set[str] = set()
 
     # -- graph helpers
 
     def _topo_sort(self, nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
+        """The nodes in topological order (sets ``_unique_outputs``: no tensor has two producers)."""
         produced_by = {o: i for i, n in enumerate(nodes) for o in n.output if o}
-        if len(produced_by) == sum(1 for n in nodes for o in n.output if o):
+        self._unique_outputs = len(produced_by) == sum(1 for n in nodes for o in n.output if o)
+        if self._unique_outputs:
             # Already in topological order (the usual case): the heap below would return
             # exactly this order (it always takes the smallest ready index).
-            seen: set[str] = set()
-            for n in nodes:
-                if any(x in produced_by and x not in seen for x in n.input):
+            for i, n in enumerate(nodes):
+                if any(produced_by.get(x, -1) >= i for x in n.input):
                     break
-                seen.update(n.output)
             else:
                 return list(nodes)
         deps: list[set[int]] = []
@@ -1103,6 +1124,18 @@ class _Extractor:
         return f"no-op ({op} leaves its input unchanged)"
 
     def _live_nodes(self) -> set[str]:
+        if self._unique_outputs:
+            # One pass against the (topological) order: a node's consumers come after it, so
+            # by the time it is reached, every tensor a live node reads is in ``needed``.
+            needed = {o.name for o in self.g.output}
+            live: set[str] = set()
+            for n in reversed(self.nodes):
+                for o in n.output:
+                    if o and o in needed:
+                        live.add(n.name)
+                        needed.update(n.input)
+                        break
+            return live
         producer = {o: n for n in self.nodes for o in n.output if o}
         ids = _live_node_ids(producer, [o.name for o in self.g.output])
         return {n.name for n in self.nodes if id(n) in ids}
@@ -1148,7 +1181,8 @@ class _Extractor:
         return self.consumers.get(self.canon(t), [])
 
     def act_inputs(self, node: onnx.NodeProto) -> list[str]:
-        return [self.canon(x) for x in node.input if x and not self.is_static(x)]
+        static = self.static
+        return [c for c in map(self.canon, filter(None, node.input)) if c not in static]
 
     def outs(self, node: onnx.NodeProto) -> list[str]:
         return [self.canon(o) for o in node.output if o]
@@ -1188,7 +1222,7 @@ class _Extractor:
     def _draft(self, n: onnx.NodeProto) -> _Draft:
         if n.domain not in ("", "ai.onnx"):
             return self._other(n, extra_flags=[f"domain={n.domain}"])
-        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute):
+        if _has_subgraph(n):
             return self._other(n, extra_flags=["subgraph"])
         op = n.op_type
         try:
@@ -1291,19 +1325,20 @@ class _Extractor:
 
     def _check_window(self, n: onnx.NodeProto, win: Mapping[str, int], *, dilated: bool) -> None:
         """Raise :class:`ImpossibleShapeError` for a window the vocabulary cannot describe."""
-        where = f"impossible shapes: node {n.name!r} ({n.op_type})"
         for key in ("k_h", "k_w", "s_h", "s_w") + (("d_h", "d_w") if dilated else ()):
             if win[key] < 1:
                 what = {"k": "kernel size", "s": "stride", "d": "dilation"}[key[0]]
-                raise ImpossibleShapeError(f"{where}: {what} {win[key]} along {'hw'[key[-1] == 'w']}; it must be >= 1")
+                raise ImpossibleShapeError(f"{_impossible(n)}: {what} {win[key]} along {'hw'[key[-1] == 'w']}; "
+                                           "it must be >= 1")
         if min(win["p_t"], win["p_l"], win["p_b"], win["p_r"]) < 0:
-            raise ImpossibleShapeError(f"{where}: negative pads {(win['p_t'], win['p_l'], win['p_b'], win['p_r'])}")
+            raise ImpossibleShapeError(
+                f"{_impossible(n)}: negative pads {(win['p_t'], win['p_l'], win['p_b'], win['p_r'])}")
         d_h, d_w = (win["d_h"], win["d_w"]) if dilated else (1, 1)
         h_out = conv_out(win["h"], win["k_h"], win["s_h"], d_h, win["p_t"], win["p_b"])
         w_out = conv_out(win["w"], win["k_w"], win["s_w"], d_w, win["p_l"], win["p_r"])
         if h_out < 1 or w_out < 1:
             raise ImpossibleShapeError(
-                f"{where}: the {win['k_h']}x{win['k_w']} window (stride {win['s_h']}x{win['s_w']}, dilation "
+                f"{_impossible(n)}: the {win['k_h']}x{win['k_w']} window (stride {win['s_h']}x{win['s_w']}, dilation "
                 f"{d_h}x{d_w}) does not fit the {win['h']}x{win['w']} input with pads (top, left, bottom, right) = "
                 f"({win['p_t']}, {win['p_l']}, {win['p_b']}, {win['p_r']})")
 
@@ -1511,9 +1546,9 @@ class _Extractor:
                 if v is None or v.size != 1:
                     return "clip"
                 if idx == 1:
-                    lo = float(np.ravel(v)[0])
+                    lo = float(v.item())
                 else:
-                    hi = float(np.ravel(v)[0])
+                    hi = float(v.item())
         if lo == 0 and hi == 6:
             return "relu6"
         if lo == 0 and hi == math.inf:
@@ -1655,12 +1690,14 @@ class _Extractor:
         return [d for d in kept if d is not None]
 
     def _finish(self, d: _Draft) -> Layer:
-        params = {k: (int(v) if isinstance(v, (int, np.integer)) and not isinstance(v, bool) else v)
-                  for k, v in d.params.items()}
+        params = dict(d.params)
+        for k, v in params.items():
+            if type(v) is not int and isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+                params[k] = int(v)
         if d.activation is not None and d.type in FUSED_ACT_TYPES:
             params["act"] = d.activation  # the fused activation is a feature (estimator.layers)
         try:
-            counts = describe(d.type, params)
+            counts = _describe(d.type, params)
         except (LayerSpecError, TypeError, ValueError) as e:
             self.warnings.append(f"layer {d.nodes[0]!r} ({d.op_type}): {e}; counted as type 'other'")
             d.flag("describe_failed")
@@ -1681,7 +1718,7 @@ class _Extractor:
             ys = out_shapes[0] if out_shapes else None
             if ys is not None and math.prod(ys) != math.prod(counts.output_shape):
                 d.flag("shape_mismatch")
-        if any(s is None for s in in_shapes + out_shapes):
+        if None in in_shapes or None in out_shapes:
             d.flag("unknown_shape")
         return Layer(
             name=d.nodes[0], type=d.type, params=params, counts=counts, op_type=d.op_type, nodes=list(d.nodes),
@@ -1689,6 +1726,37 @@ class _Extractor:
             output_shapes=[tuple(s) if s is not None else () for s in out_shapes],
             activation=d.activation, flags=list(d.flags),
         )
+
+
+#: (type, raw parameters) -> LayerCounts, for :func:`_describe`
+_COUNTS: dict[tuple, Any] = {}
+_COUNTS_MAX = 1 << 14
+
+
+def clear_counts_cache() -> None:
+    """Forget the remembered layer counts (for measuring cold imports)."""
+    _COUNTS.clear()
+
+
+def _describe(layer_type: str, params: dict[str, Any]) -> Any:
+    """:func:`~estimator.layers.describe`, remembered per (type, raw parameters): networks
+    repeat blocks and NAS candidates share most layer configurations. The counts are
+    shared by every layer with those parameters (read-only: nothing modifies them)."""
+    try:
+        key: tuple = (layer_type, *params.items())
+        hit = _COUNTS.get(key)
+    except TypeError:  # a list value (concat channels)
+        key = (layer_type, *((k, tuple(v) if isinstance(v, list) else v) for k, v in params.items()))
+        try:
+            hit = _COUNTS.get(key)
+        except TypeError:  # something else unhashable: not remembered
+            return describe(layer_type, params)
+    if hit is None:
+        hit = describe(layer_type, params)
+        if len(_COUNTS) >= _COUNTS_MAX:
+            _COUNTS.clear()
+        _COUNTS[key] = hit
+    return hit
 
 
 class _Unsupported(Exception):

@@ -43,16 +43,18 @@ class GraphNode:
     """A plain-Python copy of a ``NodeProto``'s fields (protobuf field access is slow, and the
     importer reads every node many times). Duck-types what the importer reads of a node."""
 
-    __slots__ = ("name", "op_type", "domain", "input", "output", "attribute", "attrs_cache")
+    __slots__ = ("name", "op_type", "domain", "input", "output", "attribute", "attrs_cache", "attrs_simple")
 
     def __init__(self, n: onnx.NodeProto) -> None:
         self.name = n.name
         self.op_type = n.op_type
         self.domain = n.domain
-        self.input = list(n.input)
-        self.output = list(n.output)
-        self.attribute = list(n.attribute) if len(n.attribute) else []
+        self.input = n.input[:]  # (slicing a repeated field is upb's quickest copy to a list)
+        self.output = n.output[:]
+        self.attribute = n.attribute[:]
         self.attrs_cache: dict[str, Any] | None = None
+        #: every attribute is of a type in _SIMPLE_ATTRS (set with attrs_cache)
+        self.attrs_simple = True
 
 
 def graph_nodes(model: onnx.ModelProto) -> list[GraphNode]:
@@ -60,9 +62,28 @@ def graph_nodes(model: onnx.ModelProto) -> list[GraphNode]:
 
 
 _AP = onnx.AttributeProto
-_SIMPLE_ATTRS = {_AP.INT: lambda a: a.i, _AP.FLOAT: lambda a: a.f, _AP.INTS: lambda a: list(a.ints),
-                 _AP.FLOATS: lambda a: list(a.floats), _AP.STRING: lambda a: a.s.decode("utf-8", "replace"),
-                 _AP.TENSOR: lambda a: a.t, _AP.STRINGS: lambda a: list(a.strings)}
+_SIMPLE_ATTRS = {_AP.INT: lambda a: a.i, _AP.FLOAT: lambda a: a.f, _AP.INTS: lambda a: a.ints[:],
+                 _AP.FLOATS: lambda a: a.floats[:], _AP.STRING: lambda a: a.s.decode("utf-8", "replace"),
+                 _AP.TENSOR: lambda a: a.t, _AP.STRINGS: lambda a: a.strings[:]}
+
+
+def _convert_attrs(attribute: Sequence[Any]) -> tuple[dict[str, Any], bool]:
+    """``({name: value}, every attribute of a type in _SIMPLE_ATTRS)``; see :func:`node_attrs`."""
+    out: dict[str, Any] = {}
+    simple = True
+    for a in attribute:
+        conv = _SIMPLE_ATTRS.get(a.type)
+        if conv is None:
+            simple = False
+        try:
+            v = conv(a) if conv is not None else helper.get_attribute_value(a)
+        except Exception:
+            simple = False
+            continue
+        if isinstance(v, bytes):
+            v = v.decode("utf-8", "replace")
+        out[a.name] = v
+    return out, simple and len(out) == len(attribute)
 
 
 def node_attrs(node: Any) -> dict[str, Any]:
@@ -71,24 +92,19 @@ def node_attrs(node: Any) -> dict[str, Any]:
     cached = getattr(node, "attrs_cache", None)
     if cached is not None:
         return cached
-    out: dict[str, Any] = {}
-    for a in node.attribute:
-        conv = _SIMPLE_ATTRS.get(a.type)
-        try:
-            v = conv(a) if conv is not None else helper.get_attribute_value(a)
-        except Exception:
-            continue
-        if isinstance(v, bytes):
-            v = v.decode("utf-8", "replace")
-        out[a.name] = v
+    out, simple = _convert_attrs(node.attribute)
     if isinstance(node, GraphNode):
-        node.attrs_cache = out
+        node.attrs_cache, node.attrs_simple = out, simple
     return out
 
 
 def _attr_map(node: Any) -> dict[str, Any]:
-    a = node_attrs(node)
-    if len(a) != len(node.attribute) or any(x.type not in _SIMPLE_ATTRS for x in node.attribute):
+    if isinstance(node, GraphNode):
+        a = node_attrs(node)
+        simple = node.attrs_simple
+    else:
+        a, simple = _convert_attrs(node.attribute)
+    if not simple:
         raise _Give("attribute type")
     return a
 
@@ -100,8 +116,8 @@ _NP_DTYPES = {TensorProto.FLOAT: np.float32, TensorProto.DOUBLE: np.float64, Ten
 _LITTLE = sys.byteorder == "little"
 
 
-def to_array(t: TensorProto) -> np.ndarray:
-    """``numpy_helper.to_array`` with a quick path for little-endian raw data."""
+def _raw_array(t: TensorProto) -> np.ndarray | None:
+    """The values of a tensor with little-endian ``raw_data`` of a plain dtype; None otherwise."""
     dt = _NP_DTYPES.get(t.data_type)
     if dt is not None and _LITTLE and t.data_location != TensorProto.EXTERNAL:
         raw = t.raw_data
@@ -110,7 +126,13 @@ def to_array(t: TensorProto) -> np.ndarray:
             a = np.frombuffer(raw, dtype=dt)
             if a.size == math.prod(dims):
                 return a.reshape(dims)
-    return numpy_helper.to_array(t)
+    return None
+
+
+def to_array(t: TensorProto) -> np.ndarray:
+    """``numpy_helper.to_array`` with a quick path for little-endian raw data."""
+    a = _raw_array(t)
+    return a if a is not None else numpy_helper.to_array(t)
 
 
 def is_dataless(t: TensorProto) -> bool:
@@ -195,9 +217,9 @@ class _Prop:
         for t in g.initializer:
             name = t.name
             init_names.add(name)
-            self.shapes[name] = tuple(int(d) for d in t.dims)
+            self.shapes[name] = shape = tuple(t.dims)  # (Python ints)
             self.dtypes[name] = t.data_type
-            if math.prod(t.dims) <= FOLD_MAX_ELEMS and (
+            if math.prod(shape) <= FOLD_MAX_ELEMS and (
                     name not in self.dataless if self.dataless is not None else not _dataless(t)):
                 try:
                     self.values[name] = self.const_values[name] = to_array(t)
@@ -733,8 +755,12 @@ def _constant(p: _Prop, n: onnx.NodeProto, a: dict) -> list:
         raise _Give("constant attributes")
     k, v = next(iter(a.items()))
     if k == "value":
-        arr = to_array(v) if not _dataless(v) else None
-        s = tuple(int(d) for d in v.dims)
+        arr = _raw_array(v)  # the usual case: raw data (so not dataless), shaped by its dims
+        if arr is not None:
+            s = arr.shape
+        else:
+            arr = to_array(v) if not _dataless(v) else None
+            s = tuple(int(d) for d in v.dims)
         if arr is None:
             return [(s, None)]
         if n.output and n.output[0]:

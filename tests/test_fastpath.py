@@ -175,6 +175,32 @@ def test_batch_prediction_fast_equals_reference(est: Estimator, n: int) -> None:
     assert [r.to_dict() for r in rows_f] == [r.to_dict() for r in rows_r]
 
 
+def test_row_cache_answers_repeated_layers_with_the_same_numbers(est: Estimator) -> None:
+    """Feature rows seen before come from FastModels' row cache: the same numbers as a cold
+    evaluation and as the reference path, whatever else the batch holds; the cache is bounded."""
+    from estimator.fastpath import FastModels
+
+    layers = _random_layers(120, seed=3)
+    ref = est.predict_batch(layers, fast=False)
+    fm = FastModels(est.models, row_cache_size=50)
+    cold = fm.predict_layers(layers)
+    assert 0 < len(fm._row_cache) <= 50
+    fm.row_cache_size = 10_000
+    fm.predict_layers(layers[::-1])  # every row now cached, filled from a batch in another order
+    n_rows = len(fm._row_cache)
+    warm = fm.predict_layers(layers)
+    assert len(fm._row_cache) == n_rows  # every row was a hit
+    sub = [l for l in layers if l.type != "fc"][:7] + [make_layer("fc", {"c_in": 64, "c_out": 10}, "alone")]
+    assert sum(l.type == "fc" for l in sub) == 1  # fc alone of its type in this batch
+    for batch, r in ((cold, ref), (warm, ref), (fm.predict_layers(sub), est.predict_batch(sub, fast=False))):
+        np.testing.assert_array_equal(batch.pred_ms, r.pred_ms)
+        np.testing.assert_array_equal(batch.t_op_ms, r.t_op_ms)
+        assert batch.reasons == r.reasons
+        for m in METRICS:
+            np.testing.assert_array_equal(batch.dists[m].scale, r.dists[m].scale)
+            np.testing.assert_array_equal(batch.dists[m].center, r.dists[m].center)
+
+
 # ----------------------------------------------------------------------- Monte Carlo
 
 
