@@ -5,7 +5,7 @@ SHA-256 over everything that determines the trained object (see :func:`cache_key
 
 * the bytes of the profile's ``measurements.csv`` (its data hash),
 * the training options and the training target (``lum`` or ``single``),
-* :data:`estimator.models.MODEL_CODE_VERSION` (bumped whenever training code changes),
+* :data:`estimator.models.MODEL_CODE_VERSION` (a hash of the training code's sources),
 * the versions of Python, numpy, scikit-learn and crepes.
 
 Cache directory: ``$CL_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/confident-latency``, else

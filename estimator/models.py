@@ -127,10 +127,12 @@ log-width of the ratios' spread, and the 90 % interval reaches at least a factor
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -156,8 +158,21 @@ __all__ = [
     "elem_bytes_for",
 ]
 
-#: Bump whenever a change here changes what a trained model predicts (part of the cache key).
-MODEL_CODE_VERSION = "models-6"
+#: The sources that determine a trained model (the training code, the layer vocabulary's
+#: features, the pickled predictive-distribution families).
+_TRAINING_SOURCES = ("models.py", "layers.py", "aggregate.py")
+
+
+def _code_version() -> str:
+    h = hashlib.sha256()
+    for name in _TRAINING_SOURCES:
+        h.update(Path(__file__).with_name(name).read_bytes())
+    return f"models-7:{h.hexdigest()[:16]}"
+
+
+#: Part of the model cache key: a hash of :data:`_TRAINING_SOURCES`, so any change to the
+#: training code retrains instead of loading a pickle made by other code.
+MODEL_CODE_VERSION = _code_version()
 METRICS: tuple[str, ...] = ("CM_TV", "CM_LV", "CM_O")
 TARGETS: tuple[str, ...] = ("lum", "single")
 
