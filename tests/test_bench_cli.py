@@ -142,3 +142,16 @@ def test_profile_registers_a_measured_onnxruntime_profile_with_ort_fusion_rules(
     assert rules.folds("conv2d", "relu6") and rules.folds("add", "relu")
     assert not rules.folds("conv2d", "silu") and not rules.folds("add", "relu6")
     assert sum(1 for _ in prof.rows()) == 6 * (N + 1)
+
+
+def test_flush_cache_is_a_recorded_runner_setting(tmp_path, capsys):
+    out = tmp_path / "cold"
+    rc = main(["run", "--device", "cold-host", "--layers", "fc", "--samples", "2", "--prior-samples", "0",
+               "--warmup", "1", "--runs", "2", "--flush-cache", "4", "--out", str(out), "--no-progress"])
+    assert rc == 0, capsys.readouterr().err
+    con = sqlite3.connect(out / "cold-host.sqlite")
+    envs = [json.loads(r[0]) for r in con.execute("SELECT environment FROM environments")]
+    assert [e.get("flush_cache_mb") for e in envs] == [4.0]  # cold and warm runs never share an environment
+    rc = main(["run", "--device", "cold-host", "--layers", "fc", "--samples", "2", "--flush-cache", "-1",
+               "--out", str(out), "--no-progress"])
+    assert rc == 2 and "flush_cache_mb must be in [0, 4096]" in capsys.readouterr().err
