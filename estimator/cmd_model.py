@@ -135,7 +135,9 @@ def print_estimate(est: NetworkEstimate, out: Any = None) -> None:
           f"{est.n_fallback} fallback, {est.n_out_of_design_space} out of design space", file=out)
     print(_table(rows, header), file=out)
     print("", file=out)
-    print(f"total: {_fmt_ms(est.total_ms)} ms (intervals: {est.coupling} layer errors)", file=out)
+    how = {"type": "layer errors correlated within a layer type, independent across types",
+           "independent": "independent layer errors", "comonotone": "comonotone layer errors"}
+    print(f"total: {_fmt_ms(est.total_ms)} ms (intervals: {how.get(est.coupling, est.coupling)})", file=out)
     for m in METRICS:
         parts = [f"{cc:g}: {_fmt_iv(est.intervals[m][cc])} ms (rel. width {est.relative_width(m, cc):.1%})"
                  for cc in est.confidence]
