@@ -97,6 +97,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field, replace
+from itertools import chain
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence, Union
 
@@ -108,7 +109,8 @@ from onnx import TensorProto, numpy_helper
 from .errors import NotFoundError, UserError
 from .fusion import FusionRules
 from .layers import FUSED_ACT_TYPES, Layer, LayerSpecError, LayerType, conv_out, describe, hwc
-from .onnx_shapes import GraphNode, graph_nodes, is_dataless, node_attrs, propagate_shapes, to_array
+from .onnx_shapes import (GraphNode, graph_nodes, initializer_info, is_dataless, node_attrs, propagate_shapes,
+                          to_array)
 
 __all__ = [
     "Network",
@@ -221,11 +223,12 @@ def _validate(model: onnx.ModelProto, what: str, nodes: list[GraphNode] | None =
     defined = {i.name for i in g.input} | {t.name for t in g.initializer}
     defined |= {t.values.name for t in g.sparse_initializer}
     empty_defined = "" in defined
-    for n in all_nodes:
-        defined.update(n.output)
+    defined.update(chain.from_iterable([n.output for n in all_nodes]))
     if not empty_defined:
         defined.discard("")  # (an omitted optional output)
-    for n in all_nodes:
+    read = set(chain.from_iterable([n.input for n in all_nodes]))
+    read.discard("")
+    for n in all_nodes if not read <= defined else ():  # (find the first offender)
         for i in n.input:
             if i and i not in defined:
                 raise OnnxImportError(
@@ -465,8 +468,13 @@ def load_network(
     simplified = False
     shapes: dict[str, Shape | None] | None = None
     dataless: list[str] = []
+    inits = None  # (initializer_info: one scan of the initializers, shared with the shape propagation)
     if simplify:
-        dataless = [t.name for t in model.graph.initializer if _dataless(t)]
+        if nodes is not None:
+            inits = initializer_info(model)
+            dataless = [info[1] for info in inits if info[4]]
+        else:
+            dataless = [t.name for t in model.graph.initializer if _dataless(t)]
         if dataless:
             warnings.append(
                 f"onnxsim skipped: {len(dataless)} initializer(s) carry no data (stripped or external weights, "
@@ -489,7 +497,9 @@ def load_network(
         # initializers without data: those found above (nothing changed them since), or none
         # after onnxsim (which only runs on models with all data) or without simplify
         known = set(dataless).union(stripped) if simplify and not simplified else None
-        shapes = propagate_shapes(model, nodes, dataless=known, const_values=const_values)
+        # (the initializers' dims and types are as scanned: only onnxsim replaces the model)
+        shapes = propagate_shapes(model, nodes, dataless=known, const_values=const_values,
+                                  inits=inits if known is not None else None)
     pending = None
     if shapes is None:
         shapes = _infer_shapes(model, warnings, fold=fold)
@@ -1045,8 +1055,9 @@ class _Extractor:
         self.consumers: dict[str, list[onnx.NodeProto]] = {}
         static = self.static = set(self.init) | {t.values.name for t in self.g.sparse_initializer}
         consumers, live, noop = self.consumers, self.live, self.noop
+        alias = self.alias
         for n in self.nodes:
-            ins = [canon(x) for x in n.input if x]
+            ins = [canon(x) for x in n.input if x] if alias else [x for x in n.input if x]
             if n.name in live and n.name not in noop:
                 for i in dict.fromkeys(ins):
                     if i in consumers:
@@ -1691,9 +1702,10 @@ class _Extractor:
 
     def _finish(self, d: _Draft) -> Layer:
         params = dict(d.params)
-        for k, v in params.items():
-            if type(v) is not int and isinstance(v, (int, np.integer)) and not isinstance(v, bool):
-                params[k] = int(v)
+        if not _PLAIN_TYPES.issuperset(map(type, params.values())):  # (the usual case: nothing to convert)
+            for k, v in params.items():
+                if type(v) is not int and isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+                    params[k] = int(v)
         if d.activation is not None and d.type in FUSED_ACT_TYPES:
             params["act"] = d.activation  # the fused activation is a feature (estimator.layers)
         try:
@@ -1727,6 +1739,9 @@ class _Extractor:
             activation=d.activation, flags=list(d.flags),
         )
 
+
+#: parameter value types that _Extractor._finish leaves as they are
+_PLAIN_TYPES = frozenset({int, bool, float, str, list, tuple, type(None)})
 
 #: (type, raw parameters) -> LayerCounts, for :func:`_describe`
 _COUNTS: dict[tuple, Any] = {}

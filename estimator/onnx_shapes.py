@@ -27,7 +27,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["propagate_shapes", "FOLD_MAX_ELEMS", "GraphNode", "graph_nodes", "node_attrs", "is_dataless", "to_array"]
+__all__ = ["propagate_shapes", "FOLD_MAX_ELEMS", "GraphNode", "graph_nodes", "node_attrs", "is_dataless", "to_array",
+           "initializer_info"]
 
 Shape = tuple[int, ...]
 #: Constant values are computed only while their inputs are this small (shape arithmetic);
@@ -71,17 +72,20 @@ def _convert_attrs(attribute: Sequence[Any]) -> tuple[dict[str, Any], bool]:
     """``({name: value}, every attribute of a type in _SIMPLE_ATTRS)``; see :func:`node_attrs`."""
     out: dict[str, Any] = {}
     simple = True
+    get = _SIMPLE_ATTRS.get
     for a in attribute:
-        conv = _SIMPLE_ATTRS.get(a.type)
-        if conv is None:
-            simple = False
+        conv = get(a.type)
         try:
-            v = conv(a) if conv is not None else helper.get_attribute_value(a)
+            if conv is not None:
+                v = conv(a)  # (never bytes: STRING is decoded)
+            else:
+                simple = False
+                v = helper.get_attribute_value(a)
+                if isinstance(v, bytes):
+                    v = v.decode("utf-8", "replace")
         except Exception:
             simple = False
             continue
-        if isinstance(v, bytes):
-            v = v.decode("utf-8", "replace")
         out[a.name] = v
     return out, simple and len(out) == len(attribute)
 
@@ -150,6 +154,44 @@ def is_dataless(t: TensorProto) -> bool:
 
 _dataless = is_dataless
 
+_TD = TensorProto.DESCRIPTOR.fields_by_name
+_N_NAME, _N_DIMS, _N_TYPE, _N_RAW, _N_LOC = (_TD[k].number for k in ("name", "dims", "data_type", "raw_data",
+                                                                       "data_location"))
+_N_DATA = frozenset(_TD[k].number for k in ("float_data", "int32_data", "string_data", "int64_data", "double_data",
+                                            "uint64_data"))
+
+#: what :func:`initializer_info` gives per initializer: (tensor, name, dims, data_type, dataless)
+InitInfo = tuple[TensorProto, str, tuple[int, ...], int, bool]
+
+
+def initializer_info(model: onnx.ModelProto) -> list[InitInfo]:
+    """``(tensor, name, dims, data_type, is_dataless(tensor))`` of every initializer, in order,
+    read with one ``ListFields`` call per tensor (protobuf field access is what costs: the
+    importer and the shape propagation share this one scan)."""
+    out: list[InitInfo] = []
+    prod = math.prod
+    external = TensorProto.EXTERNAL
+    n_name, n_dims, n_type, n_raw, n_loc, n_data = _N_NAME, _N_DIMS, _N_TYPE, _N_RAW, _N_LOC, _N_DATA
+    for t in model.graph.initializer:
+        name, dims, dtype, has, ext = "", (), 0, False, False
+        for fd, v in t.ListFields():  # (only the fields that are set; repeated ones only when not empty)
+            num = fd.number
+            if num == n_dims:
+                dims = tuple(v)
+            elif num == n_name:
+                name = v
+            elif num == n_type:
+                dtype = v
+            elif num == n_raw:
+                if v:
+                    has = True
+            elif num == n_loc:
+                ext = v == external
+            elif num in n_data:
+                has = True
+        out.append((t, name, dims, dtype, ext or (not has and prod(dims) != 0)))
+    return out
+
 
 def _declared(tp: onnx.TypeProto) -> tuple[int | None, ...] | None:
     """Declared dims (None for symbolic/unknown ones), or None without a shape."""
@@ -179,10 +221,11 @@ def _axis(a: int, rank: int) -> int:
 
 class _Prop:
     def __init__(self, model: onnx.ModelProto, nodes: Sequence[Any] | None = None,
-                 dataless: set[str] | None = None) -> None:
+                 dataless: set[str] | None = None, inits: Sequence[InitInfo] | None = None) -> None:
         self.g = model.graph
         self.nodes = nodes if nodes is not None else self.g.node
         self.dataless = dataless
+        self.inits = inits
         #: values read from initializers and Constant nodes' ``value`` tensors
         self.const_values: dict[str, np.ndarray] = {}
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
@@ -214,13 +257,16 @@ class _Prop:
     def run(self) -> dict[str, Shape | None]:
         g = self.g
         init_names = set()
-        for t in g.initializer:
-            name = t.name
+        dataless = self.dataless
+        inits = self.inits if self.inits is not None else [(t, t.name, tuple(t.dims), t.data_type, None)
+                                                          for t in g.initializer]
+        for t, name, shape, dtype, no_data in inits:
             init_names.add(name)
-            self.shapes[name] = shape = tuple(t.dims)  # (Python ints)
-            self.dtypes[name] = t.data_type
+            self.shapes[name] = shape  # (Python ints)
+            self.dtypes[name] = dtype
             if math.prod(shape) <= FOLD_MAX_ELEMS and (
-                    name not in self.dataless if self.dataless is not None else not _dataless(t)):
+                    name not in dataless if dataless is not None
+                    else not (no_data if no_data is not None else _dataless(t))):
                 try:
                     self.values[name] = self.const_values[name] = to_array(t)
                 except Exception:
@@ -846,15 +892,16 @@ _HANDLERS: dict[str, Callable[[_Prop, onnx.NodeProto, dict], list]] = {
 
 
 def propagate_shapes(model: onnx.ModelProto, nodes: Sequence[Any] | None = None, *,
-                     dataless: set[str] | None = None, const_values: dict[str, np.ndarray] | None = None
-                     ) -> dict[str, Shape | None] | None:
+                     dataless: set[str] | None = None, const_values: dict[str, np.ndarray] | None = None,
+                     inits: Sequence[InitInfo] | None = None) -> dict[str, Shape | None] | None:
     """Every tensor's shape (graph inputs must be fixed), or ``None`` where the reference
     path (ONNX shape inference with constant folding) must decide. ``nodes``: the graph's
     nodes as :class:`GraphNode` (read from ``model`` when not given); ``dataless``: names of
     the initializers without data, if known; ``const_values`` receives the values read
-    from initializers and Constant nodes."""
+    from initializers and Constant nodes; ``inits``: :func:`initializer_info` of the model,
+    if already read (the dims and types of the initializers as they are now)."""
     try:
-        prop = _Prop(model, nodes, dataless)
+        prop = _Prop(model, nodes, dataless, inits)
         shapes = prop.run()
         if const_values is not None:
             const_values.update(prop.const_values)

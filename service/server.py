@@ -270,31 +270,35 @@ def _intervals_pb(intervals: Mapping[str, Mapping[float, tuple[float, float]]]) 
             for m in METRICS if m in intervals for c, (lo, hi) in sorted(intervals[m].items())]
 
 
-def _fill_layer_pb(m: pb2.LayerEstimate, row: LayerEstimate, layer: Any = None) -> pb2.LayerEstimate:
-    """Write one row into ``m`` (a message already in its response: no copy)."""
+def _fill_layer_pb(m: pb2.LayerEstimate, row: LayerEstimate, layer: Any = None, _metrics: Sequence[str] = METRICS,
+                   _isfinite: Callable[[float], bool] = math.isfinite) -> pb2.LayerEstimate:
+    """Write one row into ``m`` (a message already in its response: no copy). (Numbers go in
+    as they are: a double field takes any real number, numpy scalars included.)"""
     m.name = row.name
     m.type = row.type
     if row.op_type:
         m.op_type = row.op_type
     m.features.update({k: float(v) for k, v in row.features.items()})
-    m.prediction_ms = float(row.prediction_ms)
+    m.prediction_ms = row.prediction_ms
     add = m.intervals.add
-    for metric in METRICS:
-        per = row.intervals.get(metric)
+    iv = row.intervals
+    for metric in _metrics:
+        per = iv.get(metric)
         if per:
-            for c, (lo, hi) in sorted(per.items()):
-                add(metric=metric, confidence=float(c), lower_ms=float(lo), upper_ms=float(hi))
+            for c, (lo, hi) in (per.items() if len(per) == 1 else sorted(per.items())):
+                add(metric=metric, confidence=c, lower_ms=lo, upper_ms=hi)
     if row.out_of_design_space:
         m.out_of_design_space = True
     if row.fallback:
         m.fallback = True
     if row.flags:
         m.flags.extend([str(f) for f in row.flags])
-    m.ops = float(row.ops)
+    m.ops = row.ops
     if row.ood_reasons:
         m.ood_reasons.extend([str(r) for r in row.ood_reasons])
-    if row.t_op_ms is not None and math.isfinite(row.t_op_ms):
-        m.t_op_ms = float(row.t_op_ms)
+    t = row.t_op_ms
+    if t is not None and _isfinite(t):
+        m.t_op_ms = t
     if layer is not None:
         nodes = getattr(layer, "nodes", ()) or ()
         if nodes:
@@ -349,8 +353,10 @@ def _check_ranges(layers: Sequence[Any], where: str) -> None:
     for i, layer in enumerate(layers):
         ops = float(layer.ops)
         feats = layer.features
-        if -lim <= ops <= lim and all(-lim <= v <= lim for v in feats.values()):
-            continue  # (NaN fails every comparison)
+        # quick test: a sum of magnitudes within the limit bounds each one (NaN and inf fail it,
+        # and so does a large sum of small values, which the exact test below then lets through)
+        if abs(ops) <= lim and sum(map(abs, feats.values())) <= lim:
+            continue
         for k, v in [("ops", ops)] + [(k, float(v)) for k, v in feats.items()]:
             if not math.isfinite(v) or abs(v) > lim:
                 raise UserError(f"impossible shapes: {where}[{i}] ({layer.type} {layer.name!r}): {k} = {v:.3g} is "

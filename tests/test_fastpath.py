@@ -420,3 +420,31 @@ def test_models_that_need_no_simplification_skip_onnxsim(monkeypatch: pytest.Mon
     # a graph with something to fold (Constant nodes, as torch exports Clip bounds) still goes through onnxsim
     load_network(_export("mobilenet_v2", 32))
     assert calls == [1]
+
+
+def test_initializer_info_reads_what_is_dataless_reads() -> None:
+    from estimator.onnx_shapes import initializer_info, is_dataless
+
+    def t(name: str, dims: list[int], **fields) -> TensorProto:
+        x = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=dims)
+        for k, v in fields.items():
+            if k == "raw_data":
+                x.raw_data = v
+            elif k == "data_location":
+                x.data_location = v
+            else:
+                getattr(x, k).extend(v)
+        return x
+
+    inits = [t("stripped", [4, 3]), t("raw", [2], raw_data=np.ones(2, np.float32).tobytes()), t("empty_raw", [2], raw_data=b""),
+             t("floats", [2], float_data=[1.0, 2.0]), t("ints", [1], int64_data=[3]), t("zero", [0, 3]),
+             t("scalar", []), t("external", [5], data_location=TensorProto.EXTERNAL),
+             t("ext_with_raw", [1], raw_data=b"\0\0\0\0", data_location=TensorProto.EXTERNAL)]
+    m = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                                            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                                            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])], inits))
+    info = initializer_info(m)
+    assert [(i[1], i[2], i[3]) for i in info] == [(x.name, tuple(x.dims), x.data_type) for x in m.graph.initializer]
+    assert [i[4] for i in info] == [is_dataless(x) for x in m.graph.initializer] == \
+        [True, False, True, False, False, False, True, True, True]
+    assert all(i[0] is not None for i in info)

@@ -569,3 +569,40 @@ def test_serve_refuses_a_port_in_use(profiles: ProfileSet, server: EmbeddedServe
 
     assert main(["serve", "--port", str(server.port), "--profiles", str(profiles.root)]) == 2
     assert "cannot bind" in capsys.readouterr().err
+
+
+def test_check_ranges_quick_test_keeps_the_exact_answer() -> None:
+    from types import SimpleNamespace
+
+    from estimator.errors import UserError
+    from service.server import _MAX_FEATURE, _check_ranges
+
+    def layer(ops: float, **feats: float) -> SimpleNamespace:
+        return SimpleNamespace(ops=ops, features=feats, type="conv2d", name="x")
+
+    lim = _MAX_FEATURE
+    ok = [layer(1e6, h=224, w=224), layer(lim, a=-lim), layer(-lim),
+          layer(1.0, **{f"f{i}": lim * 0.9 for i in range(4)})]  # (a sum beyond the limit, every value within)
+    _check_ranges(ok, "layers")
+    for bad in (layer(float("nan"), h=1), layer(1.0, h=float("inf")), layer(1.0, h=float("nan")),
+                layer(lim * 2, h=1), layer(1.0, c=-lim * 2), layer(float("-inf"))):
+        with pytest.raises(UserError, match="beyond what the latency models can evaluate"):
+            _check_ranges(ok + [bad], "layers")
+
+
+def test_layer_rows_take_numpy_numbers_and_sort_confidences() -> None:
+    from types import SimpleNamespace
+
+    from estimator.predict import LayerEstimate
+    from service.server import _layer_pb
+
+    row = LayerEstimate(name="l", type="conv2d", op_type="Conv", features={"h": np.int64(7), "flops": np.float32(2.5)},
+                        ops=np.float64(3.0), prediction_ms=np.float32(0.5), t_op_ms=float("nan"),
+                        intervals={"CM_O": {0.95: (np.float32(0.1), 0.9), 0.9: (0.2, np.float64(0.8))}},
+                        out_of_design_space=True, ood_reasons=["knn"], fallback=False, flags=["f"])
+    m = _layer_pb(row, SimpleNamespace(nodes=["a", "b"], activation="relu"))
+    assert dict(m.features) == {"h": 7.0, "flops": 2.5} and m.ops == 3.0 and m.prediction_ms == 0.5
+    assert [(i.confidence, i.lower_ms, i.upper_ms) for i in m.intervals] == \
+        [(0.9, 0.2, 0.8), (0.95, pytest.approx(0.1), 0.9)]
+    assert not m.HasField("t_op_ms") and list(m.nodes) == ["a", "b"] and m.activation == "relu"
+    assert m.out_of_design_space and list(m.ood_reasons) == ["knn"] and list(m.flags) == ["f"]
