@@ -291,6 +291,10 @@ def _spec_pb(spec: Any, index: int) -> pb2.LayerSpec:
     if isinstance(spec, pb2.LayerSpec):
         return spec
     if isinstance(spec, Mapping):
+        extra = sorted(set(spec) - {"type", "params", "name"})
+        if extra:
+            raise TypeError(f"layer spec {index}: unknown key(s) {', '.join(map(repr, extra))}; a spec is "
+                            f"{{type, params, name?}} (string parameters such as act='relu6' go in params)")
         typ, params, name = spec.get("type"), spec.get("params", {}), spec.get("name", "")
     elif isinstance(spec, (tuple, list)) and len(spec) in (2, 3):
         typ, params = spec[0], spec[1]

@@ -196,6 +196,8 @@ def test_errors_are_estimation_errors(client: EstimationClient) -> None:
     assert ei.value.code == "INVALID_ARGUMENT"
     with pytest.raises(TypeError):
         client.estimate_layers(["conv2d"], DEVICE)
+    with pytest.raises(TypeError, match="unknown key.*'options'"):  # never silently dropped
+        client.estimate_layers([{"type": "conv2d", "params": CONV, "options": {"act": "relu6"}}], DEVICE)
 
 
 def test_retries_unavailable_until_the_server_comes_up(profiles: ProfileSet) -> None:

@@ -118,6 +118,18 @@ def test_resnet18_at_224_matches_published_counts():
     assert not any(la.type == "activation" for la in net.layers)
 
 
+def test_fused_activation_is_a_layer_feature(networks):
+    """The fused kind is written into the layer's raw params (``act``), so the models see
+    it; a layer without one has the feature 'none' (-1)."""
+    for la in networks["mobilenet_v3"].layers:
+        if la.type in ("conv2d", "dwconv2d", "fc", "add", "mul"):
+            assert la.params.get("act") == la.activation
+            assert la.features["act"] == (-1.0 if la.activation is None else describe(
+                la.type, dict(la.params)).features["act"])
+    kinds = {la.features["act"] for la in networks["mobilenet_v3"].layers if la.type == "dwconv2d"}
+    assert len(kinds) >= 2  # ReLU and hardswish/none blocks differ
+
+
 def test_mobilenet_v3_hardswish_and_se(networks):
     net = networks["mobilenet_v3"]
     acts = collections.Counter(la.activation for la in net.layers)
