@@ -302,7 +302,10 @@ def _concat_channels(p: Mapping[str, Any]) -> list[int]:
 
 def _lum_act(layer_type: str, p: Mapping[str, Any]) -> str | None:
     """The LUM's fused activation: raw param ``act``, else the type's default (Table 2)."""
-    return fused_act(bench_params(layer_type, p))
+    a = fused_act(bench_params(layer_type, p))
+    if a == "other":
+        raise LayerSpecError("act='other' names no operator a benchmark model can be built with")
+    return a
 
 
 def _act_kind(p: Mapping[str, Any]) -> str:

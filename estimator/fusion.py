@@ -22,19 +22,12 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .errors import UserError
-from .layers import ACTIVATION_KINDS, LayerType
+from .layers import ACTIVATION_KINDS, FUSED_ACT_TYPES, LayerType
 
 __all__ = ["FusionRules", "FusionRulesError", "DEFAULT_FUSION", "NO_FUSION", "FUSABLE_PRODUCERS"]
 
-#: Layer types an activation may fold into.
-FUSABLE_PRODUCERS: tuple[str, ...] = (
-    LayerType.CONV2D,
-    LayerType.DWCONV2D,
-    LayerType.FC,
-    LayerType.MATMUL,
-    LayerType.ADD,
-    LayerType.MUL,
-)
+#: Layer types an activation may fold into (the vocabulary's types with an ``act`` feature).
+FUSABLE_PRODUCERS: tuple[str, ...] = FUSED_ACT_TYPES
 
 
 class FusionRulesError(UserError, ValueError):

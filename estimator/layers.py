@@ -108,8 +108,10 @@ ACTIVATION_KINDS: dict[str, int] = {
     "other": 14,
 }
 
-#: Layer types that take a fused activation (raw param ``act``, feature ``act``).
-FUSED_ACT_TYPES = (LayerType.CONV2D, LayerType.DWCONV2D, LayerType.FC, LayerType.ADD, LayerType.MUL)
+#: Layer types that take a fused activation (raw param ``act``, feature ``act``); the
+#: producers device fusion rules may fold an activation into (:mod:`estimator.fusion`).
+FUSED_ACT_TYPES = (LayerType.CONV2D, LayerType.DWCONV2D, LayerType.FC, LayerType.MATMUL, LayerType.ADD,
+                   LayerType.MUL)
 
 #: Fused activation of the benchmarked LUM per type when a benchmark row's raw params
 #: name none (Table 2 of the paper).
@@ -127,9 +129,8 @@ def fused_act(p: Mapping[str, Any]) -> str | None:
     a = p.get("act")
     if a is None or a in ("", "none"):
         return None
-    if not isinstance(a, str) or a not in ACTIVATION_KINDS or a == "other":
-        raise LayerSpecError(f"unknown activation {a!r} for param 'act'; known: none, "
-                             f"{', '.join(k for k in ACTIVATION_KINDS if k != 'other')}")
+    if not isinstance(a, str) or a not in ACTIVATION_KINDS:
+        raise LayerSpecError(f"unknown activation {a!r} for param 'act'; known: none, {', '.join(ACTIVATION_KINDS)}")
     return a
 
 
@@ -323,7 +324,7 @@ def _fc(p: dict[str, Any], eb: int) -> LayerCounts:
 def _matmul(p: dict[str, Any], eb: int) -> LayerCounts:
     b, m, k, nn = _pos(p, "b", 1), _pos(p, "m"), _pos(p, "k"), _pos(p, "n_cols")
     macs = b * m * k * nn
-    feats = dict(b=b, m=m, k=k, n_cols=nn, flops=2 * macs)
+    feats = dict(b=b, m=m, k=k, n_cols=nn, flops=2 * macs, act=_act_code(p))
     return LayerCounts(feats, macs, 0, 2.0 * macs, _bytes(b * (m * k + k * nn), b * m * nn, 0, eb), (b, m, nn))
 
 
@@ -454,7 +455,7 @@ _SPECS = [
           ("h", "w", "c", "k_h", "k_w"), True),
     _spec(LayerType.FC, ("m", "c_in", "c_out", "flops", "params", "act"), "flops",
           "fully connected / Gemm / MatMul with constant weights (+ fused activation)", _fc, ("c_in", "c_out"), True),
-    _spec(LayerType.MATMUL, ("b", "m", "k", "n_cols", "flops"), "flops",
+    _spec(LayerType.MATMUL, ("b", "m", "k", "n_cols", "flops", "act"), "flops",
           "MatMul of two activations: (b, m, k) x (b, k, n_cols)", _matmul, ("m", "k", "n_cols")),
     _spec(LayerType.MAXPOOL, _WIN, "window-ops", "max pooling", _pool, ("h", "w", "c", "k_h", "k_w"), True),
     _spec(LayerType.AVGPOOL, _WIN, "window-ops", "average pooling", _pool, ("h", "w", "c", "k_h", "k_w"), True),

@@ -518,3 +518,19 @@ def test_a_dying_onnxsim_worker_falls_back_and_is_replaced(monkeypatch, exported
     again = load_network(data)
     assert again.simplified and _signature(again) == _signature(networks["mnasnet"])
     worker.close()
+
+
+def test_an_activation_of_kind_other_folds_and_keeps_its_producer():
+    """Selu has no kind of its own ('other'); folded into a conv by the default rules, the
+    conv stays a conv2d whose act feature says 'other'."""
+    w = numpy_helper.from_array(np.ones((8, 3, 3, 3), np.float32), "w")
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+         helper.make_node("Selu", ["c"], ["y"], name="selu")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])], [w])
+    net = load_network(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString(),
+                       fusion=DEFAULT_FUSION)
+    [layer] = net.layers
+    assert layer.type == "conv2d" and layer.activation == "other" and layer.params["act"] == "other"
+    assert layer.features["act"] == float(describe("conv2d", dict(layer.params)).features["act"]) > 0
