@@ -440,7 +440,9 @@ def sample_type(layer_type: str, samples: int, *, seed: int = 0, limits: Limits 
     if samples < 1:
         return []
     r = _type_rng(seed, layer_type, prior)
-    want = samples * pool_factor if pool_factor == 1 else max(samples * pool_factor, 200)
+    want = samples * pool_factor
+    if bins > 1:  # balancing needs a pool to choose from, even for a few samples
+        want = max(want, 200)
     pool: dict[str, Config] = {}
     attempts = 0
     max_attempts = want * 50
