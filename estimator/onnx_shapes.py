@@ -133,6 +133,32 @@ def _raw_array(t: TensorProto) -> np.ndarray | None:
     return None
 
 
+#: serialized small tensor -> its (read-only) values: Constant nodes repeat (Clip bounds,
+#: reshape targets), within a network and across the networks of a NAS run
+_SMALL_CONSTANTS: dict[bytes, np.ndarray | None] = {}
+_SMALL_CONSTANTS_MAX = 4096
+_SMALL_BYTES = 256
+
+
+def _small_constant(t: TensorProto) -> np.ndarray | None:
+    """:func:`_raw_array` of ``t``, remembered for tensors of at most ``_SMALL_BYTES``
+    serialized bytes (the arrays are read-only views, safe to share)."""
+    key = t.SerializeToString()
+    if len(key) > _SMALL_BYTES:
+        return _raw_array(t)
+    try:
+        return _SMALL_CONSTANTS[key]
+    except KeyError:
+        pass
+    a = _raw_array(t)
+    if a is not None and a.flags.writeable:
+        a.setflags(write=False)
+    if len(_SMALL_CONSTANTS) >= _SMALL_CONSTANTS_MAX:
+        _SMALL_CONSTANTS.clear()
+    _SMALL_CONSTANTS[key] = a
+    return a
+
+
 def to_array(t: TensorProto) -> np.ndarray:
     """``numpy_helper.to_array`` with a quick path for little-endian raw data."""
     a = _raw_array(t)
@@ -202,6 +228,9 @@ def _declared(tp: onnx.TypeProto) -> tuple[int | None, ...] | None:
 
 
 def _broadcast(*shapes: Shape) -> Shape:
+    first = shapes[0]
+    if all(s == first for s in shapes):  # the usual case (residual adds): nothing to broadcast
+        return first
     r = max(len(s) for s in shapes)
     out = []
     for i in range(r):
@@ -801,7 +830,7 @@ def _constant(p: _Prop, n: onnx.NodeProto, a: dict) -> list:
         raise _Give("constant attributes")
     k, v = next(iter(a.items()))
     if k == "value":
-        arr = _raw_array(v)  # the usual case: raw data (so not dataless), shaped by its dims
+        arr = _small_constant(v)  # the usual case: raw data (so not dataless), shaped by its dims
         if arr is not None:
             s = arr.shape
         else:
