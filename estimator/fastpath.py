@@ -205,7 +205,8 @@ class FastKNN:
     squared differences summed feature by feature, then the square root) and summed in
     ascending order, so the difficulty is scikit-learn's to the last bit unless two
     training points tie for the k-th neighbour to within rounding (then it differs by
-    rounding only). Estimators of another kind use crepes' own ``apply``.
+    rounding only). Estimators of another kind, or fitted with brute force (whose expanded
+    distance formula rounds differently; training fits a k-d tree), use crepes' own ``apply``.
     """
 
     def __init__(self, knn_de: Any) -> None:
@@ -219,7 +220,8 @@ class FastKNN:
         self.beta = float(knn_de.beta)
         metric = getattr(nn, "effective_metric_", None)
         self.exact = (knn_de.estimator_type == "knn" and knn_de.target_type == "none" and not knn_de.scaler
-                      and not self.clip and metric == "euclidean" and getattr(nn, "_fit_X", None) is not None)
+                      and not self.clip and metric == "euclidean" and getattr(nn, "_fit_X", None) is not None
+                      and getattr(nn, "_fit_method", None) in ("kd_tree", "ball_tree"))
         self.tree = None
         if self.exact:
             from scipy.spatial import cKDTree  # noqa: PLC0415

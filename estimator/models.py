@@ -516,7 +516,10 @@ class TypeModel:
         k = max(1, min(options.knn_k, n - 1))
         knn_de = DifficultyEstimator().fit(X, k=k, scaler=False, beta=0.0, oob=True)
         knn_de.nn_scaler.clip = False  # keep growing outside the benchmarked range (see docstring)
-        knn_de.nn.set_params(n_jobs=1)  # crepes uses n_jobs=-1: a thread pool per query costs ~10 ms
+        # crepes uses n_jobs=-1: a thread pool per query costs ~10 ms. A k-d tree always (scikit-
+        # learn's "auto" turns to brute force above 15 features, whose expanded distance
+        # formula differs from the direct one in the last bits, and so from the fast path)
+        knn_de.nn.set_params(n_jobs=1, algorithm="kd_tree").fit(knn_de.nn._fit_X)
         d_loo = np.asarray(knn_de.apply(), dtype=float)
         beta_o = max(options.knn_beta_rel * float(np.median(d_loo)), options.knn_beta_rel * float(np.mean(d_loo)),
                      1e-9)
