@@ -270,15 +270,41 @@ def _intervals_pb(intervals: Mapping[str, Mapping[float, tuple[float, float]]]) 
             for m in METRICS if m in intervals for c, (lo, hi) in sorted(intervals[m].items())]
 
 
+#: id(features dict) -> (that dict, a serialized LayerEstimate holding only those features)
+_FEATURES_PB: dict[int, tuple[Mapping[str, Any], bytes]] = {}
+_FEATURES_PB_MAX = 4096
+
+
+def _features_pb(feats: Mapping[str, Any]) -> bytes:
+    """The ``features`` map of a layer row, serialized once per features dict: an imported
+    layer's features are its (remembered, read-only) counts' dict, shared by every layer
+    with those parameters, and filling a protobuf map entry by entry is the dearest part of
+    a row (about 5 us for a convolution's 17 features, against 2 us to merge the bytes).
+    The entry keeps the dict alive, so its id stays its own."""
+    hit = _FEATURES_PB.get(id(feats))
+    if hit is not None and hit[0] is feats:
+        return hit[1]
+    data = pb2.LayerEstimate(features={k: float(v) for k, v in feats.items()}).SerializeToString()
+    if len(_FEATURES_PB) >= _FEATURES_PB_MAX:
+        _FEATURES_PB.clear()
+    _FEATURES_PB[id(feats)] = (feats, data)
+    return data
+
+
 def _fill_layer_pb(m: pb2.LayerEstimate, row: LayerEstimate, layer: Any = None, _metrics: Sequence[str] = METRICS,
                    _isfinite: Callable[[float], bool] = math.isfinite) -> pb2.LayerEstimate:
     """Write one row into ``m`` (a message already in its response: no copy). (Numbers go in
-    as they are: a double field takes any real number, numpy scalars included.)"""
+    as they are: a double field takes any real number, numpy scalars included.) With the
+    imported ``layer``, its features (the row's, by value) come from :func:`_features_pb`."""
+    feats = getattr(layer, "features", None)
+    if feats is not None:
+        m.MergeFromString(_features_pb(feats))
+    else:
+        m.features.update({k: float(v) for k, v in row.features.items()})
     m.name = row.name
     m.type = row.type
     if row.op_type:
         m.op_type = row.op_type
-    m.features.update({k: float(v) for k, v in row.features.items()})
     m.prediction_ms = row.prediction_ms
     add = m.intervals.add
     iv = row.intervals
