@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import logging
 import statistics
 import sys
 import time
@@ -62,22 +63,50 @@ def _reference_switch() -> str | None:
     return None
 
 
+class _CpuLog(logging.Handler):
+    """Collects ``cpu_ms`` of the in-process server's EstimateNetwork log records."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.cpu_ms: list[float] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        f = getattr(record, "fields", None) or {}
+        if record.getMessage() == "rpc" and f.get("rpc") == "EstimateNetwork" and "cpu_ms" in f:
+            self.cpu_ms.append(float(f["cpu_ms"]))
+
+
 def section_single(client: EstimationClient, device: str, args: argparse.Namespace, mbv2: bytes,
                    calls: int | None = None, label: str = "") -> dict[str, float]:
     conf = (args.confidence,)
     server_ms: list[float] = []
     rtt_ms: list[float] = []
     client.estimate_network(mbv2, device, confidence=conf, per_layer=True, strip=False)  # warm-up
-    for i in range(calls or args.single):
-        t0 = time.perf_counter()
-        r = client.estimate_network(mbv2, device, confidence=conf, per_layer=True, strip=False, name=f"run{i}")
-        rtt_ms.append((time.perf_counter() - t0) * 1e3)
-        if r.cached:
-            print("  note: answered from the cache; start the server with --cache-size 0 for this section")
-        server_ms.append(r.server_time_ms)
+    cpu_log = _CpuLog()
+    svc_log = logging.getLogger("service")
+    saved = (svc_log.level, svc_log.propagate)
+    if args.address is None:  # the in-process server logs each call's CPU time
+        svc_log.addHandler(cpu_log)
+        svc_log.setLevel(logging.INFO)
+        svc_log.propagate = False
+    try:
+        for i in range(calls or args.single):
+            t0 = time.perf_counter()
+            r = client.estimate_network(mbv2, device, confidence=conf, per_layer=True, strip=False, name=f"run{i}")
+            rtt_ms.append((time.perf_counter() - t0) * 1e3)
+            if r.cached:
+                print("  note: answered from the cache; start the server with --cache-size 0 for this section")
+            server_ms.append(r.server_time_ms)
+    finally:
+        svc_log.removeHandler(cpu_log)
+        svc_log.setLevel(saved[0])
+        svc_log.propagate = saved[1]
     print(f"{label}MobileNetV2 224 ({r.n_layers} layers, stripped {len(mbv2) / 1e3:.1f} kB, CM_TV/CM_LV/CM_O at "
           f"{args.confidence:g}, per-layer rows on)")
     print(f"  server time ms : {summary(server_ms)}")
+    if cpu_log.cpu_ms:
+        print(f"  server CPU ms  : {summary(cpu_log.cpu_ms)} (the handler thread's CPU time; wall minus this is "
+              "time spent waiting for a core)")
     print(f"  round trip ms  : {summary(rtt_ms)}")
     out = {"server_p50": statistics.median(server_ms), "rtt_p50": statistics.median(rtt_ms)}
     if label or calls:
