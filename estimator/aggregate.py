@@ -457,11 +457,61 @@ def aggregate(dist: DistBatch, confidences: Sequence[float], *, n_samples: int =
     return intervals_from_samples(total, confidences, clip_min), (total if return_samples else None)
 
 
+def _inverted_cdf_index(n: int, p: float) -> int:
+    """The 0-based order statistic that ``np.quantile(..., method="inverted_cdf")`` returns
+    for level ``p`` of ``n`` values (its own arithmetic: ``n * p - 1``, rounded up unless
+    exact, at least 0)."""
+    v = n * p - 1.0
+    prev = float(np.floor(v))
+    k = prev if v - prev == 0 else prev + 1.0
+    return max(int(k), 0)
+
+
+def _kth_smallest(a: np.ndarray, k: int) -> float:
+    """The ``k``-th smallest value of ``a`` (0-based), exactly, without selecting over the
+    whole array when ``k`` lies in a tail: a strided subsample gives a threshold that
+    brackets the ``k``-th value with a margin, the values on the tail's side of it are
+    selected from (a few hundred of 10,000), and a threshold that failed to bracket falls
+    back to the full selection. Ties are harmless: every value left out lies strictly
+    beyond every value kept."""
+    n = a.size
+    step = 16
+    if n >= 64 * step and (k < n // 4 or k >= n - n // 4):
+        sub = a[::step]
+        m = sub.size
+        lower = k < n // 4
+        r = k if lower else n - 1 - k  # rank from the tail's end
+        j = min(m - 1, int((r + 1) * m / n * 1.5) + 8)  # the subsample's rank past it, with margin
+        if lower:
+            thr = np.partition(sub, j)[j]
+            cand = a[a <= thr]
+            if cand.size > k:
+                return float(np.partition(cand, k)[k])
+        else:
+            thr = np.partition(sub, m - 1 - j)[m - 1 - j]
+            cand = a[a >= thr]
+            skipped = n - cand.size  # all smaller than every kept value
+            if skipped <= k:
+                i = k - skipped
+                return float(np.partition(cand, i)[i])
+    return float(np.partition(a, k)[k])
+
+
+def _quantiles(total: np.ndarray, levels: Sequence[float]) -> list[float]:
+    """``np.quantile(total, levels, method="inverted_cdf")``, the same values, by tail
+    selection (:func:`_kth_smallest`): three of these per estimate were a tenth of the
+    service's time per network. Anything but finite values goes to numpy itself."""
+    if total.ndim != 1 or not total.size or not np.isfinite(total.sum()):
+        return [float(x) for x in np.quantile(total, levels, method="inverted_cdf")]
+    n = total.size
+    return [_kth_smallest(total, _inverted_cdf_index(n, float(p))) for p in levels]
+
+
 def intervals_from_samples(total: np.ndarray, confidences: Sequence[float], clip_min: float | None = 0.0
                            ) -> dict[float, NetworkInterval]:
-    """Equal-tailed ``inverted_cdf`` quantile intervals of Monte Carlo totals (one partition)."""
+    """Equal-tailed ``inverted_cdf`` quantile intervals of Monte Carlo totals."""
     levels = [p for c in confidences for p in ((1.0 - c) / 2.0, (1.0 + c) / 2.0)]
-    q = np.quantile(total, levels, method="inverted_cdf")
+    q = _quantiles(total, levels)
     out: dict[float, NetworkInterval] = {}
     for i, c in enumerate(confidences):
         lo, hi = float(q[2 * i]), float(q[2 * i + 1])

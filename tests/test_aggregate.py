@@ -202,3 +202,22 @@ def test_type_coupling_is_comonotone_within_a_type_and_independent_across_types(
     b, _ = aggregate(two, [0.9], coupling="type")
     assert a[0.9].lower == pytest.approx(b[0.9].lower, rel=1e-12) and a[0.9].upper == pytest.approx(b[0.9].upper,
                                                                                                     rel=1e-12)
+
+
+@pytest.mark.parametrize("n", [1, 7, 1023, 1024, 4097, 10_000])
+def test_tail_quantiles_are_numpys_inverted_cdf(n):
+    """The network intervals' quantiles (tail selection) are np.quantile's, value for value:
+    continuous, heavily tied, sorted and reversed samples, levels at and near the ends."""
+    from estimator.aggregate import _quantiles
+
+    rng = np.random.default_rng(n)
+    levels = [0.0, 1e-9, 0.005, 0.05, 0.05000000000000002, 0.25, 0.5, 0.9, 0.95, 0.975, 1 - 1e-9, 1.0]
+    samples = [rng.standard_normal(n), rng.integers(0, 4, n).astype(float), np.sort(rng.standard_normal(n)),
+               np.sort(rng.standard_normal(n))[::-1].copy(), np.exp(3 * rng.standard_normal(n))]
+    for a in samples:
+        before = a.copy()
+        assert _quantiles(a, levels) == [float(x) for x in np.quantile(a, levels, method="inverted_cdf")]
+        assert np.array_equal(a, before)  # the samples are left as they were
+    a = rng.standard_normal(n)
+    a[n // 2] = np.nan
+    assert np.isnan(_quantiles(a, [0.5, 0.95])).all()  # NaN goes to numpy, which answers NaN
