@@ -375,20 +375,22 @@ def layer_intervals(dist: DistBatch, confidence: float, clip_min: float | None =
     """Per-layer ``confidence`` intervals ``(lo, hi)`` (arrays of length N), exact."""
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    lo = np.empty(len(dist))
-    hi = np.empty(len(dist))
-    for fi in np.unique(dist.family):
-        rows = np.flatnonzero(dist.family == fi)
-        fam = dist.families[int(fi)]
+    # per family: sym (center -+ q * scale) or mult (scale * [f_lo, f_hi]), then per layer
+    n_fam = len(dist.families)
+    sym = np.zeros(n_fam, dtype=bool)
+    q_lo = np.zeros(n_fam)
+    q_hi = np.zeros(n_fam)
+    for i, fam in enumerate(dist.families):
         if fam.kind == "sym":
-            q = fam.scores[conformal_index(fam.n, confidence)]
-            lo[rows] = dist.center[rows] - q * dist.scale[rows]
-            hi[rows] = dist.center[rows] + q * dist.scale[rows]
+            sym[i] = True
+            q_lo[i] = q_hi[i] = fam.scores[conformal_index(fam.n, confidence)]
         else:
-            f_lo = fam.scores[conformal_index(fam.n, (1.0 - confidence) / 2.0)]
-            f_hi = fam.scores[conformal_index(fam.n, (1.0 + confidence) / 2.0)]
-            lo[rows] = dist.scale[rows] * f_lo
-            hi[rows] = dist.scale[rows] * f_hi
+            q_lo[i] = fam.scores[conformal_index(fam.n, (1.0 - confidence) / 2.0)]
+            q_hi[i] = fam.scores[conformal_index(fam.n, (1.0 + confidence) / 2.0)]
+    fi = dist.family
+    s, a, b = sym[fi], q_lo[fi], q_hi[fi]
+    lo = np.where(s, dist.center - a * dist.scale, dist.scale * a)
+    hi = np.where(s, dist.center + b * dist.scale, dist.scale * b)
     if clip_min is not None:
         np.maximum(lo, clip_min, out=lo)
         np.maximum(hi, clip_min, out=hi)
