@@ -36,8 +36,9 @@ draws below): square inputs from the resolutions CNNs use (7..320, the ladder a 
 of 8 (3 for stems), square kernels 1/3/5/7 (1xk/kx1 now and then), strides 1/2, SAME
 padding, and the type-specific shapes of real blocks (3x3/2 and 5x5/1 max pools, SE-style
 broadcast mul, x2 nearest upsampling), with the fused activations networks use (ReLU,
-ReLU6, none, ...: ``act``) and RegNet/ResNeXt-style grouped convolutions
-(:func:`_prior_variants`). They are *not* FLOPs-balanced: the point is the
+ReLU6, none, ...: ``act``), RegNet/ResNeXt-style grouped convolutions and, for a
+share of the convolutions, channel counts off the multiple-of-8 ladder (ShuffleNetV2's 58,
+pruned networks; :func:`_prior_variants`). They are *not* FLOPs-balanced: the point is the
 prior's own density (balancing would turn the rare 7x7 depthwise and 3-channel stems into
 a third of the draws). They come from their own generator, so the broad part of a plan is
 unchanged by them (a database
@@ -347,12 +348,44 @@ def _unit_hash(layer_type: str, params: Mapping[str, Any], salt: str) -> float:
     return int.from_bytes(h[:8], "little") / 2.0**64
 
 
+#: Network prior: the share of drawn convolutions whose channel counts are moved off the
+#: multiple-of-8 ladder (:func:`_prior_variants`). Networks do use such counts: ShuffleNetV2
+#: 1.0x splits 116 channels into two branches of 58, width multipliers and channel
+#: pruning give arbitrary ones. Kernels care: ONNX Runtime's NCHWc convolutions need
+#: channels in multiples of its vector block (16 fp32 lanes with AVX-512) and its
+#: depthwise kernel runs 5-10x slower per channel when c is not a multiple of 4 (measured
+#: on host-cpu: 3x3 depthwise at 56x56, c=56: 0.89 us per channel, c=58: 5.5 us).
+_PRIOR_OFF_LADDER: dict[str, float] = {LayerType.CONV2D: 0.15, LayerType.DWCONV2D: 0.25}
+#: Offsets that move a channel count off the ladder: every residue modulo 8 except 0.
+_OFF_LADDER_OFFSETS = (-7, -6, -5, -4, -3, -2, -1, 1, 2, 3, 4, 5, 6, 7)
+
+
+def _off_ladder(layer_type: str, p: Mapping[str, Any], key: str) -> int:
+    """Channel count ``p[key]`` moved by a hash-chosen offset off the multiple-of-8 ladder
+    (kept within 1..SPACE_MAX["c"])."""
+    c = int(p[key])
+    d = _OFF_LADDER_OFFSETS[int(len(_OFF_LADDER_OFFSETS) * _unit_hash(layer_type, p, f"off-ladder:{key}"))]
+    if not 1 <= c + d <= SPACE_MAX["c"]:
+        d = -d
+    return max(1, c + d)
+
+
 def _prior_variants(layer_type: str, p: dict[str, Any]) -> dict[str, Any]:
-    """The prior's fused activation and (conv2d) grouped variants, chosen by a hash of the
-    drawn configuration instead of the generator, so that adding them left the other
-    draws (and configurations measured before) unchanged: a configuration that keeps the
-    LUM's default activation and no groups has the key it had without this step."""
+    """The prior's off-ladder channel counts (conv2d, dwconv2d), fused activation and
+    (conv2d) grouped variants, chosen by a hash of the drawn configuration instead of the
+    generator, so that adding them left the other draws (and configurations measured
+    before) unchanged: a configuration that keeps its drawn channels, the LUM's default
+    activation and no groups has the key it had without this step."""
     p = dict(p)
+    share = _PRIOR_OFF_LADDER.get(layer_type, 0.0)
+    if share and p.get("groups", 1) == 1 and _unit_hash(layer_type, p, "off-ladder") < share:
+        if layer_type == LayerType.DWCONV2D:
+            keys: tuple[str, ...] = ("c",)
+        else:  # c_in, c_out or both (never the RGB stem's 3 input channels)
+            keys = (("c_in",), ("c_out",), ("c_in", "c_out"))[int(3 * _unit_hash(layer_type, p, "off-ladder-which"))]
+            keys = tuple(k for k in keys if p[k] != 3) or ("c_out",)
+        moved = {k: _off_ladder(layer_type, p, k) for k in keys}
+        p.update(moved)
     if layer_type == LayerType.CONV2D and p.get("groups", 1) == 1 and _unit_hash(layer_type, p, "groups") < 0.1:
         gw = (8, 16, 32, 64)[int(4 * _unit_hash(layer_type, p, "group-width"))]  # RegNet/ResNeXt group widths
         if p["c_in"] % gw == 0 and p["c_in"] // gw > 1 and p["c_out"] % (p["c_in"] // gw) == 0:

@@ -276,6 +276,14 @@ def _bytes(in_elems: int, out_elems: int, params: int, elem_bytes: int) -> int:
 # ------------------------------------------------------------------------- counters
 
 
+def _align(c: int) -> int:
+    """Channel alignment feature: the largest power of two dividing ``c``, at most 16.
+    CPU kernels vectorise over channels (ONNX Runtime's NCHWc convolutions need multiples
+    of the 16-lane AVX-512 block, its depthwise kernel is 5-10x slower per channel off
+    multiples of 4), so two convolutions a few channels apart can differ severalfold."""
+    return math.gcd(int(c), 16)
+
+
 def _conv2d(p: dict[str, Any], eb: int) -> LayerCounts:
     n = _pos(p, "n", 1)
     h, w, k_h, k_w, s_h, s_w, h_out, w_out = _window(p, dilated=True)
@@ -288,7 +296,7 @@ def _conv2d(p: dict[str, Any], eb: int) -> LayerCounts:
     dil = max(_pos(p, "d_h", 1), _pos(p, "d_w", 1))
     feats = dict(h=h, w=w, c_in=c_in, c_out=c_out, k_h=k_h, k_w=k_w, s_h=s_h, s_w=s_w,
                  groups=g, dilation=dil, flops=2 * macs / n, params=params, act=_act_code(p),
-                 c_in_g=c_in // g, c_out_g=c_out // g)
+                 c_in_g=c_in // g, c_out_g=c_out // g, c_in_align=_align(c_in // g), c_out_align=_align(c_out // g))
     return LayerCounts(feats, macs, params, 2.0 * macs,
                        _bytes(n * h * w * c_in, n * h_out * w_out * c_out, params, eb),
                        (n, c_out, h_out, w_out))
@@ -305,7 +313,7 @@ def _dwconv2d(p: dict[str, Any], eb: int) -> LayerCounts:
     macs = n * h_out * w_out * c_out * k_h * k_w
     dil = max(_pos(p, "d_h", 1), _pos(p, "d_w", 1))
     feats = dict(h=h, w=w, c=c, k_h=k_h, k_w=k_w, s_h=s_h, s_w=s_w, dilation=dil,
-                 flops=2 * macs / n, params=params, act=_act_code(p))
+                 flops=2 * macs / n, params=params, act=_act_code(p), c_align=_align(c))
     return LayerCounts(feats, macs, params, 2.0 * macs,
                        _bytes(n * h * w * c, n * h_out * w_out * c_out, params, eb),
                        (n, c_out, h_out, w_out))
@@ -445,13 +453,14 @@ _WIN = ("h", "w", "c", "k_h", "k_w", "s_h", "s_w")
 _SPECS = [
     _spec(LayerType.CONV2D,
           ("h", "w", "c_in", "c_out", "k_h", "k_w", "s_h", "s_w", "groups", "dilation", "flops", "params", "act",
-           "c_in_g", "c_out_g"),
-          "flops", "2D convolution incl. grouped (c_in_g, c_out_g: channels per group) and dilated "
-          "(+ fused activation)", _conv2d,
+           "c_in_g", "c_out_g", "c_in_align", "c_out_align"),
+          "flops", "2D convolution incl. grouped (c_in_g, c_out_g: channels per group; *_align: their "
+          "power-of-two alignment, at most 16) and dilated (+ fused activation)", _conv2d,
           ("h", "w", "c_in", "c_out", "k_h", "k_w"), True),
     _spec(LayerType.DWCONV2D,
-          ("h", "w", "c", "k_h", "k_w", "s_h", "s_w", "dilation", "flops", "params", "act"),
-          "flops", "depthwise 2D convolution (groups = channels) (+ fused activation)", _dwconv2d,
+          ("h", "w", "c", "k_h", "k_w", "s_h", "s_w", "dilation", "flops", "params", "act", "c_align"),
+          "flops", "depthwise 2D convolution (groups = channels; c_align: the power-of-two alignment of c, at "
+          "most 16) (+ fused activation)", _dwconv2d,
           ("h", "w", "c", "k_h", "k_w"), True),
     _spec(LayerType.FC, ("m", "c_in", "c_out", "flops", "params", "act"), "flops",
           "fully connected / Gemm / MatMul with constant weights (+ fused activation)", _fc, ("c_in", "c_out"), True),

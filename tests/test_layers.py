@@ -22,7 +22,19 @@ def test_every_type_has_features_in_order():
     for t in LAYER_TYPES:
         assert describe  # vocabulary has a spec for each type
     v = feature_vector("dwconv2d", describe("dwconv2d", dict(h=8, w=8, c=4, k_h=3, k_w=5)).features)
-    assert len(v) == 11 and v[-1] == -1.0  # act: none
+    assert len(v) == 12 and v[-2] == -1.0 and v[-1] == 4.0  # act: none; c_align of c=4
+
+
+def test_channel_alignment_features():
+    """Power-of-two alignment of the channel counts (at most 16): CPU kernels vectorise
+    over channels, and ONNX Runtime's depthwise kernel is several times slower per channel
+    off multiples of 4."""
+    dw = lambda c: describe("dwconv2d", dict(h=28, w=28, c=c, k_h=3, k_w=3)).features["c_align"]  # noqa: E731
+    assert [dw(c) for c in (58, 116, 232, 24, 3, 1, 2048)] == [2, 4, 8, 8, 1, 1, 16]
+    f = describe("conv2d", dict(h=14, w=14, c_in=232, c_out=58, k_h=1, k_w=1)).features
+    assert (f["c_in_align"], f["c_out_align"]) == (8, 2)
+    g = describe("conv2d", dict(h=14, w=14, c_in=96, c_out=192, k_h=3, k_w=3, groups=4)).features
+    assert (g["c_in_align"], g["c_out_align"]) == (8, 16)  # per group: 24 and 48
 
 
 @pytest.mark.parametrize(

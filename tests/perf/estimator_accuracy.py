@@ -29,6 +29,11 @@ Sections
    ``resnet18@1024``): its CM_O 90 % relative width divided by the median over the
    in-space networks of section 2 (target: >= 3x), and the share of its layers flagged.
 
+``--measurements DIR/accuracy.json`` takes section 2's measured latencies from an earlier
+run instead of measuring again, so two profiles (or two estimator versions) are compared
+on the same measurement window; the machine's drift between runs is larger than most
+changes worth comparing.
+
 ``--out DIR`` writes ``accuracy.json`` and the predicted-vs-measured figure there.
 """
 from __future__ import annotations
@@ -127,12 +132,30 @@ def print_layer_level(res: dict[str, Any]) -> None:
             print(line)
 
 
+def reuse_measurements(path: str, names: list[str]) -> dict[str, dict[str, Any]]:
+    """The measured latencies of an earlier run's ``accuracy.json`` (``--out``), with the
+    networks exported again (the zoo's export is deterministic): a changed profile or
+    estimator is compared with the one before on the same measurement window."""
+    doc = json.loads(Path(path).read_text())
+    net = doc["networks"]
+    lum = net["results"]["lum"]["networks"]
+    missing = [n for n in names if n not in lum]
+    if missing:
+        raise SystemExit(f"{path} has no measurement of {', '.join(missing)}")
+    return {n: {"onnx": zoo.export_onnx(n, int(net["resolution"][n])), "resolution": int(net["resolution"][n]),
+                "environment": net["environment"], "timing": net["timing"][n], "measured_ms": lum[n]["measured_ms"]}
+            for n in names}
+
+
 def network_level(est: dict[str, Estimator], names: list[str], args: argparse.Namespace) -> dict[str, Any]:
     prof = next(iter(est.values())).profile
     threads = args.threads if args.threads is not None else prof.threads
-    meas = measure_networks(names, runner="onnxruntime", resolution=args.resolution, warmup=args.warmup,
-                            runs=args.runs, rounds=args.rounds, runner_options={"threads": threads},
-                            progress=sys.stderr.isatty())
+    if args.measurements:
+        meas = reuse_measurements(args.measurements, names)
+    else:
+        meas = measure_networks(names, runner="onnxruntime", resolution=args.resolution, warmup=args.warmup,
+                                runs=args.runs, rounds=args.rounds, runner_options={"threads": threads},
+                                progress=sys.stderr.isatty())
     results = {}
     runs = dict(est)
     lum = est["lum"]
@@ -214,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-layers", action="store_true")
     ap.add_argument("--skip-networks", action="store_true")
     ap.add_argument("--out", default=None, help="directory for accuracy.json and the figure")
+    ap.add_argument("--measurements", default=None, metavar="ACCURACY_JSON",
+                    help="reuse the network latencies measured by an earlier run (its --out accuracy.json) instead "
+                         "of measuring: compares a changed profile or estimator on the same measurement window")
     args = ap.parse_args(argv)
 
     prof = load_profile(args.device, args.profiles)

@@ -10,6 +10,7 @@ is the gap between the sum of kernel times and the whole-network latency ("betwe
 kernels" row).
 
     python tests/perf/network_breakdown.py --device host-cpu --networks resnet18,mobilenet_v2
+    python tests/perf/network_breakdown.py --networks mobilenet_v2 --layers dwconv2d --bench  # per layer
 
 Profiled kernels are mapped to ONNX nodes by name: ORT keeps the node name, or names a
 rewritten node after its output tensor (``<tensor>_nchwc``, layout transforms) or
@@ -54,6 +55,48 @@ def _onnx_node(kernel: str, idx: dict[str, str]) -> str | None:
     return idx.get(name)
 
 
+def layer_rows(est: Estimator, name: str, res: int, runs: int, layer_type: str, bench: bool) -> list[dict]:
+    """Per layer of one type: its kernel time inside the network, the prediction and, with
+    ``bench``, the same configuration measured now as the benchmark measures it (the LUM's
+    kernel time inside the padded model, and smart padding's T_LUM midpoint): which of
+    the benchmark protocol and the model is off, layer by layer."""
+    from bench.modelgen import padded_model, padding_keys, padding_model, to_onnx  # noqa: PLC0415
+    from bench.smartpad import lum_interval, lum_profile_ms  # noqa: PLC0415
+
+    data = zoo.export_onnx(name, res)
+    model = onnx.load_from_string(data)
+    idx = _node_index(model)
+    net = est.load_network(data)
+    e = est.estimate_network(net, [0.9], name=name)
+    pred = {le.name: le for le in e.layers}
+    r = get_runner("onnxruntime", threads=est.profile.threads or 1)
+    out = []
+    with r:
+        per_node = r.per_layer(r.prepare(data), warmup=5, runs=runs)
+        in_net: dict[str, float] = defaultdict(float)
+        owner = {n: layer.name for layer in net.layers for n in layer.nodes}
+        for kernel, ms in per_node.items():
+            node = _onnx_node(kernel, idx)
+            if node in owner:
+                in_net[owner[node]] += ms
+        for layer in net.layers:
+            if layer.type != layer_type:
+                continue
+            row = {"layer": layer.name, "params": dict(layer.params), "network_ms": in_net.get(layer.name, 0.0),
+                   "predicted_ms": pred[layer.name].prediction_ms}
+            if bench:
+                ir = padded_model(layer.type, layer.params)
+                prep = r.prepare(to_onnx(ir))
+                row["padded_kernel_ms"] = lum_profile_ms(r.per_layer(prep, warmup=5, runs=runs), ir)
+                t_c = r.time(prep, warmup=5, runs=runs).median_ms
+                keys = padding_keys(layer.type, layer.params)
+                tb = {k: r.time(r.prepare(to_onnx(padding_model(*k))), warmup=5, runs=runs).median_ms
+                      for k in keys.all()}
+                row["t_lum_ms"] = lum_interval(t_c, sum(tb[k] for k in keys.inputs), tb[keys.output]).mid
+            out.append(row)
+    return out
+
+
 def breakdown(est: Estimator, name: str, res: int, runs: int) -> dict[str, dict[str, float]]:
     data = zoo.export_onnx(name, res)
     model = onnx.load_from_string(data)
@@ -93,8 +136,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--networks", default="resnet18,mobilenet_v2,efficientnet_b0,regnet_x_400mf,squeezenet")
     ap.add_argument("--resolution", type=int, default=None)
     ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--layers", default=None, metavar="TYPE",
+                    help="instead of the per-type table, one row per layer of TYPE (e.g. dwconv2d)")
+    ap.add_argument("--bench", action="store_true",
+                    help="with --layers: also measure each layer as the benchmark does (padded-model kernel, T_LUM)")
     a = ap.parse_args(argv)
     est = Estimator.from_profile(a.device, root=a.profiles)
+    if a.layers:
+        for name in [n for n in a.networks.split(",") if n]:
+            res = a.resolution or (640 if name.startswith("yolo") else 224)
+            rows = layer_rows(est, name, res, a.runs, a.layers, a.bench)
+            print(f"\n{name}@{res}: {a.layers} layers")
+            print(f"  {'layer':<28} {'in network':>10} {'predicted':>10} {'padded kernel':>14} {'T_LUM':>8}  params")
+            for x in rows:
+                p = {k: v for k, v in x["params"].items() if not k.startswith("p_")}
+                print(f"  {x['layer'][:28]:<28} {x['network_ms']:>10.4f} {x['predicted_ms']:>10.4f} "
+                      f"{x.get('padded_kernel_ms', float('nan')):>14.4f} {x.get('t_lum_ms', float('nan')):>8.4f}  {p}")
+            tot = {k: sum(x.get(k, 0.0) for x in rows) for k in ("network_ms", "predicted_ms", "padded_kernel_ms", "t_lum_ms")}
+            print(f"  {'sum':<28} {tot['network_ms']:>10.4f} {tot['predicted_ms']:>10.4f} {tot['padded_kernel_ms']:>14.4f} "
+                  f"{tot['t_lum_ms']:>8.4f}")
+        return 0
     total: dict[str, dict[str, float]] = defaultdict(lambda: {"measured": 0.0, "predicted": 0.0, "n": 0})
     for name in [n for n in a.networks.split(",") if n]:
         res = a.resolution or (640 if name.startswith("yolo") else 224)
