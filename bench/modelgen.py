@@ -454,9 +454,18 @@ def lum_io_shapes(layer_type: str, params: Mapping[str, Any]
     return s.input_shapes, s.output_shape
 
 
+def _reads_graph_input(layer_type: str, params: Mapping[str, Any]) -> bool:
+    """A conv2d with raw param ``graph_input=1`` reads the network's input (a stem): its
+    padded model has no input-side padding, see :func:`padded_model`."""
+    return layer_type == LayerType.CONV2D and _int(params, "graph_input", 0) > 0
+
+
 def padding_keys(layer_type: str, params: Mapping[str, Any]) -> PaddingKeys:
-    """LUT keys ``(h, w, c)`` of the LUM's input side(s) and output side (Eq. 4)."""
+    """LUT keys ``(h, w, c)`` of the LUM's input side(s) and output side (Eq. 4); no input
+    side for a LUM that reads the graph input (``T_b1 = 0``)."""
     s = _lum_spec(layer_type, params)
+    if _reads_graph_input(layer_type, params):
+        return PaddingKeys((), _hwc_of(s.output_shape))
     return PaddingKeys(tuple(_hwc_of(x) for x in s.input_shapes), _hwc_of(s.output_shape))
 
 
@@ -498,12 +507,21 @@ def padding_model(h: int, w: int, c: int) -> ModelIR:
 
 
 def padded_model(layer_type: str, params: Mapping[str, Any]) -> ModelIR:
-    """Fig. 5c: a pad-in conv per LUM input, the LUM, a pad-out conv."""
+    """Fig. 5c: a pad-in conv per LUM input, the LUM, a pad-out conv.
+
+    A conv2d with ``graph_input=1`` (a network's stem) reads the graph input itself, as it
+    does in a network, where the host writes the image: only the output side is padded,
+    and Eq. 4 runs with ``T_b1 = 0`` (:func:`padding_keys`). On Vela a pad-in conv writing
+    a 3-channel map costs up to 10x its padding pair (a 224x224x3 NHWC write to DRAM), which
+    smart padding would charge to the stem."""
     s = _lum_spec(layer_type, params)
     graph_inputs: dict[tuple[int, int], TensorSpec] = {}
     ops: list[Op] = []
     lum_ins: list[str] = []
-    for i, shp in enumerate(s.input_shapes):
+    if _reads_graph_input(layer_type, params):
+        graph_inputs[(0, 0)] = TensorSpec("x", tuple(s.input_shapes[0]))
+        lum_ins.append("x")
+    for i, shp in enumerate(s.input_shapes if not lum_ins else ()):
         hw = (shp[2], shp[3])
         if hw not in graph_inputs:
             graph_inputs[hw] = TensorSpec(f"x{len(graph_inputs)}" if graph_inputs else "x", (1, 1, *hw))

@@ -296,7 +296,8 @@ def _conv2d(p: dict[str, Any], eb: int) -> LayerCounts:
     dil = max(_pos(p, "d_h", 1), _pos(p, "d_w", 1))
     feats = dict(h=h, w=w, c_in=c_in, c_out=c_out, k_h=k_h, k_w=k_w, s_h=s_h, s_w=s_w,
                  groups=g, dilation=dil, flops=2 * macs / n, params=params, act=_act_code(p),
-                 c_in_g=c_in // g, c_out_g=c_out // g, c_in_align=_align(c_in // g), c_out_align=_align(c_out // g))
+                 c_in_g=c_in // g, c_out_g=c_out // g, c_in_align=_align(c_in // g), c_out_align=_align(c_out // g),
+                 graph_input=float(_nonneg(p, "graph_input", 0) > 0))
     return LayerCounts(feats, macs, params, 2.0 * macs,
                        _bytes(n * h * w * c_in, n * h_out * w_out * c_out, params, eb),
                        (n, c_out, h_out, w_out))
@@ -453,9 +454,10 @@ _WIN = ("h", "w", "c", "k_h", "k_w", "s_h", "s_w")
 _SPECS = [
     _spec(LayerType.CONV2D,
           ("h", "w", "c_in", "c_out", "k_h", "k_w", "s_h", "s_w", "groups", "dilation", "flops", "params", "act",
-           "c_in_g", "c_out_g", "c_in_align", "c_out_align"),
+           "c_in_g", "c_out_g", "c_in_align", "c_out_align", "graph_input"),
           "flops", "2D convolution incl. grouped (c_in_g, c_out_g: channels per group; *_align: their "
-          "power-of-two alignment, at most 16) and dilated (+ fused activation)", _conv2d,
+          "power-of-two alignment, at most 16) and dilated (+ fused activation; graph_input=1: a stem reading "
+          "the network's input)", _conv2d,
           ("h", "w", "c_in", "c_out", "k_h", "k_w"), True),
     _spec(LayerType.DWCONV2D,
           ("h", "w", "c", "k_h", "k_w", "s_h", "s_w", "dilation", "flops", "params", "act", "c_align"),

@@ -426,9 +426,10 @@ def _model_features(layer_type: str, X: np.ndarray) -> tuple[tuple[str, ...], np
     """The features a type's model uses, and those columns of ``X``: the vocabulary's,
     less ``act`` where the benchmark held the fused activation fixed (a profile measured
     with one activation per type then treats every activation its fusion rules fold as
-    that one, instead of flagging them all out of range)."""
+    that one, instead of flagging them all out of range), and ``graph_input`` (conv2d)
+    where no row read the network's input."""
     names = feature_names(layer_type)
-    keep = [j for j, f in enumerate(names) if f != "act" or (X.size and np.ptp(X[:, j]) > 0)]
+    keep = [j for j, f in enumerate(names) if f not in ("act", "graph_input") or (X.size and np.ptp(X[:, j]) > 0)]
     return tuple(names[j] for j in keep), X[:, keep]
 
 

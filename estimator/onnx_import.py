@@ -1049,6 +1049,7 @@ class _Extractor:
                 self.noop[n.name] = reason
         canon = self.canon
         self.graph_outputs = {canon(o.name) for o in self.g.output}
+        self.graph_inputs = {i.name for i in self.g.input} - set(self.init)
         self.live = self._live_nodes()
         # consumers of every (canonical) tensor among the live nodes that are not no-ops, and
         # the static tensors: constants and everything computed from constants and shapes only
@@ -1708,6 +1709,8 @@ class _Extractor:
                     params[k] = int(v)
         if d.activation is not None and d.type in FUSED_ACT_TYPES:
             params["act"] = d.activation  # the fused activation is a feature (estimator.layers)
+        if d.type == LayerType.CONV2D and d.inputs and d.inputs[0] in self.graph_inputs:
+            params["graph_input"] = 1  # a stem: reads the network's input (a feature, estimator.layers)
         try:
             counts = _describe(d.type, params)
         except (LayerSpecError, TypeError, ValueError) as e:

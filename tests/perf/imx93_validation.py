@@ -202,6 +202,11 @@ def vela_rows(tfl: bytes) -> list[list[Any]]:
 #: (convolutions that write straight into a concatenation's output are named after it).
 _VELA_TYPE = {"Conv2D": "conv2d", "DepthwiseConv2D": "dwconv2d", "FullyConnected": "fc", "MaxPool": "maxpool",
               "AvgPool": "avgpool", "Mean": "globalpool"}
+#: Vela operator -> the layer types it can be all of (for the per-layer errors of --breakdown;
+#: a SiLU is Logistic + Mul)
+_OWN_KIND = {**{o: {t} for o, t in _VELA_TYPE.items()}, "Add": {"add"}, "Mul": {"mul", "activation"},
+             **{o: {"activation"} for o in ("Sigmoid", "Logistic", "HardSwish", "Tanh", "LeakyRelu", "Relu",
+                                            "Relu6", "Gelu", "Softplus")}}
 
 
 # ---------------------------------------------------------------------------- breakdown
@@ -277,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     conf = a.confidence
     rows: list[dict[str, Any]] = []
     type_tot: dict[str, list[float]] = {}
+    layer_err: dict[str, list[float]] = {}  # type -> [layers, Vela ms, sum |prediction - Vela| ms]
     for label, zoo_name, res, kw in nets:
         v = vela_estimate(label, res, kw, zoo_name, cache, log)
         ref = v["estimate_ms"]
@@ -309,16 +315,32 @@ def main(argv: list[str] | None = None) -> int:
                         tt = type_tot.setdefault(key(layer), [0.0, 0.0, 0])
                         tt[1] += pred_of.get(layer.name, 0.0)
                         tt[2] += 1
+                    own_ms: dict[int, float] = {}
+                    own_ops: dict[int, set[str]] = {}
                     for vop, name, ms in v["per_op_rows"]:
                         per, lost = attribute({name: ms}, net.layers)
                         if per:
-                            k = key(net.layers[next(iter(per))])
+                            i0 = next(iter(per))
+                            own_ms[i0] = own_ms.get(i0, 0.0) + ms
+                            own_ops.setdefault(i0, set()).add(vop)
+                            k = key(net.layers[i0])
                             if k in ("concat", "reshape", "reshape (free)") and vop not in ("Concat", "Reshape"):
                                 # a producer writing straight into a concat/reshape output
                                 k = _VELA_TYPE.get(vop, f"{k}<-{vop}")
                         else:
                             k = "(unattributed Vela ops)"
                         type_tot.setdefault(k, [0.0, 0.0, 0])[0] += ms
+                    # per-layer accuracy where the attribution is clean: every Vela operator
+                    # under the layer's name is of the layer's own kind
+                    for i0, vv in own_ms.items():
+                        layer = net.layers[i0]
+                        if vv <= 0 or layer.name in free_layers or any(
+                                layer.type not in _OWN_KIND.get(o, ()) for o in own_ops[i0]):
+                            continue
+                        le = layer_err.setdefault(layer.type, [0, 0.0, 0.0])
+                        le[0] += 1
+                        le[1] += vv
+                        le[2] += abs(pred_of.get(layer.name, 0.0) - vv)
         rows.append(r)
 
     # ----------------------------------------------------------------------- report
@@ -360,12 +382,20 @@ def main(argv: list[str] | None = None) -> int:
         for k, (vv, pp, cnt) in sorted(type_tot.items(), key=lambda kv: -kv[1][0]):
             err = f"{100 * (pp - vv) / vv:+.1f} %" if vv > 0 else "-"
             print(f"  {k:34s} n={cnt:4d}  Vela {vv:9.3f} ms  pred {pp:9.3f} ms  {err}")
+        if layer_err:
+            print()
+            print("per layer (layers whose Vela operators are all of their own kind): sum |prediction - Vela| / Vela")
+            tot = [0, 0.0, 0.0]
+            for k, (cnt, vv, ae) in sorted(layer_err.items(), key=lambda kv: -kv[1][1]):
+                print(f"  {k:12s} n={cnt:4d}  Vela {vv:9.3f} ms  sum |error| {100 * ae / vv:5.1f} %")
+                tot = [tot[0] + cnt, tot[1] + vv, tot[2] + ae]
+            print(f"  {'all':12s} n={tot[0]:4d}  Vela {tot[1]:9.3f} ms  sum |error| {100 * tot[2] / tot[1]:5.1f} %")
     if a.json:
         doc = {"device": a.device, "confidence": conf, "provenance": prof.provenance.to_dict(), "rows": rows,
                "summary": {"mean_abs_err_pct": mae, "coverage": cov, "mean_rel_width": width,
                            "single_mean_err_pct": s_mean, "single_mean_abs_err_pct": s_mae,
                            "single_over_lum": ratio},
-               "breakdown": type_tot}
+               "breakdown": type_tot, "layer_errors": layer_err}
         Path(a.json).write_text(json.dumps(doc, indent=1, default=str))
     return 0
 

@@ -1,0 +1,78 @@
+"""Issue 5: context sampling plans and stems that read the graph input (``graph_input``)."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import torch
+from torch import nn
+
+from bench.context_sampling import context_plan
+from bench.modelgen import padded_model, padding_keys, to_onnx
+from bench.sampling import in_space, limits_for
+from bench.smartpad import lum_interval
+from estimator import zoo
+from estimator.layers import describe, feature_names
+from estimator.onnx_import import load_network
+
+STEM = dict(h=224, w=224, c_in=3, c_out=32, k_h=3, k_w=3, s_h=2, s_w=2, p_t=0, p_l=0, p_b=1, p_r=1)
+
+
+def test_plans_are_seeded_valid_and_stem_input_is_the_stem_draws():
+    lim = limits_for("vela")
+    a = context_plan({"stem": 30, "activation": 40}, seed=0, limits=lim)
+    b = context_plan({"stem": 30, "activation": 40}, seed=0, limits=lim)
+    assert [c.key for c in a] == [c.key for c in b] and len(a) == 70
+    assert all(in_space(c.layer_type, c.params, lim) for c in a)
+    assert context_plan({"stem": 5}, seed=1, limits=lim)[0].key != a[0].key
+    stems = [c for c in a if c.layer_type == "conv2d"]
+    inp = context_plan({"stem-input": 30}, seed=0, limits=lim)
+    assert [dict(c.params, graph_input=1) for c in stems] == [c.params for c in inp]
+    acts = [c.params for c in a if c.layer_type == "activation"]
+    assert {p["kind"] for p in acts} <= {"silu", "sigmoid", "hardswish", "hardsigmoid", "relu6", "relu",
+                                         "leakyrelu", "tanh"}
+    assert all(p["c"] % 8 == 0 and p["h"] * p["w"] * p["c"] <= lim.max_elems for p in acts)
+    big = [c.params for c in context_plan({"activation-large": 20}, seed=0, limits=lim)]
+    assert len(big) == 20 and all(lim.max_elems < p["h"] * p["w"] * p["c"] <= 1 << 22 for p in big)
+
+
+def test_graph_input_is_a_conv2d_feature_defaulting_to_zero():
+    assert "graph_input" in feature_names("conv2d")
+    assert describe("conv2d", STEM).features["graph_input"] == 0.0
+    f = describe("conv2d", dict(STEM, graph_input=1)).features
+    assert f["graph_input"] == 1.0 and f["flops"] == describe("conv2d", STEM).features["flops"]
+
+
+def test_graph_input_stem_is_padded_on_the_output_side_only():
+    p = dict(STEM, graph_input=1)
+    keys = padding_keys("conv2d", p)
+    assert keys.inputs == () and keys.output == (112, 112, 32)
+    assert padding_keys("conv2d", STEM).inputs == ((224, 224, 3),)
+    ir = padded_model("conv2d", p)
+    assert [o.role for o in ir.ops] == ["lum", "pad_out"]
+    assert [t.shape for t in ir.inputs] == [(1, 3, 224, 224)] and ir.ops[0].inputs == ("x",)
+    onnx.checker.check_model(onnx.load_from_string(to_onnx(ir)))
+    full = padded_model("conv2d", STEM)
+    assert [o.role for o in full.ops] == ["pad_in", "lum", "pad_out"] and full.name != ir.name
+    # Eq. 4 with T_b1 = 0: [T_c - T_b2, T_c]
+    iv = lum_interval(1.0, 0.0, 0.2)
+    assert (iv.lo, iv.hi) == (0.8, 1.0)
+
+
+def test_importer_flags_convs_reading_a_network_input():
+    net = load_network(zoo.export_onnx(zoo.build("mobilenet_v2", 64), 64))
+    convs = [l for l in net.layers if l.type == "conv2d"]
+    assert convs[0].params.get("graph_input") == 1 and convs[0].features["graph_input"] == 1.0
+    assert all("graph_input" not in l.params for l in convs[1:])
+
+    class Two(nn.Module):  # a conv on an intermediate tensor is not a stem, even with 3 channels
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Conv2d(3, 3, 3, padding=1), nn.Conv2d(3, 8, 3, padding=1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(torch.relu(self.a(x)))
+
+    layers = load_network(zoo.export_onnx(Two().eval(), 32)).layers
+    flags = [l.params.get("graph_input") for l in layers if l.type == "conv2d"]
+    assert flags == [1, None]
+    assert np.isfinite(layers[0].features["flops"])
