@@ -54,6 +54,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prior-samples", type=int, default=None,
                    help="further configurations per layer type from the network prior: the shapes real CNNs use "
                         "(default: as many as --samples; 0 for the broad space only)")
+    p.add_argument("--context", default=None, metavar="NAME:N[,NAME:N]",
+                   help="measure targeted plans of bench.context_sampling instead of the sampling plan "
+                        "(stem, stem-input, activation, activation-large; with --seed)")
     p.add_argument("--out", default=DEFAULT_OUT,
                    help=f"database file (*.sqlite, *.db) or directory for DEVICE.sqlite (default {DEFAULT_OUT}/)")
     p.add_argument("--warmup", type=int, default=5, help="untimed runs before each measurement (default 5)")
@@ -174,7 +177,18 @@ def cmd_run(a: argparse.Namespace) -> int:
     path = db_path(a.out, a.device)
     limits = limits_for(a.runner, max_ops=a.max_ops, max_elems=a.max_elems)
     t0 = time.monotonic()
-    plan = make_plan(types, a.samples, prior_samples=prior, seed=a.seed, limits=limits)
+    if a.context:
+        from .context_sampling import parse_context_spec, context_plan
+
+        if a.layers or a.prior_samples is not None:
+            raise UserError("--context replaces the sampling plan: drop --layers and --prior-samples")
+        spec = parse_context_spec(a.context)
+        plan = context_plan(spec, seed=a.seed, limits=limits)
+        types = sorted({c.layer_type for c in plan})
+        what = f"context plans {a.context}"
+    else:
+        plan = make_plan(types, a.samples, prior_samples=prior, seed=a.seed, limits=limits)
+        what = f"{a.samples} + {prior} prior per type"
     try:
         env = runner.environment()
         precision = a.precision or default_precision(runner.model_format)
@@ -183,7 +197,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         with Store(path) as store, _exclusive(path):
             env_id = store.environment_id(a.device, env, settings)
             bench = SmartPad(runner, store, env_id, warmup=a.warmup, runs=a.runs, precision=precision)
-            print(f"bench: {len(plan)} configurations ({', '.join(types)}; {a.samples} + {prior} prior per type, seed {a.seed}, "
+            print(f"bench: {len(plan)} configurations ({', '.join(types)}; {what}, seed {a.seed}, "
                   f"max ops {limits.max_ops:.3g}) on {a.device} with {a.runner} -> {path} (env {env_id})",
                   file=sys.stderr)
             stats = _run_with_progress(bench, plan, a)

@@ -42,21 +42,21 @@ what CNNs contain; the *regions* were chosen because the issue-5 breakdown of th
 validation networks showed them thin, but no configuration or weight is fitted to those
 networks and none of their layers is measured.
 
-Run a plan into a benchmark database (resumable; same settings as ``bench run --runner
-vela --warmup 0 --runs 1``, so its rows join that environment)::
+Run a plan into a benchmark database with ``bench run --context`` (resumable; with
+``--warmup 0 --runs 1`` the rows join the Vela environment of ``bench run --runner vela
+--warmup 0 --runs 1``)::
 
-    python -m bench.context_sampling --db bench-data/imx93.sqlite --device imx93 --runner vela \\
-        --plan stem:120,activation:240 --seed 0
-    python -m bench.context_sampling --db bench-data/imx93.sqlite --device imx93 --runner vela \\
-        --plan stem-input:120 --seed 0
+    bench run --device imx93 --runner vela --warmup 0 --runs 1 --context stem:120,activation:240 --seed 0
+    bench run --device imx93 --runner vela --warmup 0 --runs 1 --context stem-input:120 --seed 0
+
+``python -m bench.context_sampling --db bench-data/imx93.sqlite --device imx93 --plan ...``
+(how the shipped profile's passes were started) runs the same.
 """
 from __future__ import annotations
 
 import argparse
 import math
 import sys
-import time
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -66,7 +66,7 @@ from estimator.layers import LayerType
 from .modelgen import same_pads
 from .sampling import Config, Limits, _within, config_key, limits_for  # noqa: F401  (config_key: docs)
 
-__all__ = ["PLANS", "context_plan", "main"]
+__all__ = ["PLANS", "context_plan", "main", "parse_context_spec"]
 
 _STEM_HW = (96, 112, 128, 160, 192, 224, 256, 288, 320, 384, 416, 448, 512, 640)
 _STEM_K = ((3, .45), (5, .1), (6, .1), (7, .25), (4, .05), (2, .05))
@@ -154,9 +154,32 @@ def context_plan(spec: dict[str, int], *, seed: int = 0, limits: Limits = Limits
     return list(out.values())
 
 
+def parse_context_spec(text: str) -> dict[str, int]:
+    """``"stem:120,activation:240"`` -> ``{"stem": 120, "activation": 240}`` (a UserError-
+    style ValueError with the known plan names otherwise)."""
+    spec: dict[str, int] = {}
+    for part in (x.strip() for x in text.split(",") if x.strip()):
+        name, _, n = part.partition(":")
+        if name not in PLANS or not n.strip().isdigit() or int(n) < 1:
+            from estimator.errors import UserError
+
+            raise UserError(f"--context {text!r}: expected NAME:N[,NAME:N] with N >= 1 and NAME one of "
+                            f"{', '.join(PLANS)}")
+        spec[name] = int(n)
+    if not spec:
+        from estimator.errors import UserError
+
+        raise UserError(f"--context {text!r}: no plan given")
+    return spec
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Run a context sampling plan (smart padding) into a bench database.")
-    ap.add_argument("--db", required=True)
+    """``python -m bench.context_sampling --db DB --device DEVICE --plan ...``: the same as
+    ``bench run --device DEVICE --out DB --context ...`` (which it calls), or ``--dry-run``
+    to print the plan."""
+    ap = argparse.ArgumentParser(description="Run a context sampling plan (smart padding) into a bench database "
+                                             "(the same as bench run --context).")
+    ap.add_argument("--db", required=True, help="the benchmark database (bench run --out)")
     ap.add_argument("--device", required=True)
     ap.add_argument("--runner", default="vela")
     ap.add_argument("--plan", required=True, help="name:n[,name:n]; names: " + ", ".join(PLANS))
@@ -166,32 +189,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="print the plan, measure nothing")
     a = ap.parse_args(argv)
 
-    from .cmd_run import PROTOCOL, _exclusive, _version
-    from .runners.base import get_runner
-    from .smartpad import SmartPad, default_precision
-    from .storage import Store
-
-    spec = {k: int(v) for k, v in (s.split(":") for s in a.plan.split(",") if s)}
-    plan = context_plan(spec, seed=a.seed, limits=limits_for(a.runner))
     if a.dry_run:
+        plan = context_plan(parse_context_spec(a.plan), seed=a.seed, limits=limits_for(a.runner))
         for c in plan:
             print(c.layer_type, c.key, c.params, f"{c.ops:.3g}")
         print(f"{len(plan)} configurations", file=sys.stderr)
         return 0
-    runner = get_runner(a.runner)
-    precision = default_precision(runner.model_format)
-    settings = {"protocol": PROTOCOL, "warmup": a.warmup, "runs": a.runs, "weights_seed": 0,
-                "model_format": runner.model_format, "precision": precision, "bench_version": _version()}
-    path = Path(a.db)
-    t0 = time.monotonic()
-    with Store(path) as store, _exclusive(path):
-        env_id = store.environment_id(a.device, runner.environment(), settings)
-        print(f"{len(plan)} context configurations ({a.plan}, seed {a.seed}) -> env {env_id}", flush=True)
-        st = SmartPad(runner, store, env_id, warmup=a.warmup, runs=a.runs, precision=precision).run(plan)
-    print(f"measured {st.measured} ({st.already} already, {st.failed} failed, {st.skipped_failed} skipped as failed "
-          f"before), {st.padding_measured} padding pairs ({st.padding_reused} reused) in "
-          f"{time.monotonic() - t0:.0f} s", flush=True)
-    return 0
+    from .cli import main as bench_main
+
+    return bench_main(["run", "--device", a.device, "--runner", a.runner, "--out", a.db,
+                       "--warmup", str(a.warmup), "--runs", str(a.runs), "--seed", str(a.seed),
+                       "--context", a.plan, "--no-progress"])
 
 
 if __name__ == "__main__":

@@ -76,3 +76,25 @@ def test_importer_flags_convs_reading_a_network_input():
     flags = [l.params.get("graph_input") for l in layers if l.type == "conv2d"]
     assert flags == [1, None]
     assert np.isfinite(layers[0].features["flops"])
+
+
+def test_bench_run_context_measures_the_plan_and_rejects_bad_specs(tmp_path, capsys):
+    """``bench run --context`` is the one way to measure a context plan (ONNX Runtime here,
+    two stems reading the graph input: only the output side padded, real timings)."""
+    import json
+    import sqlite3
+
+    from bench.cli import main
+
+    argv = ["run", "--device", "ctx", "--runner", "onnxruntime", "--warmup", "0", "--runs", "2",
+            "--out", str(tmp_path), "--no-progress"]
+    assert main(argv + ["--context", "stem-input:2", "--seed", "0"]) == 0
+    assert "measured 2 configurations" in capsys.readouterr().out
+    with sqlite3.connect(tmp_path / "ctx.sqlite") as db:
+        params = [r[0] for r in db.execute("select params from measurements")]
+    assert len(params) == 2 and all(json.loads(p)["graph_input"] == 1 for p in params)
+    assert main(argv + ["--context", "stem:0"]) == 2
+    assert "NAME:N" in capsys.readouterr().err
+    assert main(argv + ["--context", "stems:3"]) == 2
+    assert main(argv + ["--context", "stem:1", "--layers", "conv2d"]) == 2
+    assert "replaces the sampling plan" in capsys.readouterr().err
