@@ -61,10 +61,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from estimator.errors import UserError
 from estimator.layers import LayerType
 
 from .modelgen import same_pads
-from .sampling import Config, Limits, _within, config_key, limits_for  # noqa: F401  (config_key: docs)
+from .sampling import Config, Limits, _within, limits_for
 
 __all__ = ["PLANS", "context_plan", "main", "parse_context_spec"]
 
@@ -155,20 +156,16 @@ def context_plan(spec: dict[str, int], *, seed: int = 0, limits: Limits = Limits
 
 
 def parse_context_spec(text: str) -> dict[str, int]:
-    """``"stem:120,activation:240"`` -> ``{"stem": 120, "activation": 240}`` (a UserError-
-    style ValueError with the known plan names otherwise)."""
+    """``"stem:120,activation:240"`` -> ``{"stem": 120, "activation": 240}``; a UserError
+    naming the known plans otherwise."""
     spec: dict[str, int] = {}
     for part in (x.strip() for x in text.split(",") if x.strip()):
         name, _, n = part.partition(":")
         if name not in PLANS or not n.strip().isdigit() or int(n) < 1:
-            from estimator.errors import UserError
-
             raise UserError(f"--context {text!r}: expected NAME:N[,NAME:N] with N >= 1 and NAME one of "
                             f"{', '.join(PLANS)}")
         spec[name] = int(n)
     if not spec:
-        from estimator.errors import UserError
-
         raise UserError(f"--context {text!r}: no plan given")
     return spec
 
@@ -190,7 +187,11 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
 
     if a.dry_run:
-        plan = context_plan(parse_context_spec(a.plan), seed=a.seed, limits=limits_for(a.runner))
+        try:
+            spec = parse_context_spec(a.plan)
+        except UserError as e:
+            ap.error(str(e))
+        plan = context_plan(spec, seed=a.seed, limits=limits_for(a.runner))
         for c in plan:
             print(c.layer_type, c.key, c.params, f"{c.ops:.3g}")
         print(f"{len(plan)} configurations", file=sys.stderr)
