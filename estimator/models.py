@@ -137,7 +137,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .aggregate import DistBatch, Family, conformal_index
+from .aggregate import DistBatch, Family, conformal_index, layer_intervals
 from .errors import UserError
 from .layers import SPECS, Layer, LayerSpecError, LayerType, bench_params, describe, feature_names, feature_vector
 
@@ -572,23 +572,19 @@ class TypeModel:
         return rep
 
     # -- prediction
-    def _tree_predictions(self, X: np.ndarray) -> np.ndarray:
-        # the trees' own predict (sklearn's per-call validation skipped: X is already checked
-        # float32 C-contiguous, which is what DecisionTreeRegressor.predict passes on)
-        X32 = np.ascontiguousarray(X, dtype=np.float32)
-        n = X32.shape[0]
-        return np.stack([est.tree_.predict(X32).reshape(n, -1)[:, 0] for est in self.forest.estimators_])
-
     def predict(self, X: np.ndarray, ops: np.ndarray) -> dict[str, Any]:
-        """Batch prediction for ``m`` layers of this type (one pass over the trees)."""
+        """Batch prediction for ``m`` layers of this type, through scikit-learn's public API
+        (the reference path): the forest's ``predict`` for the point estimate, every tree's
+        ``predict`` for their spread (what crepes' variance difficulty estimator computes)."""
         X = np.asarray(X, dtype=float)
-        P = self._tree_predictions(X)
+        mean = self.forest.predict(X)
+        sd = np.sqrt(np.var([est.predict(X) for est in self.forest.estimators_], axis=0))
         if self.log_target:
-            p = np.exp(P.mean(axis=0))
-            rel_sd = P.std(axis=0)
+            p = np.exp(mean)
+            rel_sd = sd
         else:
-            p = P.mean(axis=0)
-            rel_sd = P.std(axis=0) / np.maximum(p, _TINY)
+            p = mean
+            rel_sd = sd / np.maximum(p, _TINY)
         d_knn = np.asarray(self.knn_de.apply(X), dtype=float)
         sig = _sigmas(self.betas, p, rel_sd, d_knn, self.t_scale, ops)
         t_op_ms = p * self.t_scale
@@ -613,6 +609,27 @@ class TypeModel:
                 "CM_O": (pred_ms, sig["CM_O"] * scale_top),
             },
         }
+
+
+    def crepes_intervals(self, metric: str, center: np.ndarray, scale: np.ndarray,
+                         confidence: float) -> tuple[np.ndarray, np.ndarray]:
+        """Per-layer ``confidence`` intervals from crepes' ``ConformalRegressor.predict_int``
+        (the reference path; :func:`estimator.aggregate.layer_intervals` computes the same
+        vectorised). ``center``/``scale``: this type's rows of the metric's
+        :class:`~estimator.aggregate.DistBatch`. Where crepes cannot bound the value with the
+        calibration set (infinite interval), the largest score is used, as in
+        :mod:`estimator.aggregate`."""
+        cr = self.regressors[metric]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "too few calibration examples": handled below
+            iv = cr.predict_int(center, sigmas=scale, confidence=confidence, y_min=0.0)
+        lo, hi = iv[:, 0], iv[:, 1]
+        unbounded = np.isinf(lo) | np.isinf(hi)
+        if unbounded.any():
+            top = float(np.max(cr.alphas))
+            lo = np.where(unbounded, np.maximum(center - top * scale, 0.0), lo)
+            hi = np.where(unbounded, np.maximum(center + top * scale, 0.0), hi)
+        return lo, hi
 
 
 # ---------------------------------------------------------------------- fallback
@@ -739,6 +756,24 @@ class DeviceModels:
             return float(describe(layer.type, layer.params, elem_bytes=self.elem_bytes).bytes)
         except LayerSpecError:
             return float(layer.bytes) * self.elem_bytes / 4.0
+
+    def crepes_layer_intervals(self, layers: Sequence[Layer], dist: DistBatch, metric: str,
+                               confidence: float) -> tuple[np.ndarray, np.ndarray]:
+        """Per-layer intervals of one metric on the reference path: crepes' ``predict_int``
+        per modelled type (:meth:`TypeModel.crepes_intervals`), the fallback's predictive
+        distribution (:func:`~estimator.aggregate.layer_intervals`) for the other layers."""
+        lo, hi = np.empty(len(layers)), np.empty(len(layers))
+        by_type: dict[str, list[int]] = {}
+        for i, l in enumerate(layers):
+            by_type.setdefault(l.type, []).append(i)
+        for t, idx_list in by_type.items():
+            idx = np.asarray(idx_list, dtype=np.int64)
+            model = self.types.get(t)
+            if model is None:
+                lo[idx], hi[idx] = layer_intervals(dist.take(idx), confidence)
+            else:
+                lo[idx], hi[idx] = model.crepes_intervals(metric, dist.center[idx], dist.scale[idx], confidence)
+        return lo, hi
 
     def predict_layers(self, layers: Sequence[Layer]) -> BatchPrediction:
         """Predict all layers, batching each type into one model call (the reference path;

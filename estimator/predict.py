@@ -25,8 +25,10 @@ propagated by the importer itself (:func:`estimator.onnx_import.load_network` wi
 and kept Monte Carlo sample blocks (:class:`~estimator.aggregate.SampleBank`).
 ``fast=False`` (per estimator, or per call of :meth:`Estimator.estimate_network`,
 :meth:`Estimator.estimate_layers`, :meth:`Estimator.predict_batch`) runs the straightforward
-reference path: ONNX shape inference, scikit-learn's and crepes' own ``predict``/``apply``
-per type, fresh Monte Carlo draws. Both give the same numbers (``tests/test_fastpath.py``:
+reference path: ONNX shape inference, and per layer type the libraries' public calls
+(scikit-learn's ``predict`` of the forest and of every tree, crepes'
+``DifficultyEstimator.apply``, and ``ConformalRegressor.predict_int`` per metric and
+confidence for the per-layer intervals), fresh Monte Carlo draws. Both give the same numbers (``tests/test_fastpath.py``:
 1e-9 relative, in practice equal up to floating-point summation order).
 """
 from __future__ import annotations
@@ -275,10 +277,16 @@ class Estimator:
         """Each layer's conformal predictive distribution per metric (for custom aggregation)."""
         return self.predict_batch(layers).dists
 
-    def _rows(self, layers: Sequence[Layer], bp: BatchPrediction, confs: list[float]) -> list[LayerEstimate]:
-        # per metric and confidence, every layer's (lower, upper) as Python floats
-        pairs = {m: {c: list(zip(*(a.tolist() for a in layer_intervals(bp.dists[m], c)))) for c in confs}
-                 for m in METRICS}
+    def _rows(self, layers: Sequence[Layer], bp: BatchPrediction, confs: list[float],
+              use_fast: bool = True) -> list[LayerEstimate]:
+        # per metric and confidence, every layer's (lower, upper) as Python floats: vectorised
+        # over the batch, or (reference path) crepes' predict_int type by type
+        def bounds(m: str, c: float) -> tuple[np.ndarray, np.ndarray]:
+            if use_fast:
+                return layer_intervals(bp.dists[m], c)
+            return self.models.crepes_layer_intervals(layers, bp.dists[m], m, c)
+
+        pairs = {m: {c: list(zip(*(a.tolist() for a in bounds(m, c)))) for c in confs} for m in METRICS}
         cpu_ops = set(self.profile.cpu_fallback_ops)
         pred, t_ops = bp.pred_ms.tolist(), bp.t_op_ms.tolist()
         fallback, ood = bp.fallback.tolist(), bp.out_of_design_space.tolist()
@@ -366,7 +374,7 @@ class Estimator:
         confs = parse_confidence(confidence)
         layers = list(layers)
         bp = self.predict_batch(layers, fast=fast)
-        return self._rows(layers, bp, confs), self._warnings(layers, bp, confs)
+        return self._rows(layers, bp, confs, self._use_fast(fast)), self._warnings(layers, bp, confs)
 
     # ----------------------------------------------------------------- network
     def fusion_rules(self) -> Any:
@@ -409,7 +417,7 @@ class Estimator:
         pool = self._mc_pool() if use_fast and len(layers) else None
         # with a pool, the Monte Carlo sums run on its threads while this one builds the rows
         pending = [pool.submit(one, k) for k in range(len(METRICS))] if pool is not None else None
-        rows = self._rows(layers, bp, confs) if per_layer else []
+        rows = self._rows(layers, bp, confs, use_fast) if per_layer else []
         results = [f.result() for f in pending] if pending is not None else [one(k) for k in range(len(METRICS))]
         for m, res in zip(METRICS, results):
             intervals[m] = {c: (res[c].lower, res[c].upper) for c in confs}
