@@ -1,6 +1,6 @@
 """Targeted sampling plans that :mod:`bench.sampling` does not draw (seeded, documented).
 
-``bench.sampling``'s broad space and network prior leave two regions thin that real CNNs
+``bench.sampling``'s broad space and network prior leave regions thin that real CNNs
 put a large share of their time in on an Ethos-U-class NPU (issue 5: the ``imx93``
 profile under-predicted every network's stem convolution by 40-60 % and SiLU/sigmoid
 activations on large feature maps by 20-80 %; for the activations the smart-padding
@@ -26,6 +26,16 @@ stems it also needed the ``stem-input`` variant below):
 * ``activation-large``: the same kinds at 2^20..2^22 elements (the runner's element limit
   raised to 2^22 for this plan), the sizes of EfficientNet-B0's first SiLUs (112x112x96)
   and of 640-input detectors.
+* ``fused-act``: convolutions (60 %) and depthwise convolutions (40 %) from
+  :mod:`bench.sampling`'s network prior, each with a fused activation other than the
+  LUM's default ReLU (already measured): hard-swish, sigmoid, hard-sigmoid, tanh,
+  leaky ReLU, ReLU6 or none, uniformly. These are the kinds the Vela
+  profile's fusion rules fold into a convolution, and the importer gives folded
+  convolutions the activation as their ``act`` feature; the earlier passes measured
+  conv2d with ReLU6, none, leaky ReLU, sigmoid and hard-sigmoid only through the prior's
+  variants, never with hard-swish or tanh, and depthwise convolutions only with ReLU. On
+  Vela a fused hard-swish is a second pass over the output (a ``HardSwish`` operator
+  under the convolution's name), so those layers cost more than the ReLU rows predict.
 * ``activation``: standalone activations of the kinds networks use (SiLU, sigmoid,
   hard-swish, hard-sigmoid, ReLU6, ReLU, LeakyReLU, tanh, with those weights), with a
   tensor size drawn log-uniformly between 2**10 and 2**20 elements (the runner's limit)
@@ -115,11 +125,25 @@ def _draw_stem_input(r: np.random.Generator) -> tuple[str, dict[str, Any]]:
     return t, p
 
 
+_FUSED_ACTS = (("hardswish", 1.0), ("sigmoid", 1.0), ("hardsigmoid", 1.0), ("tanh", 1.0), ("leakyrelu", 1.0),
+               ("relu6", 1.0), ("none", 1.0))
+
+
+def _draw_fused_act(r: np.random.Generator) -> tuple[str, dict[str, Any]]:
+    from .sampling import _DRAW
+
+    t = LayerType.CONV2D if r.random() < 0.6 else LayerType.DWCONV2D
+    p = _DRAW[t](r, True)
+    p["act"] = str(_choice(r, _FUSED_ACTS))
+    return t, p
+
+
 #: plan name -> draw function (one configuration per call)
 PLANS: dict[str, Callable[[np.random.Generator], tuple[str, dict[str, Any]]]] = {
     "stem": _draw_stem,
     "stem-input": _draw_stem_input,
     "activation": _draw_activation,
+    "fused-act": _draw_fused_act,
     # the same kinds at 2^20..2^22 elements (112x112x96 in EfficientNet-B0, 640-input detectors)
     "activation-large": lambda r: _draw_activation(r, 20, 22, _ACT_HW + (416, 640)),
 }
