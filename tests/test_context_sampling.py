@@ -61,6 +61,23 @@ def test_fused_act_plan_covers_the_activations_vela_folds_into_convolutions():
     assert json.dumps([c.params for c in plan])  # plain data (stored as the rows' params)
 
 
+def test_large_maps_plan_spans_the_sram_threshold_on_early_stage_maps():
+    lim = limits_for("vela")
+    plan = context_plan({"large-maps": 120}, seed=0, limits=lim)
+    assert [c.key for c in plan] == [c.key for c in context_plan({"large-maps": 120}, seed=0, limits=lim)]
+    assert len(plan) == 120 and all(in_space(c.layer_type, c.params, lim) for c in plan)
+    assert {c.layer_type for c in plan} == {"dwconv2d", "add", "conv2d"}
+    for c in plan:
+        p = c.params
+        assert p["h"] == p["w"] and 48 <= p["h"] <= 160
+        c_in = p.get("c", p.get("c_in"))
+        assert c_in % 8 == 0 and p["h"] * p["w"] * c_in <= lim.max_elems
+        if c.layer_type == "conv2d":
+            assert p["k_h"] == p["k_w"] == 1
+    sizes = [c.params["h"] ** 2 * c.params.get("c", c.params.get("c_in")) for c in plan]
+    assert min(sizes) < 196_608 < max(sizes)  # both sides of 384 KiB of SRAM for input + output (int8)
+
+
 def test_graph_input_is_a_conv2d_feature_defaulting_to_zero():
     assert "graph_input" in feature_names("conv2d")
     assert describe("conv2d", STEM).features["graph_input"] == 0.0
