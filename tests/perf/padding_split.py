@@ -206,11 +206,13 @@ def lum_main(args: argparse.Namespace, runner: Any) -> int:
         halves = [[res[i] for i in idx[: len(idx) // 2]], [res[i] for i in idx[len(idx) // 2:]]]
         # two-fold: fit on one half, score on the other, both ways
         a_half = [fit_split(h) for h in halves]
-        cv = {name: float(np.mean([f(halves[1 - k], a_half[k] if a is None else a) for k in (0, 1)]))
-              for name, a in (("0.5", 0.5), (f"{args.pair_alpha:g}", args.pair_alpha), ("fit", None))
-              for f in (split_error,)}
-        cv_sum = {name: float(np.mean([sum_error(halves[1 - k], a_half[k] if a is None else a) for k in (0, 1)]))
-                  for name, a in (("0.5", 0.5), (f"{args.pair_alpha:g}", args.pair_alpha), ("fit", None))}
+        cands = (("0.5", 0.5), (f"{args.pair_alpha:g}", args.pair_alpha), ("fit", None))  # None: the other half's fit
+
+        def held_out(err: Any, a: float | None) -> float:
+            return float(np.mean([err(halves[1 - k], a_half[k] if a is None else a) for k in (0, 1)]))
+
+        cv = {name: held_out(split_error, a) for name, a in cands}
+        cv_sum = {name: held_out(sum_error, a) for name, a in cands}
         a_all = fit_split(res)
         dev = max(abs(r["t_c_recompiled"] - r["t_c"]) / r["t_c"] for r in res)
         use = cv["fit"] < cv["0.5"]
