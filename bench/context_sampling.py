@@ -1,6 +1,6 @@
 """Targeted sampling plans that :mod:`bench.sampling` does not draw (seeded, documented).
 
-``bench.sampling``'s broad space and network prior leave two regions thin that real CNNs
+``bench.sampling``'s broad space and network prior leave regions thin that real CNNs
 put a large share of their time in on an Ethos-U-class NPU (issue 5: the ``imx93``
 profile under-predicted every network's stem convolution by 40-60 % and SiLU/sigmoid
 activations on large feature maps by 20-80 %; for the activations the smart-padding
@@ -26,6 +26,26 @@ stems it also needed the ``stem-input`` variant below):
 * ``activation-large``: the same kinds at 2^20..2^22 elements (the runner's element limit
   raised to 2^22 for this plan), the sizes of EfficientNet-B0's first SiLUs (112x112x96)
   and of 640-input detectors.
+* ``fused-act``: convolutions (60 %) and depthwise convolutions (40 %) from
+  :mod:`bench.sampling`'s network prior, each with a fused activation other than the
+  LUM's default ReLU (already measured): hard-swish, sigmoid, hard-sigmoid, tanh,
+  leaky ReLU, ReLU6 or none, uniformly. These are the kinds the Vela
+  profile's fusion rules fold into a convolution, and the importer gives folded
+  convolutions the activation as their ``act`` feature; the earlier passes measured
+  conv2d with ReLU6, none, leaky ReLU, sigmoid and hard-sigmoid only through the prior's
+  variants, never with hard-swish or tanh, and depthwise convolutions only with ReLU. On
+  Vela a fused hard-swish is a second pass over the output (a ``HardSwish`` operator
+  under the convolution's name), so those layers cost more than the ReLU rows predict.
+* ``large-maps``: depthwise convolutions (50 %), residual adds (25 %) and pointwise (1x1)
+  convolutions (25 %) on the large square feature maps of a CNN's first stages (48..160),
+  with a tensor size drawn log-uniformly between 2^17 and 2^20 elements (the runner's
+  limit), i.e. across the size where a layer's input and output stop fitting Vela's
+  384 KiB SRAM together, and the channel count that gives it (a multiple of 8).
+  Depthwise kernels 3x3 (70 %) or 5x5, stride 1 (70 %) or 2, the fused activations of
+  such blocks (ReLU, ReLU6, none, hard-swish); pointwise convolutions expand or project
+  by 1/4..6. The broad space draws such maps mostly rectangular and the prior caps the
+  channels at ``14336 / h``: the profile had 2 square 3x3 stride-1 depthwise rows at
+  112x112 and 12 adds above 56x56.
 * ``activation``: standalone activations of the kinds networks use (SiLU, sigmoid,
   hard-swish, hard-sigmoid, ReLU6, ReLU, LeakyReLU, tanh, with those weights), with a
   tensor size drawn log-uniformly between 2**10 and 2**20 elements (the runner's limit)
@@ -115,11 +135,49 @@ def _draw_stem_input(r: np.random.Generator) -> tuple[str, dict[str, Any]]:
     return t, p
 
 
+_FUSED_ACTS = (("hardswish", 1.0), ("sigmoid", 1.0), ("hardsigmoid", 1.0), ("tanh", 1.0), ("leakyrelu", 1.0),
+               ("relu6", 1.0), ("none", 1.0))
+
+
+def _draw_fused_act(r: np.random.Generator) -> tuple[str, dict[str, Any]]:
+    from .sampling import _DRAW
+
+    t = LayerType.CONV2D if r.random() < 0.6 else LayerType.DWCONV2D
+    p = _DRAW[t](r, True)
+    p["act"] = str(_choice(r, _FUSED_ACTS))
+    return t, p
+
+
+_MAP_HW = (48, 56, 64, 80, 96, 112, 128, 160)
+
+
+def _draw_large_map(r: np.random.Generator) -> tuple[str, dict[str, Any]]:
+    h = int(_MAP_HW[r.integers(len(_MAP_HW))])
+    elems = math.exp(r.uniform(math.log(2 ** 17), math.log(2 ** 20)))
+    c = max(8, int(round(elems / (h * h) / 8)) * 8)
+    u = r.random()
+    if u < 0.5:
+        k = 3 if r.random() < 0.7 else 5
+        s = 1 if r.random() < 0.7 else 2
+        (t, b), (left, right) = same_pads(h, k, s), same_pads(h, k, s)
+        p: dict[str, Any] = dict(h=h, w=h, c=c, k_h=k, k_w=k, s_h=s, s_w=s, p_t=t, p_l=left, p_b=b, p_r=right,
+                                 act=str(_choice(r, (("relu", .35), ("relu6", .3), ("none", .15), ("hardswish", .2)))))
+        return LayerType.DWCONV2D, p
+    if u < 0.75:
+        return LayerType.ADD, dict(h=h, w=h, c=c, act="relu" if r.random() < 0.5 else "none")
+    f = float(_choice(r, ((0.25, 1.0), (0.5, 1.0), (1.0, 0.5), (2.0, 1.0), (4.0, 1.0), (6.0, 1.0))))
+    c_out = max(8, int(round(c * f / 8)) * 8)
+    return LayerType.CONV2D, dict(h=h, w=h, c_in=c, c_out=c_out, k_h=1, k_w=1, s_h=1, s_w=1, p_t=0, p_l=0, p_b=0,
+                                  p_r=0, act=str(_choice(r, (("relu", .4), ("none", .4), ("relu6", .2)))))
+
+
 #: plan name -> draw function (one configuration per call)
 PLANS: dict[str, Callable[[np.random.Generator], tuple[str, dict[str, Any]]]] = {
     "stem": _draw_stem,
     "stem-input": _draw_stem_input,
     "activation": _draw_activation,
+    "fused-act": _draw_fused_act,
+    "large-maps": _draw_large_map,
     # the same kinds at 2^20..2^22 elements (112x112x96 in EfficientNet-B0, 640-input detectors)
     "activation-large": lambda r: _draw_activation(r, 20, 22, _ACT_HW + (416, 640)),
 }

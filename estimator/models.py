@@ -76,7 +76,10 @@ pair, measured per device by ``tests/perf/padding_split.py``): the padded model'
 costs ``pad_in(input shape) + pad_out(output shape) = a * T_b1 + (1 - a) * T_b2``, so a
 row trains on ``T_c - a * T_b1 - (1 - a) * T_b2`` clipped into ``[lo, hi]``. The default
 ``a = 0.5`` is the interval's midpoint (the paper's choice); rows without ``T_c``,
-``T_b1``, ``T_b2`` (and single-layer targets) always train on the midpoint. The point only
+``T_b1``, ``T_b2`` (and single-layer targets) always train on the midpoint.
+``training.padding_split_by_type`` (``{"dwconv2d": 0.87, ...}``) overrides ``a`` per layer
+type, measured where the runner reports the LUM's own time inside its padded models
+(``tests/perf/padding_split.py --lum-types``). The point only
 moves the forest's target: the interval, and the calibration below, do not depend on it.
 Each calibration row's nonconformity is the *worst case over the interval*, around the
 interval's midpoint ``mid = (lo + hi) / 2``::
@@ -201,6 +204,9 @@ class TrainingOptions:
     # the pad-in conv's share alpha of a padding pair: smart-padding rows train on
     # T_c - alpha * T_b1 - (1 - alpha) * T_b2 (0.5: Eq. 4's midpoint; see the module docstring)
     padding_split: float = 0.5
+    # per-type overrides of padding_split, ((layer type, alpha), ...) sorted; a profile's
+    # training.padding_split_by_type {"dwconv2d": 0.87, ...} (tests/perf/padding_split.py --lum-types)
+    padding_split_by_type: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         def bad(msg: str) -> ModelError:
@@ -228,6 +234,9 @@ class TrainingOptions:
         if not (0.0 <= self.padding_split <= 1.0):  # also refuses NaN
             raise bad(f"padding_split must be in [0, 1] (the pad-in conv's share of a padding-only pair; "
                       f"0.5 trains on Eq. 4's midpoint), got {self.padding_split!r}")
+        for t, a in self.padding_split_by_type:
+            if t not in SPECS or not (0.0 <= a <= 1.0):
+                raise bad(f"padding_split_by_type: {t!r}: {a!r} must map a layer type to a split in [0, 1]")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -235,6 +244,10 @@ class TrainingOptions:
         d["grid_min_samples_leaf"] = [int(x) for x in self.grid_min_samples_leaf]
         if d["padding_split"] == 0.5:  # the default trains exactly as before: keep earlier cache keys
             del d["padding_split"]
+        if self.padding_split_by_type:
+            d["padding_split_by_type"] = dict(self.padding_split_by_type)
+        else:  # the default trains exactly as before: keep earlier cache keys
+            del d["padding_split_by_type"]
         return d
 
     @classmethod
@@ -249,7 +262,11 @@ class TrainingOptions:
         for k, v in d.items():
             default = getattr(cls(), k)
             try:
-                if isinstance(default, tuple):
+                if k == "padding_split_by_type":
+                    if not isinstance(v, Mapping) or any(isinstance(x, bool) for x in v.values()):
+                        raise TypeError
+                    kw[k] = tuple(sorted((str(t), float(x)) for t, x in v.items()))
+                elif isinstance(default, tuple):
                     if not isinstance(v, (list, tuple)):
                         raise TypeError
                     kw[k] = tuple(type(default[0])(x) for x in v)
@@ -266,7 +283,8 @@ class TrainingOptions:
                 else:
                     kw[k] = float(v)
             except (TypeError, ValueError):
-                raise ModelError(f"training option {k!r} must be like {default!r}, got {v!r}") from None
+                like = '{"dwconv2d": 0.87}' if k == "padding_split_by_type" else repr(default)
+                raise ModelError(f"training option {k!r} must be like {like}, got {v!r}") from None
         return cls(**kw)
 
 
@@ -322,12 +340,14 @@ def _training_point(row: Mapping[str, Any], lo: float, hi: float, target: str, p
 
 
 def prepare_training_data(rows: Iterable[Mapping[str, Any]], target: str = "lum", elem_bytes: int = 4,
-                          padding_split: float = 0.5) -> tuple[dict[str, TrainingData], dict[str, Any]]:
+                          padding_split: float = 0.5, padding_split_by_type: Mapping[str, float] | None = None
+                          ) -> tuple[dict[str, TrainingData], dict[str, Any]]:
     """Group benchmark rows by type into arrays; returns ``(data_by_type, skipped_report)``.
 
     ``padding_split`` (``TrainingOptions.padding_split``) sets each smart-padding row's
-    training point (``TrainingData.mid``, see :func:`_training_point`); the intervals
-    ``lo``/``hi`` do not depend on it."""
+    training point (``TrainingData.mid``, see :func:`_training_point`), overridden per
+    layer type by ``padding_split_by_type``; the intervals ``lo``/``hi`` do not depend on it."""
+    by_type = dict(padding_split_by_type or {})
     if target not in TARGETS:
         raise ModelError(f"unknown training target {target!r}; known: {', '.join(TARGETS)}")
     if not (0.0 <= padding_split <= 1.0):
@@ -367,7 +387,7 @@ def prepare_training_data(rows: Iterable[Mapping[str, Any]], target: str = "lum"
         a["bytes"].append(float(c.bytes))
         a["lo"].append(iv[0])
         a["hi"].append(iv[1])
-        a["mid"].append(_training_point(row, iv[0], iv[1], target, padding_split))
+        a["mid"].append(_training_point(row, iv[0], iv[1], target, by_type.get(t, padding_split)))
         a["params"].append(params)
     out: dict[str, TrainingData] = {}
     for t, a in acc.items():
@@ -843,7 +863,8 @@ def train_models(rows: Iterable[Mapping[str, Any]], *, profile_name: str, precis
 
     options = options or TrainingOptions()
     eb = elem_bytes_for(precision)
-    data, prep = prepare_training_data(rows, target, eb, padding_split=options.padding_split)
+    data, prep = prepare_training_data(rows, target, eb, padding_split=options.padding_split,
+                                       padding_split_by_type=dict(options.padding_split_by_type))
     t0 = time.perf_counter()
     types: dict[str, TypeModel] = {}
     few: dict[str, int] = {}

@@ -35,6 +35,49 @@ def test_plans_are_seeded_valid_and_stem_input_is_the_stem_draws():
     assert len(big) == 20 and all(lim.max_elems < p["h"] * p["w"] * p["c"] <= 1 << 22 for p in big)
 
 
+def test_fused_act_plan_covers_the_activations_vela_folds_into_convolutions():
+    import json
+
+    from estimator.profile import load_profile
+
+    lim = limits_for("vela")
+    plan = context_plan({"fused-act": 200}, seed=0, limits=lim)
+    assert [c.key for c in plan] == [c.key for c in context_plan({"fused-act": 200}, seed=0, limits=lim)]
+    assert len(plan) == 200 and all(in_space(c.layer_type, c.params, lim) for c in plan)
+    kinds = {(c.layer_type, c.params["act"]) for c in plan}
+    folded = set(load_profile("imx93").fusion_rules().to_dict()["activations"]["conv2d"]) - {"relu", "clip"}
+    for t in ("conv2d", "dwconv2d"):  # every folded kind but the LUM's default ReLU, and none
+        assert {k for tt, k in kinds if tt == t} == folded | {"none"}
+    # the importer folds a conv's HardSwish into the conv: its act feature is the one the plan measures
+    net = load_network(zoo.export_onnx(nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.Hardswish(),
+                                                     nn.Conv2d(16, 16, 3, 1, 1, groups=16), nn.Hardswish()).eval(), 64),
+                       fusion=load_profile("imx93").fusion_rules())
+    conv, dw = [l for l in net.layers if l.type in ("conv2d", "dwconv2d")]
+    hs = [c for c in plan if c.params["act"] == "hardswish"]
+    for layer in (conv, dw):
+        assert layer.params["act"] == "hardswish"
+        one = next(c for c in hs if c.layer_type == layer.type)
+        assert describe(layer.type, one.params).features["act"] == layer.features["act"]
+    assert json.dumps([c.params for c in plan])  # plain data (stored as the rows' params)
+
+
+def test_large_maps_plan_spans_the_sram_threshold_on_early_stage_maps():
+    lim = limits_for("vela")
+    plan = context_plan({"large-maps": 120}, seed=0, limits=lim)
+    assert [c.key for c in plan] == [c.key for c in context_plan({"large-maps": 120}, seed=0, limits=lim)]
+    assert len(plan) == 120 and all(in_space(c.layer_type, c.params, lim) for c in plan)
+    assert {c.layer_type for c in plan} == {"dwconv2d", "add", "conv2d"}
+    for c in plan:
+        p = c.params
+        assert p["h"] == p["w"] and 48 <= p["h"] <= 160
+        c_in = p.get("c", p.get("c_in"))
+        assert c_in % 8 == 0 and p["h"] * p["w"] * c_in <= lim.max_elems
+        if c.layer_type == "conv2d":
+            assert p["k_h"] == p["k_w"] == 1
+    sizes = [c.params["h"] ** 2 * c.params.get("c", c.params.get("c_in")) for c in plan]
+    assert min(sizes) < 196_608 < max(sizes)  # both sides of 384 KiB of SRAM for input + output (int8)
+
+
 def test_graph_input_is_a_conv2d_feature_defaulting_to_zero():
     assert "graph_input" in feature_names("conv2d")
     assert describe("conv2d", STEM).features["graph_input"] == 0.0

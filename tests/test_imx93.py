@@ -305,3 +305,37 @@ def test_conversion_names_unsupported_operators(tmp_path: Path) -> None:
         tc.convert_onnx(_small_onnx(tmp_path / "sin.onnx", with_cpu_op=True), "float32")
     with pytest.raises(tc.ConversionError, match="calibration array"):
         tc.convert_onnx(_small_onnx(tmp_path / "ok.onnx"), calibration=[[np.zeros((1, 3, 8, 8), np.float32)]])
+
+
+@needs_tflite
+def test_lum_split_measures_benchmark_rows_with_vela(tmp_path: Path) -> None:
+    """tests/perf/padding_split.py --lum-types on shipped benchmark rows: Vela recompiles each
+    padded model to the stored T_c and reports the LUM's own time inside it."""
+    import csv
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("padding_split_perf", ROOT / "tests" / "perf" / "padding_split.py")
+    ps = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ps)
+    src = ROOT / "profiles" / "imx93" / "measurements.csv"
+    with open(src, newline="") as f:
+        reader = csv.DictReader(f)
+        rows = [r for r in reader if r["layer_type"] == "maxpool" and 0 < float(r["t_padded_ms"]) < 0.05
+                and abs(float(r["t_b1_ms"]) - float(r["t_b2_ms"])) > 0.1 * float(r["t_b1_ms"])][:6]
+        fields = reader.fieldnames
+    small = tmp_path / "rows.csv"
+    with open(small, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    out = tmp_path / "split.json"
+    assert ps.main(["--runner", "vela", "--rows", str(small), "--lum-types", "maxpool,concat", "--sample", "6",
+                    "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    got = doc["types"]["maxpool"]["rows"]
+    assert len(got) == len(rows) >= 4 and "concat" not in doc["types"]
+    for r in got:
+        assert r["t_c_recompiled"] == pytest.approx(r["t_c"], rel=1e-3)  # Vela is deterministic
+        assert 0 < r["t_lum"] < r["t_c"] and all(n.startswith("lum/") for n in r["lum_ops"])
+    assert 0.0 <= doc["types"]["maxpool"]["a_all"] <= 1.0

@@ -93,3 +93,61 @@ def test_split_moves_the_target_not_the_calibration():
     pred1 = np.exp(tm.forest.oob_prediction_) * tm.t_scale * d.ops
     pred5 = np.exp(t5.forest.oob_prediction_) * t5.t_scale * d.ops
     assert np.median(pred1 / mid) > np.median(pred5 / mid)
+
+
+# ------------------------------------------------------------ per layer type (issue 5)
+
+
+def test_per_type_split_moves_only_its_type():
+    rs = synthetic.rows(40, seed=4, rel_width=0.4) + synthetic.rows(40, seed=5, layer_type="add", rel_width=0.4)
+    d = prepare_training_data(rs, padding_split_by_type={"add": 1.0})[0]
+    base = prepare_training_data(rs)[0]
+    np.testing.assert_array_equal(d["conv2d"].mid, base["conv2d"].mid)  # the midpoint, bit for bit
+    adds = [r for r in rs if r["layer_type"] == "add"]
+    np.testing.assert_allclose(d["add"].mid, [min(max(_point(r, 1.0), lo), hi) for r, lo, hi in
+                                              zip(adds, d["add"].lo, d["add"].hi)], rtol=1e-12)
+    assert not np.array_equal(d["add"].mid, base["add"].mid)
+    # the global split applies to the types without an override
+    g = prepare_training_data(rs, padding_split=0.77, padding_split_by_type={"add": 1.0})[0]
+    np.testing.assert_allclose(g["conv2d"].mid, prepare_training_data(rs, padding_split=0.77)[0]["conv2d"].mid)
+    np.testing.assert_array_equal(g["add"].mid, d["add"].mid)
+
+
+def test_per_type_split_options_round_trip_and_refusals():
+    assert "padding_split_by_type" not in TrainingOptions().to_dict()  # earlier cache keys stay valid
+    o = TrainingOptions.from_dict({"padding_split_by_type": {"dwconv2d": 0.87, "add": 1}})
+    assert o.padding_split_by_type == (("add", 1.0), ("dwconv2d", 0.87))
+    assert o.to_dict()["padding_split_by_type"] == {"add": 1.0, "dwconv2d": 0.87}
+    assert TrainingOptions.from_dict(o.to_dict()) == o and hash(o) == hash(TrainingOptions.from_dict(o.to_dict()))
+    with pytest.raises(ModelError, match=r"padding_split_by_type: 'conv3d': 0.5 must map a layer type"):
+        TrainingOptions.from_dict({"padding_split_by_type": {"conv3d": 0.5}})
+    with pytest.raises(ModelError, match=r"padding_split_by_type: 'add': 1.5 must map a layer type to a split in \[0, 1\]"):
+        TrainingOptions.from_dict({"padding_split_by_type": {"add": 1.5}})
+    for bad in ([0.5], {"add": True}, 0.5):
+        with pytest.raises(ModelError, match=r"training option 'padding_split_by_type' must be like \{\"dwconv2d\": 0.87\}"):
+            TrainingOptions.from_dict({"padding_split_by_type": bad})
+
+
+def test_lum_split_fit_on_known_rows():
+    """tests/perf/padding_split.py --lum-types: the fit finds the split that reproduces T_lum."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("padding_split_perf", Path(__file__).parent / "perf" / "padding_split.py")
+    ps = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ps)
+    assert ps.is_lum_op("lum/Relu;lum/Add") and ps.is_lum_op("lum/Mean_intermediate")
+    assert not ps.is_lum_op("pad_in0/Relu;pad_in0/Conv2D") and not ps.is_lum_op("PartitionedCall:0_act")
+    rng = np.random.default_rng(0)
+    rows = []
+    for _ in range(40):
+        b1, b2 = rng.uniform(0.1, 1.0, 2)
+        t = rng.uniform(0.05, 0.5)
+        tc = t + 0.8 * b1 + 0.2 * b2  # the pad-in side costs 80 % of T_b1, the pad-out side 20 % of T_b2
+        lo, hi = sorted((tc - b1, tc - b2))
+        rows.append(dict(t_c=tc, t_b1=b1, t_b2=b2, lo=max(lo, 0.0), hi=max(hi, 0.0), t_lum=t))
+    assert ps.fit_split(rows) == pytest.approx(0.8)
+    assert ps.split_error(rows, 0.8) == pytest.approx(0.0, abs=1e-12)
+    assert ps.split_error(rows, 0.5) > 0.01
+    zero = dict(rows[0], lo=0.0, hi=0.0)  # a point clipped to 0 ms counts as a 100 % error
+    assert ps.split_error([zero], 0.5) == 1.0

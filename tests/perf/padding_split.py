@@ -30,10 +30,32 @@ runner's per-operator times into the pad-in side and the pad-out side:
 It prints the median, the 5-95 % range and the number of pairs, the same by
 channel-count bucket, and optionally writes every pair's figures as JSON.
 
+**Per layer type** (``--lum-types conv2d,dwconv2d,...`` with ``--rows`` a profile's
+``measurements.csv``, Vela only). A padding pair is not the padding inside a padded model:
+on Vela the pad-out conv after a stride-2 LUM costs up to 4x the pad-out half of its pair
+(Vela schedules the pair's c-channel map differently), so one ``alpha`` does not fit every
+layer type. This mode takes a seeded sample of a type's *benchmark rows* (never
+validation networks), recompiles each padded model (Fig. 5c) and reads the LUM's own
+per-operator time ``T_lum`` (operators named ``lum/...``) next to the row's stored
+``T_c``, ``T_b1``, ``T_b2``. Per type it fits the split ``a`` in [0, 1] (0.01 grid) that
+minimises the mean relative error ``|clip(T_c - a T_b1 - (1 - a) T_b2, lo, hi) - T_lum| /
+T_lum``, capped at 100 % per row (the forests fit ``log(t_op)``, so rows count alike; a
+point clipped to 0 counts 100 %), scores it two-fold (fit on one seeded half, score on the other, both ways)
+against ``a = 0.5`` (the midpoint) and the pairs' median ``alpha``, and fits the final
+``a`` on all rows; ``--json`` writes the rows, the fits and a ``padding_split_by_type``
+mapping (the types whose fitted ``a`` beats the midpoint held out) for a profile's
+``training``. Concatenations are left out:
+Vela names the pad-in convs that write into a concat after the concat, so its own time
+cannot be read. Rows whose interval is a point (``T_b1 == T_b2``, e.g. stride-1 depthwise
+convs, activations) do not depend on ``a`` and are skipped.
+
     taskset -c 0 nice -n 5 python tests/perf/padding_split.py --runner vela \\
         --db bench-data/imx93.sqlite --env-id 1 --sample 150
     taskset -c 0 nice -n 5 python tests/perf/padding_split.py --runner onnxruntime \\
         --db bench-data/host-cpu.sqlite --env-id 1 --sample 40
+    taskset -c 0 nice -n 5 python tests/perf/padding_split.py --runner vela \\
+        --rows profiles/imx93/measurements.csv \\
+        --lum-types conv2d,dwconv2d,add,mul,maxpool,avgpool,globalpool,fc,resize --sample 60
 """
 from __future__ import annotations
 
@@ -90,6 +112,126 @@ def measure(runner: Any, name: str, key: tuple[int, int, int], runs: int, warmup
             "ops": sorted(per)}
 
 
+# ------------------------------------------------------------------ per layer type (--lum-types)
+
+#: types whose LUM time cannot be read from the runner's per-operator figures
+LUM_UNREADABLE = {"concat": "Vela names the pad-in convs writing into a concat after the concat"}
+
+
+def is_lum_op(name: str) -> bool:
+    """Whether a per-operator row of a padded model is the LUM's (named ``lum/...``)."""
+    return "pad_in" not in name and any(p.startswith("lum/") or p == "lum" for p in name.split(";"))
+
+
+def lum_sample(rows_csv: Path, types: list[str], n: int, seed: int, min_rel_gap: float = 0.05
+               ) -> dict[str, list[dict[str, Any]]]:
+    """A seeded sample of ``n`` benchmark rows per type whose Eq. 4 interval is not a point
+    (``|T_b1 - T_b2| > min_rel_gap * max(T_b1, T_b2)``, ``T_b1 > 0``)."""
+    from estimator.dataset import read_measurements
+
+    by: dict[str, list[dict[str, Any]]] = {t: [] for t in types}
+    for r in read_measurements(rows_csv):
+        t = r["layer_type"]
+        if t not in by:
+            continue
+        tc, b1, b2 = r["t_padded_ms"], r["t_b1_ms"], r["t_b2_ms"]
+        if all(np.isfinite(x) for x in (tc, b1, b2)) and b1 > 0 and abs(b1 - b2) > min_rel_gap * max(b1, b2):
+            by[t].append(r)
+    return {t: (random.Random(f"{seed}:{t}").sample(rs, n) if n and n < len(rs) else rs) for t, rs in by.items()}
+
+
+def measure_lum(runner: Any, row: dict[str, Any]) -> dict[str, Any]:
+    """The LUM's own per-operator time inside its padded model, next to the stored row."""
+    from bench.modelgen import padded_model
+
+    prepared = runner.prepare(render_model(padded_model(row["layer_type"], row["params"]), runner.model_format))
+    per = runner.per_layer(prepared)
+    lum = {k: v for k, v in per.items() if is_lum_op(k)}
+    if not lum:
+        raise ValueError(f"no LUM operator among {sorted(per)}")
+    lo, hi = sorted((row["t_lum_lo_ms"], row["t_lum_hi_ms"]))
+    return {"layer_type": row["layer_type"], "params": row["params"], "t_c": row["t_padded_ms"],
+            "t_b1": row["t_b1_ms"], "t_b2": row["t_b2_ms"], "lo": max(lo, 0.0), "hi": max(hi, 0.0),
+            "t_lum": sum(lum.values()), "t_c_recompiled": runner.time(prepared).median_ms, "lum_ops": sorted(lum)}
+
+
+def split_point(r: dict[str, Any], a: float) -> float:
+    """The training point of a row at split ``a`` (as :func:`estimator.models._training_point`)."""
+    return min(max(r["t_c"] - a * r["t_b1"] - (1.0 - a) * r["t_b2"], r["lo"]), r["hi"])
+
+
+def split_error(rs: list[dict[str, Any]], a: float) -> float:
+    """Mean relative error min(|training point - T_lum| / T_lum, 1) over rows with T_lum > 0
+    (the fit's criterion: the forests fit log(t_op), so every row counts alike whatever its
+    size; capped at 100 %, the error of a point clipped to 0 ms, so that rows whose own
+    per-operator time is nearly 0, an operator Vela folds into its neighbour, do not decide)."""
+    ok = [r for r in rs if r["t_lum"] > 0]
+    return sum(min(abs(split_point(r, a) - r["t_lum"]) / r["t_lum"], 1.0) for r in ok) / max(len(ok), 1)
+
+
+def sum_error(rs: list[dict[str, Any]], a: float) -> float:
+    """Summed |training point - T_lum| over the summed T_lum (what a sum over layers sees)."""
+    return sum(abs(split_point(r, a) - r["t_lum"]) for r in rs) / max(sum(r["t_lum"] for r in rs), 1e-12)
+
+
+def fit_split(rs: list[dict[str, Any]]) -> float:
+    """The ``a`` on a 0.01 grid with the least :func:`split_error` (ties: nearest 0.5)."""
+    grid = np.round(np.linspace(0.0, 1.0, 101), 2)
+    errs = np.array([split_error(rs, float(a)) for a in grid])
+    best = np.flatnonzero(errs <= errs.min() * (1 + 1e-9))
+    return float(grid[best[np.argmin(np.abs(grid[best] - 0.5))]])
+
+
+def lum_main(args: argparse.Namespace, runner: Any) -> int:
+    types = [t.strip() for t in args.lum_types.split(",") if t.strip()]
+    for t in [t for t in types if t in LUM_UNREADABLE]:
+        print(f"{t}: skipped ({LUM_UNREADABLE[t]})")
+    types = [t for t in types if t not in LUM_UNREADABLE]
+    sample = lum_sample(Path(args.rows), types, args.sample, args.seed)
+    out: dict[str, Any] = {"runner": args.runner, "rows": args.rows, "sample": args.sample, "seed": args.seed,
+                           "pair_alpha": args.pair_alpha, "types": {}, "padding_split_by_type": {}}
+    t0 = time.monotonic()
+    for t in types:
+        res, failed = [], []
+        for row in sample[t]:
+            try:
+                res.append(measure_lum(runner, row))
+            except Exception as e:  # noqa: BLE001 - report and go on
+                failed.append(f"{row['params']}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        if len(res) < 4:
+            print(f"{t}: {len(res)} rows measured ({len(failed)} failed), too few to fit", flush=True)
+            continue
+        idx = list(range(len(res)))
+        random.Random(f"{args.seed}:{t}:halves").shuffle(idx)
+        halves = [[res[i] for i in idx[: len(idx) // 2]], [res[i] for i in idx[len(idx) // 2:]]]
+        # two-fold: fit on one half, score on the other, both ways
+        a_half = [fit_split(h) for h in halves]
+        cands = (("0.5", 0.5), (f"{args.pair_alpha:g}", args.pair_alpha), ("fit", None))  # None: the other half's fit
+
+        def held_out(err: Any, a: float | None) -> float:
+            return float(np.mean([err(halves[1 - k], a_half[k] if a is None else a) for k in (0, 1)]))
+
+        cv = {name: held_out(split_error, a) for name, a in cands}
+        cv_sum = {name: held_out(sum_error, a) for name, a in cands}
+        a_all = fit_split(res)
+        dev = max(abs(r["t_c_recompiled"] - r["t_c"]) / r["t_c"] for r in res)
+        use = cv["fit"] < cv["0.5"]
+        print(f"{t:11s} n={len(res):3d} ({len(failed)} failed, {time.monotonic() - t0:4.0f} s)  held-out mean "
+              f"|point - T_lum| / T_lum (2-fold): a=0.5 {cv['0.5']:6.1%}  a={args.pair_alpha:g} "
+              f"{cv[f'{args.pair_alpha:g}']:6.1%}  a fitted ({a_half[0]:.2f}, {a_half[1]:.2f}) {cv['fit']:6.1%}; "
+              f"summed: {cv_sum['0.5']:6.1%} / {cv_sum[f'{args.pair_alpha:g}']:6.1%} / {cv_sum['fit']:6.1%}  "
+              f"-> a={a_all:.2f} (all rows){'' if use else ' NOT used (no better than 0.5)'}; "
+              f"recompiled T_c max |dev| {dev:.2%}", flush=True)
+        out["types"][t] = {"n": len(res), "failed": failed, "a_fit_halves": a_half, "a_all": a_all,
+                           "held_out_mean_rel_err": cv, "held_out_sum_err": cv_sum, "rows": res}
+        if use:
+            out["padding_split_by_type"][t] = a_all
+    print(f"padding_split_by_type: {json.dumps(out['padding_split_by_type'])}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1, default=str))
+    return 0
+
+
 def summary(alphas: np.ndarray) -> str:
     if alphas.size == 0:
         return "n=0"
@@ -100,7 +242,7 @@ def summary(alphas: np.ndarray) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runner", required=True, choices=("vela", "onnxruntime"))
-    ap.add_argument("--db", required=True, help="benchmark database whose padding keys to use")
+    ap.add_argument("--db", default=None, help="benchmark database whose padding keys to use (pairs)")
     ap.add_argument("--env-id", type=int, default=1)
     ap.add_argument("--sample", type=int, default=0, help="random sample of this many keys (0: all)")
     ap.add_argument("--seed", type=int, default=0)
@@ -108,7 +250,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=5, help="onnxruntime: warm-up runs per pair")
     ap.add_argument("--threads", type=int, default=1, help="onnxruntime: intra-op threads")
     ap.add_argument("--json", default=None, help="write every pair's figures here")
+    ap.add_argument("--lum-types", default=None, help="per layer type instead of pairs (vela): comma-separated types")
+    ap.add_argument("--rows", default=None, help="--lum-types: a measurements.csv whose rows to sample (per type)")
+    ap.add_argument("--pair-alpha", type=float, default=0.742, help="--lum-types: the pairs' median alpha, for comparison")
     args = ap.parse_args(argv)
+    if args.lum_types:
+        if args.runner != "vela" or not args.rows:
+            ap.error("--lum-types needs --runner vela and --rows CSV")
+        return lum_main(args, get_runner("vela"))
+    if not args.db:
+        ap.error("--db is required (or --lum-types with --rows)")
 
     stored = padding_keys(Path(args.db), args.env_id)
     keys = sorted(stored)
