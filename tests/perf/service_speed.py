@@ -30,6 +30,9 @@ Sections
    inference, scikit-learn/crepes per call, fresh Monte Carlo draws; the same answers), in
    the same run, with ``--reference-single`` calls and ``--reference-stream`` networks (the
    first ones of the fast stream), and the speedups of the fast path over it.
+5. With section 4: EstimateNetwork on a fast and a reference server in alternation (one
+   reference call, then five fast ones, ``--reference-single`` rounds), so that the ratio
+   of their p50s is taken over the same stretch of the machine's (drifting) speed.
 """
 from __future__ import annotations
 
@@ -159,6 +162,30 @@ def section_cached(client: EstimationClient, device: str, args: argparse.Namespa
     print(f"  cache hit (cached={r.cached}) round trip ms: {summary(ms)}; server ms p50 {statistics.median(srv):.3f}")
 
 
+def section_interleaved(fast: EstimationClient, ref: EstimationClient, device: str, args: argparse.Namespace,
+                        mbv2: bytes, per_round: int = 5) -> float:
+    """EstimateNetwork on the fast and the reference server in alternation (one reference
+    call, then ``per_round`` fast ones, ``--reference-single`` rounds), so that both p50s
+    come from the same stretch of the VM's drifting speed; returns the ratio of p50s."""
+    conf = (args.confidence,)
+    kw = dict(confidence=conf, per_layer=True, strip=False)
+    fast.estimate_network(mbv2, device, **kw)
+    ref.estimate_network(mbv2, device, **kw)
+    f_ms: list[float] = []
+    r_ms: list[float] = []
+    for i in range(args.reference_single):
+        r_ms.append(ref.estimate_network(mbv2, device, name=f"r{i}", **kw).server_time_ms)
+        for j in range(per_round):
+            f_ms.append(fast.estimate_network(mbv2, device, name=f"f{i}.{j}", **kw).server_time_ms)
+    ratio = statistics.median(r_ms) / statistics.median(f_ms)
+    print(f"interleaved (1 reference call, then {per_round} fast calls, {args.reference_single} rounds; same "
+          f"MobileNetV2 request, response caches off):")
+    print(f"  fast server ms      : {summary(f_ms)}")
+    print(f"  reference server ms : {summary(r_ms)}")
+    print(f"  speedup (p50 / p50) : {ratio:.1f}x")
+    return ratio
+
+
 def stream_networks(args: argparse.Namespace) -> list[bytes]:
     rng = np.random.default_rng(args.seed)
     if args.stream_kind == "zoo":
@@ -259,6 +286,10 @@ def main(argv: list[str] | None = None) -> int:
                     ref_single = section_single(client, device, args, mbv2, calls=args.reference_single, label=label)
                     ref_rate = section_stream(client, device, args, nets[:args.reference_stream], label=label)
                     ref_layers = section_layers(client, device, args, label=label)
+                    with server_address(args, cache_size=0) as (f_address, f_ckw):
+                        with EstimationClient(f_address, timeout_s=600, **f_ckw) as f_client:
+                            f_client.wait_ready(600)
+                            section_interleaved(f_client, client, device, args, mbv2)
             print("speedup of the fast path over the reference path:")
             print(f"  EstimateNetwork MobileNetV2 server p50: {ref_single['server_p50']:.2f} ms -> "
                   f"{fast_single['server_p50']:.2f} ms = {ref_single['server_p50'] / fast_single['server_p50']:.1f}x")
