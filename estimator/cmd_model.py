@@ -126,7 +126,7 @@ def print_estimate(est: NetworkEstimate, out: Any = None) -> None:
         if l.out_of_design_space:
             flags.append("OOD(" + ",".join(r for r in l.ood_reasons if r != "no_data") + ")"
                          if [r for r in l.ood_reasons if r != "no_data"] else "OOD")
-        flags += [f for f in l.flags if f == "cpu_fallback_op"]
+        flags += [f for f in l.flags if f in ("cpu_fallback_op", "cpu_fallback_possible")]
         kind = l.type if l.type != "other" else f"other:{l.op_type}"
         rows.append([str(i), _short(l.name), kind, _fmt_ms(l.prediction_ms)]
                     + [_fmt_iv(l.intervals[m][c]) for m in METRICS] + [" ".join(flags)])

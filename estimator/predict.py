@@ -288,6 +288,7 @@ class Estimator:
 
         pairs = {m: {c: list(zip(*(a.tolist() for a in bounds(m, c)))) for c in confs} for m in METRICS}
         cpu_ops = set(self.profile.cpu_fallback_ops)
+        maybe_cpu = self.profile.conditional_cpu_ops
         pred, t_ops = bp.pred_ms.tolist(), bp.t_op_ms.tolist()
         fallback, ood = bp.fallback.tolist(), bp.out_of_design_space.tolist()
         one = confs[0] if len(confs) == 1 else None
@@ -298,6 +299,8 @@ class Estimator:
             flags = list(l.flags)
             if l.op_type and l.op_type in cpu_ops:
                 flags.append("cpu_fallback_op")
+            elif l.op_type and l.op_type in maybe_cpu:
+                flags.append("cpu_fallback_possible")
             if one is not None:
                 intervals = {m: {one: p[i]} for m, p in per_metric}
             else:
@@ -358,9 +361,23 @@ class Estimator:
                 types = sorted({layers[i].type for i in map(int, np.flatnonzero(bad))})
                 out.append(f"confidence {c:g} needs more calibration points than the profile has for "
                            f"{', '.join(types)}; those intervals use the largest calibration score")
+        ops = [l.op_type for l in layers if l.op_type]
+        on_cpu = sorted({o for o in ops if o in set(self.profile.cpu_fallback_ops)})
+        if on_cpu:
+            n = sum(o in on_cpu for o in ops)
+            out.append(f"{n} layer(s) ({', '.join(on_cpu)}) run on the CPU on {self.device} "
+                       f"(op_mapping.cpu_fallback_ops), flagged cpu_fallback_op; their estimates come from this "
+                       f"profile's accelerator data, not from a CPU measurement")
+        maybe = self.profile.conditional_cpu_ops
+        may_cpu = sorted({o for o in ops if o in maybe and o not in on_cpu})
+        if may_cpu:
+            n = sum(o in may_cpu for o in ops)
+            out.append(f"{n} layer(s) ({', '.join(may_cpu)}) may run on the CPU on {self.device}, depending on "
+                       f"their attributes, flagged cpu_fallback_possible: " + "; ".join(f"{o}: {maybe[o]}"
+                                                                                          for o in may_cpu))
         if self.profile.provenance.kind == "estimated":
             out.append(f"profile {self.device} holds estimated numbers (cost model), not measurements: "
-                       f"{self.profile.provenance.source}")
+                       f"{self.profile.provenance.summary()} (full provenance: estimator devices --json)")
         return out
 
     def estimate_layers(self, layers: Sequence[Layer], confidence: float | Iterable[float] = (0.9,), *,

@@ -109,6 +109,15 @@ class Provenance:
         return {"kind": self.kind, "source": self.source, "host": self.host,
                 "versions": dict(self.versions), "date": self.date}
 
+    def summary(self, limit: int = 240) -> str:
+        """The source's first sentence (at most ``limit`` characters): what estimated or
+        measured the numbers, for warnings that every estimate carries; the whole text is
+        in ``profile.json`` (``estimator devices --json``)."""
+        text = " ".join(self.source.split())
+        end = text.find(". ")
+        first = text if end < 0 else text[: end + 1]
+        return first if len(first) <= limit else first[: limit - 3].rstrip() + "..."
+
 
 @dataclass(frozen=True)
 class Profile:
@@ -167,6 +176,12 @@ class Profile:
     @property
     def cpu_fallback_ops(self) -> list[str]:
         return list(self.op_mapping.get("cpu_fallback_ops", []))
+
+    @property
+    def conditional_cpu_ops(self) -> dict[str, str]:
+        """ONNX ops the target runs on the CPU for some attributes only (op -> the rule):
+        ``op_mapping.conditional_cpu_ops``; estimates flag them ``cpu_fallback_possible``."""
+        return {str(k): str(v) for k, v in (self.op_mapping.get("conditional_cpu_ops") or {}).items()}
 
     @property
     def free_ops(self) -> list[str]:

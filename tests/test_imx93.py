@@ -16,6 +16,7 @@ Vela-specific parts of benchmarking.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import subprocess
@@ -54,6 +55,10 @@ def test_imx93_profile_is_estimated_by_vela() -> None:
     assert prof.runner == "vela" and prof.precision == "int8"
     assert "ethos-u-vela" in prof.provenance.versions
     assert prof.provenance.versions["ethos-u-vela"] in src
+    # what every estimate's warning quotes: the first sentence, which says who estimated it
+    summary = prof.provenance.summary()
+    assert summary.startswith("estimated by Vela ") and summary.endswith("not measured on hardware.")
+    assert len(summary) <= 240 < len(src)
     rows = list(prof.rows())
     assert len(rows) >= 300 and {r["runner"] for r in rows} == {"vela"}
     types = {r["layer_type"] for r in rows}
@@ -135,6 +140,41 @@ def test_cpu_fallback_ops_are_flagged(tmp_path: Path, cache_dir: Path, monkeypat
     assert sin and "cpu_fallback_op" in sin[0].flags
     assert sin[0].fallback and sin[0].out_of_design_space and sin[0].prediction_ms > 0
     assert all("cpu_fallback_op" not in l.flags for l in net.layers if l.op_type != "Sin")
+    assert any("run on the CPU on imx93" in w and "Sin" in w for w in net.warnings), net.warnings
+
+
+def test_conditional_cpu_ops_are_flagged_as_possible(tmp_path: Path, cache_dir: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Transpose runs on Vela's NPU for some permutations only: flagged
+    cpu_fallback_possible, with the rule in a warning; the CLI table shows the flag."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from estimator.predict import Estimator
+
+    r = np.random.default_rng(0)
+    w = numpy_helper.from_array(r.standard_normal((16, 8, 3, 3)).astype(np.float32), "w1")
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Transpose", ["c1"], ["t1"], name="permute", perm=[0, 2, 1, 3]),
+             helper.make_node("GlobalAveragePool", ["t1"], ["y"], name="gap")]
+    g = helper.make_graph(nodes, "perm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 1, 1])], initializer=[w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = tmp_path / "perm.onnx"
+    onnx.save(m, str(path))
+    monkeypatch.setenv("CL_CACHE_DIR", str(cache_dir))
+    est = Estimator.from_profile("imx93", root=ROOT / "profiles")
+    net = est.estimate_network(path)
+    tr = [l for l in net.layers if l.op_type == "Transpose"]
+    assert tr and tr[0].flags.count("cpu_fallback_possible") == 1 and "cpu_fallback_op" not in tr[0].flags
+    assert all("cpu_fallback_possible" not in l.flags for l in net.layers if l.op_type != "Transpose")
+    assert any("may run on the CPU" in w and "Transpose: TRANSPOSE runs on the NPU only" in w for w in net.warnings)
+    from estimator.cmd_model import print_estimate
+
+    buf = io.StringIO()
+    print_estimate(net, buf)
+    assert "cpu_fallback_possible" in buf.getvalue()
 
 
 def _reshape_onnx(path: Path) -> Path:
