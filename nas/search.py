@@ -144,13 +144,17 @@ def connect(req: SearchRequest, stack: list[Any]) -> Any:
     return client
 
 
+def _service_name(where: str) -> str:
+    return "the in-process estimation service" if where == "in-process" else f"the estimation service at {where}"
+
+
 def check_device(client: Any, device: str, where: str) -> dict[str, Any]:
     from service.client import EstimationError  # noqa: PLC0415
 
     try:
         devices = client.list_devices()
     except EstimationError as e:
-        raise UserError(f"the estimation service at {where} refused ListDevices: {e}") from None
+        raise UserError(f"{_service_name(where)} refused ListDevices: {e}") from None
     names = [d["name"] for d in devices]
     if device not in names:
         errors = []
@@ -160,7 +164,7 @@ def check_device(client: Any, device: str, where: str) -> dict[str, Any]:
             pass
         known = ", ".join(names) if names else "none"
         extra = f"; profiles that failed to load: {'; '.join(errors)}" if errors else ""
-        raise UserError(f"unknown device {device!r}: the estimation service at {where} knows {known}{extra}")
+        raise UserError(f"unknown device {device!r}: {_service_name(where)} knows {known}{extra}")
     return next(d for d in devices if d["name"] == device)
 
 
