@@ -25,12 +25,14 @@ What is precomputed (once per loaded model set, never pickled)
   batch context in the key), so a layer configuration seen before is not evaluated again;
   the per-layer arithmetic then runs once over all modelled layers.
 * **Conformal parts.** Unchanged arithmetic (:func:`estimator.models._sigmas`) on the same
-  inputs, so centres, scales and per-layer intervals are identical. The network-level Monte
+  inputs; the per-layer intervals come from :func:`estimator.aggregate.layer_intervals`
+  (crepes' ``predict_int`` arithmetic, vectorised over the batch). The network-level Monte
   Carlo draws come from a :class:`~estimator.aggregate.SampleBank` (kept sample-slot
   blocks; see :mod:`estimator.aggregate`).
 
-``tests/test_fastpath.py`` checks fast == reference (1e-9 relative; in practice bit for bit
-except for the Monte Carlo summation order).
+``tests/test_fastpath.py`` checks fast == reference (1e-9 relative; in practice equal but
+for the last bit: the reference averages the trees in scikit-learn's ``forest.predict``
+and sums the Monte Carlo draws in another order).
 """
 from __future__ import annotations
 
