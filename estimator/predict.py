@@ -362,14 +362,14 @@ class Estimator:
                 out.append(f"confidence {c:g} needs more calibration points than the profile has for "
                            f"{', '.join(types)}; those intervals use the largest calibration score")
         ops = [l.op_type for l in layers if l.op_type]
-        on_cpu = sorted({o for o in ops if o in set(self.profile.cpu_fallback_ops)})
+        on_cpu = sorted(set(ops).intersection(self.profile.cpu_fallback_ops))
         if on_cpu:
             n = sum(o in on_cpu for o in ops)
             out.append(f"{n} layer(s) ({', '.join(on_cpu)}) run on the CPU on {self.device} "
                        f"(op_mapping.cpu_fallback_ops), flagged cpu_fallback_op; their estimates come from this "
                        f"profile's accelerator data, not from a CPU measurement")
         maybe = self.profile.conditional_cpu_ops
-        may_cpu = sorted({o for o in ops if o in maybe and o not in on_cpu})
+        may_cpu = sorted(set(ops).intersection(maybe).difference(on_cpu))
         if may_cpu:
             n = sum(o in may_cpu for o in ops)
             out.append(f"{n} layer(s) ({', '.join(may_cpu)}) may run on the CPU on {self.device}, depending on "
