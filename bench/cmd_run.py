@@ -54,9 +54,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prior-samples", type=int, default=None,
                    help="further configurations per layer type from the network prior: the shapes real CNNs use "
                         "(default: as many as --samples; 0 for the broad space only)")
+    from .context_sampling import PLANS  # noqa: PLC0415 (the plans' names, for the help)
+
     p.add_argument("--context", default=None, metavar="NAME:N[,NAME:N]",
                    help="measure targeted plans of bench.context_sampling instead of the sampling plan "
-                        "(stem, stem-input, activation, activation-large; with --seed)")
+                        f"({', '.join(PLANS)}; with --seed)")
     p.add_argument("--out", default=DEFAULT_OUT,
                    help=f"database file (*.sqlite, *.db) or directory for DEVICE.sqlite (default {DEFAULT_OUT}/)")
     p.add_argument("--warmup", type=int, default=5, help="untimed runs before each measurement (default 5)")

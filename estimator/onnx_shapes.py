@@ -143,9 +143,9 @@ _SMALL_BYTES = 256
 def _small_constant(t: TensorProto) -> np.ndarray | None:
     """:func:`_raw_array` of ``t``, remembered for tensors of at most ``_SMALL_BYTES``
     serialized bytes (the arrays are read-only views, safe to share)."""
-    key = t.SerializeToString()
-    if len(key) > _SMALL_BYTES:
+    if t.ByteSize() > _SMALL_BYTES:  # (sized without serializing: a large Constant is not copied twice)
         return _raw_array(t)
+    key = t.SerializeToString()
     try:
         return _SMALL_CONSTANTS[key]
     except KeyError:
