@@ -156,8 +156,13 @@ def measure_lum(runner: Any, row: dict[str, Any]) -> dict[str, Any]:
 
 
 def split_point(r: dict[str, Any], a: float) -> float:
-    """The training point of a row at split ``a`` (as :func:`estimator.models._training_point`)."""
-    return min(max(r["t_c"] - a * r["t_b1"] - (1.0 - a) * r["t_b2"], r["lo"]), r["hi"])
+    """The training point of a row at split ``a``: :func:`estimator.models._training_point`
+    itself, so that ``a = 0.5`` is the midpoint of the (0-clipped) interval, as training
+    uses it."""
+    from estimator.models import _training_point
+
+    return _training_point({"t_padded_ms": r["t_c"], "t_b1_ms": r["t_b1"], "t_b2_ms": r["t_b2"]},
+                           r["lo"], r["hi"], "lum", a)
 
 
 def split_error(rs: list[dict[str, Any]], a: float) -> float:
