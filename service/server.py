@@ -58,6 +58,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import grpc
 import numpy as np
 
+from estimator.accel import describe_loaded
 from estimator.errors import NotFoundError, TooLargeError, UserError
 from estimator.layers import LAYER_TYPES, LayerSpecError
 from estimator.predict import METRICS, Estimator, LayerEstimate, NetworkEstimate, make_layer, parse_confidence
@@ -523,7 +524,7 @@ class EstimationServicer(pb2_grpc.EstimationServicer):
             first = not self.loaded.is_set()
             self.loaded.set()
             _event(logging.INFO, "profiles loaded" if first else "profiles reloaded", generation=new.generation,
-                   devices=list(new.devices), errors=list(new.errors),
+                   devices=list(new.devices), errors=list(new.errors), modules=describe_loaded(),
                    duration_ms=round((time.perf_counter() - t0) * 1e3, 1))
             return new
 

@@ -260,6 +260,11 @@ def main(argv: list[str] | None = None) -> int:
         args.profiles = args.profiles_for_inprocess
         args.build_tiny = None
     print("service speed (noisy unless the machine is quiet)")
+    if args.address is None:  # (the in-process servers run this process's modules)
+        from estimator.accel import describe_loaded
+        import service.server  # noqa: F401
+
+        print(f"modules: {describe_loaded()}")
     nets = stream_networks(args)  # generated before any timing
     # section 1 without the response cache (in-process server), then the rest with it
     with server_address(args, cache_size=0) as (address, ckw):
