@@ -260,11 +260,6 @@ def main(argv: list[str] | None = None) -> int:
         args.profiles = args.profiles_for_inprocess
         args.build_tiny = None
     print("service speed (noisy unless the machine is quiet)")
-    if args.address is None:  # (the in-process servers run this process's modules)
-        from estimator.accel import describe_loaded
-        import service.server  # noqa: F401
-
-        print(f"modules: {describe_loaded()}")
     nets = stream_networks(args)  # generated before any timing
     # section 1 without the response cache (in-process server), then the rest with it
     with server_address(args, cache_size=0) as (address, ckw):
@@ -273,6 +268,10 @@ def main(argv: list[str] | None = None) -> int:
             device = pick_device(client, args.device)
             print(f"device {device} at {address}")
             fast_single = section_single(client, device, args, mbv2)
+            if args.address is None:  # (the in-process servers run this process's modules)
+                from estimator.accel import describe_loaded
+
+                print(f"  modules: {describe_loaded()}")
             if args.address is not None:
                 section_cached(client, device, args, mbv2)
             fast_rate = section_stream(client, device, args, nets)
