@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from estimator import accel
+from estimator.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -103,3 +104,11 @@ def test_compiled_module_loads_and_gives_the_same_numbers(tmp_path):
     r = _cli("clean", cache=tmp_path)
     assert r.returncode == 0 and "removed 1" in r.stdout
     assert not so.exists()
+
+
+def test_build_without_cython_says_what_to_install(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "Cython", None)
+    monkeypatch.setitem(sys.modules, "Cython.Build", None)
+    with pytest.raises(UserError, match=r"pip install 'confident-latency\[accel\]'"):
+        accel.build(["estimator.aggregate"], root=tmp_path)
+    assert not accel.accel_dir(tmp_path).exists() or not any(accel.accel_dir(tmp_path).iterdir())
