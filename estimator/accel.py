@@ -41,12 +41,13 @@ import sys
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from .cache import CacheWarning, _trusted, cache_dir
 from .errors import UserError
 
-__all__ = ["ENV_ACCEL", "MODULES", "accel_dir", "build", "clean", "install", "loaded", "status"]
+__all__ = ["ENV_ACCEL", "MODULES", "accel_dir", "build", "clean", "describe_loaded", "enabled", "install", "loaded",
+           "status"]
 
 ENV_ACCEL = "CL_ACCEL"
 
@@ -63,17 +64,16 @@ def accel_dir(root: Path | None = None) -> Path:
     return (root or cache_dir()) / "accel"
 
 
-def _enabled() -> bool:
+def enabled() -> bool:
+    """False when ``CL_ACCEL=0`` (or false/no/off): pure Python everywhere."""
     return os.environ.get(ENV_ACCEL, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def _source(name: str) -> Path | None:
-    """The ``.py`` file the normal import system would load for ``name``."""
-    pkg, _, _ = name.rpartition(".")
-    parent = sys.modules.get(pkg)
-    path = getattr(parent, "__path__", None) if parent is not None else None
+def _source(name: str, path: Any = None) -> Path | None:
+    """The ``.py`` file the normal import system would load for ``name`` (``path``: the
+    parent package's ``__path__``, as the import system passes it; looked up when None)."""
     if path is None:
-        spec = importlib.util.find_spec(pkg)
+        spec = importlib.util.find_spec(name.rpartition(".")[0])
         path = spec.submodule_search_locations if spec is not None else None
     spec = importlib.machinery.PathFinder.find_spec(name, path)
     origin = getattr(spec, "origin", None)
@@ -92,14 +92,11 @@ def compiled_path(name: str, source: Path, root: Path | None = None) -> Path:
 class _Finder(importlib.abc.MetaPathFinder):
     """Loads a module of :data:`MODULES` from its compiled file when one matches its source."""
 
-    def __init__(self) -> None:
-        self.loaded: dict[str, Path] = {}
-
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname not in MODULES or not _enabled():
+        if fullname not in MODULES or not enabled():
             return None
         try:
-            src = _source(fullname)
+            src = _source(fullname, path)
             so = compiled_path(fullname, src) if src is not None else None
             if so is None or not so.is_file():
                 return None
@@ -109,7 +106,6 @@ class _Finder(importlib.abc.MetaPathFinder):
                     return None
         except OSError:
             return None
-        self.loaded[fullname] = so
         return importlib.util.spec_from_file_location(
             fullname, so, loader=importlib.machinery.ExtensionFileLoader(fullname, str(so)))
 
@@ -234,9 +230,9 @@ def clean(root: Path | None = None) -> list[Path]:
     return gone
 
 
-def describe_loaded(names: Iterable[str] | None = None) -> str:
+def describe_loaded() -> str:
     """One line for logs and reports: which hot modules run compiled."""
-    names = list(loaded() if names is None else names)
+    names = loaded()
     if not names:
         return "pure Python (no compiled modules loaded; see 'estimator accel status')"
     return f"compiled: {len(names)}/{len(MODULES)} hot modules ({', '.join(n.rpartition('.')[2] for n in names)})"

@@ -41,10 +41,10 @@ def run_build(args: argparse.Namespace) -> int:
 def run_status(args: argparse.Namespace) -> int:
     rows = accel.status()
     if args.json:
-        json.dump({"enabled": accel._enabled(), "dir": str(accel.accel_dir()), "modules": rows}, sys.stdout, indent=2)
+        json.dump({"enabled": accel.enabled(), "dir": str(accel.accel_dir()), "modules": rows}, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    print(f"compiled modules: {accel.accel_dir()} ({'enabled' if accel._enabled() else f'disabled by {accel.ENV_ACCEL}=0'})")
+    print(f"compiled modules: {accel.accel_dir()} ({'enabled' if accel.enabled() else f'disabled by {accel.ENV_ACCEL}=0'})")
     for r in rows:
         print(f"  {r['module']:<24} {r['state']:<10} {r['file'] or ''}")
     return 0

@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
                 from estimator.accel import describe_loaded
 
                 print(f"  modules: {describe_loaded()}")
-            if args.address is not None:
+            else:
                 section_cached(client, device, args, mbv2)
             fast_rate = section_stream(client, device, args, nets)
             fast_layers = section_layers(client, device, args)
