@@ -379,3 +379,60 @@ def test_lum_split_measures_benchmark_rows_with_vela(tmp_path: Path) -> None:
         assert r["t_c_recompiled"] == pytest.approx(r["t_c"], rel=1e-3)  # Vela is deterministic
         assert 0 < r["t_lum"] < r["t_c"] and all(n.startswith("lum/") for n in r["lum_ops"])
     assert 0.0 <= doc["types"]["maxpool"]["a_all"] <= 1.0
+
+
+def _ceiling_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("imx93_layer_ceiling", ROOT / "tests" / "perf" / "imx93_layer_ceiling.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_layer_ceiling_sums() -> None:
+    """tests/perf/imx93_layer_ceiling.py's per-network sums: the training point at the type's
+    split, the midpoint, the LUM's own time (a concat keeps its training point) and the
+    model's prediction where a layer has no measurement."""
+    from types import SimpleNamespace as NS
+
+    ce = _ceiling_module()
+    conv = NS(name="c", type="conv2d", params={"h": 8})
+    cat = NS(name="k", type="concat", params={"h": 4})
+    odd = NS(name="o", type="other", params={"h": 2})
+    recs = {ce.config_key("conv2d", {"h": 8}): {"t_c": 1.0, "t_b1": 0.4, "t_b2": 0.2, "t_lum": 0.5, "lum_ops": ["lum/x"]},
+            ce.config_key("concat", {"h": 4}): {"t_c": 0.3, "t_b1": 0.1, "t_b2": 0.3, "t_lum": 0.9, "lum_ops": ["lum/y"]}}
+    s = ce.network_sums([conv, cat, odd], {"c": 0.7, "k": 0.05, "o": 0.25}, recs, {"conv2d": 0.75})
+    # conv: interval [0.6, 0.8], point 1 - 0.75 * 0.4 - 0.25 * 0.2 = 0.65; concat: [0, 0.2], midpoint 0.1
+    assert s["exact_split"] == pytest.approx(0.65 + 0.1 + 0.25)
+    assert s["exact_mid"] == pytest.approx(0.7 + 0.1 + 0.25)
+    assert s["exact_lum"] == pytest.approx(0.5 + 0.1 + 0.25)
+    assert (s["lo"], s["hi"]) == (pytest.approx(0.6 + 0.0 + 0.25), pytest.approx(0.8 + 0.2 + 0.25))
+    assert s["model"] == pytest.approx(1.0) and s["unmeasured"] == pytest.approx(0.25)
+    recs[ce.config_key("conv2d", {"h": 8})] = {"error": "RunnerError: x"}
+    assert ce.network_sums([conv], {"c": 0.7}, recs, {})["unmeasured"] == pytest.approx(0.7)
+
+
+@needs_tflite
+def test_layer_ceiling_measures_exact_configurations_with_vela(tmp_path: Path, cache_dir: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exact-configuration benchmark of a small network's layers under Vela: every layer
+    measured once, the LUM's own time inside its padded model, training points inside Eq. 4."""
+    from estimator.predict import Estimator
+
+    ce = _ceiling_module()
+    monkeypatch.setenv("CL_CACHE_DIR", str(cache_dir))
+    est = Estimator.from_profile("imx93", root=ROOT / "profiles")
+    layers = ce.layer_configs(est, _small_onnx(tmp_path / "s.onnx").read_bytes())
+    assert [l.type for l in layers] == ["conv2d", "dwconv2d", "globalpool"]
+    db = tmp_path / "ceiling.jsonl"
+    recs = ce.measure_missing({"small": layers}, db, lambda s: None)
+    assert len(recs) == 3 and len(db.read_text().splitlines()) == 3
+    for r in recs.values():
+        assert "error" not in r, r
+        assert r["t_c"] > r["t_lum"] > 0 and r["lum_ops"] and all("lum/" in n for n in r["lum_ops"])
+        lo, hi, tp = ce.points(r, 0.8)
+        assert 0 <= lo <= tp <= hi
+    assert ce.measure_missing({"small": layers}, db, lambda s: None) == recs  # nothing measured twice
+    s = ce.network_sums(layers, {}, recs, {"conv2d": 0.81})
+    assert s["lo"] <= s["exact_split"] <= s["hi"] and s["unmeasured"] == 0
