@@ -43,6 +43,7 @@ Evaluation rule (fixed before any result was seen)
     python tests/perf/imx93_network_correction.py --limit 3          # time a few
     python tests/perf/imx93_network_correction.py                    # generate all
     python tests/perf/imx93_network_correction.py --fit              # evaluate
+    python tests/perf/imx93_network_correction.py --explore          # training set only
 """
 from __future__ import annotations
 
@@ -491,7 +492,7 @@ def evaluate(train: list[dict[str, Any]], valid: list[dict[str, Any]], json_out:
         s2 = _stats(valid, [c["pred"] for c in res], [c["lo_scaled"] for c in res], [c["hi_scaled"] for c in res])
         out_v[variant] = {"union": s, "scaled": s2, "factors": [c["factor"] for c in res], "q": [c["q"] for c in res]}
         print(_fmt(f"  after, {variant}", s))
-        print(_fmt(f"    (interval only scaled)", s2))
+        print(_fmt("    (interval only scaled)", s2))
     sc = _stats(valid, const, [0] * len(valid), [0] * len(valid))
     print(f"  {'constant factor (reference)':32s} mean |err| {sc['mean_abs']:5.1f} %  median {sc['median_abs']:5.1f}  "
           f"max {sc['max_abs']:5.1f}")
@@ -545,6 +546,63 @@ def evaluate(train: list[dict[str, Any]], valid: list[dict[str, Any]], json_out:
     return 0
 
 
+def explore(train: list[dict[str, Any]]) -> int:
+    """Training set only (no validation network is read): other models and feature sets
+    under leave-one-family-out CV, and the within-distribution (random 10-fold) figures.
+    Run after the fixed evaluation; nothing here was used for the adoption decision."""
+    import numpy as np
+    from sklearn.ensemble import RandomForestRegressor
+    from sklearn.model_selection import KFold
+
+    y = _target(train)
+    fam = np.array([r["family"] for r in train])
+    v = np.array([float(r["vela_ms"]) for r in train])
+    p = np.array([float(r["pred_ms"]) for r in train])
+    e0 = 100 * (p - v) / v
+
+    def mae(yhat: Any, m: Any = None) -> float:
+        e = 100 * (p * np.exp(yhat) - v) / v
+        return float(np.abs(e if m is None else e[m]).mean())
+
+    def lofo(fit: Callable[..., Any], pred: Callable[..., Any], feats: list[str]) -> float:
+        X = _matrix(train, feats)
+        out = np.zeros(len(train))
+        for g in sorted(set(fam)):
+            te = fam == g
+            out[te] = pred(fit(X[~te], y[~te]), X[te])
+        return mae(out)
+
+    print(f"training set ({len(train)} networks), leave-one-family-out CV, mean |error|:")
+    print(f"  no correction                 {float(np.abs(e0).mean()):5.1f} %")
+    print(f"  constant factor               {lofo(lambda X, t: t.mean(), lambda m, X: np.full(len(X), m), FEATURES):5.1f} %")
+    small = ["log2_max_tensor", "big_tensor_share", "stem_share", "share_concat"]
+    for feats, name in ((FEATURES, f"all {len(FEATURES)}"), (small, "4 (" + ", ".join(small) + ")")):
+        for alpha in (3.0, 30.0, 300.0):
+            r = lofo(lambda X, t: fit_ridge(X, t, alpha), predict_ridge, feats)
+            print(f"  ridge alpha {alpha:5g}, features {name}: {r:5.1f} %")
+        r = lofo(lambda X, t: RandomForestRegressor(100, max_depth=3, min_samples_leaf=5, random_state=0).fit(X, t),
+                 lambda m, X: m.predict(X), feats)
+        print(f"  forest depth 3, features {name}: {r:5.1f} %")
+    X = _matrix(train, FEATURES)
+    out = np.zeros(len(train))
+    for tr, te in KFold(10, shuffle=True, random_state=0).split(X):
+        out[te] = predict_ridge(fit_ridge(X[tr], y[tr]), X[te])
+    print("random 10-fold CV (within distribution), the fixed ridge:")
+    print(f"  all {len(train)}: {float(np.abs(e0).mean()):.1f} -> {mae(out):.1f} %")
+    for g in ("nas_mobilenet", "nas_resnet"):
+        m = fam == g
+        print(f"  {g} ({int(m.sum())}): {float(np.abs(e0[m]).mean()):.1f} -> {mae(out, m):.1f} %")
+    m = np.isin(fam, ["nas_mobilenet", "nas_resnet"])
+    outn = np.zeros(int(m.sum()))
+    Xn, yn = X[m], y[m]
+    for tr, te in KFold(10, shuffle=True, random_state=0).split(Xn):
+        outn[te] = predict_ridge(fit_ridge(Xn[tr], yn[tr]), Xn[te])
+    en = 100 * (p[m] * np.exp(outn) - v[m]) / v[m]
+    print(f"  fitted on the NAS networks only ({int(m.sum())}): {float(np.abs(e0[m]).mean()):.1f} -> "
+          f"{float(np.abs(en).mean()):.1f} %")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="imx93")
@@ -556,11 +614,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true", help="list the training networks and exit")
     ap.add_argument("--fit", action="store_true", help="fit and evaluate the correction")
     ap.add_argument("--json", default=None, help="with --fit: write the evaluation here")
+    ap.add_argument("--explore", action="store_true",
+                    help="training set only: other models / features by CV (after the fixed evaluation)")
     a = ap.parse_args(argv)
     if a.list:
         for label, fam, res, _, desc in training_networks():
             print(f"{label}_{res}  {fam}  {json.dumps(desc, default=str)[:120]}")
         return 0
+    if a.explore:
+        return explore(read_csv(Path(a.csv)))
     if a.fit:
         return evaluate(read_csv(Path(a.csv)), validation_rows(a), a.json)
     return generate(a)
