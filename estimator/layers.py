@@ -53,6 +53,7 @@ __all__ = [
     "fused_act",
     "RESIZE_MODES",
     "bench_params",
+    "layer_bench_params",
     "describe",
     "feature_names",
     "feature_vector",
@@ -140,6 +141,16 @@ def bench_params(layer_type: str, params: Mapping[str, Any]) -> dict[str, Any]:
     p = dict(params)
     if layer_type in LUM_DEFAULT_ACT and "act" not in p:
         p["act"] = LUM_DEFAULT_ACT[layer_type] or "none"
+    return p
+
+
+def layer_bench_params(layer_type: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The benchmark configuration of an imported layer: its raw parameters, with ``act``
+    written out as ``"none"`` where the layer has no fused activation and its LUM's default
+    is one (a benchmark row without ``act`` means the default, :func:`bench_params`)."""
+    p = dict(params)
+    if LUM_DEFAULT_ACT.get(layer_type) is not None and "act" not in p:
+        p["act"] = "none"
     return p
 
 

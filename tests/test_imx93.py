@@ -400,7 +400,9 @@ def test_layer_ceiling_sums() -> None:
     conv = NS(name="c", type="conv2d", params={"h": 8})
     cat = NS(name="k", type="concat", params={"h": 4})
     odd = NS(name="o", type="other", params={"h": 2})
-    recs = {ce.config_key("conv2d", {"h": 8}): {"t_c": 1.0, "t_b1": 0.4, "t_b2": 0.2, "t_lum": 0.5, "lum_ops": ["lum/x"]},
+    # a conv2d without a fused activation is benchmarked with act "none" (not the LUM's default ReLU)
+    assert ce.layer_key(conv) == ce.config_key("conv2d", {"h": 8, "act": "none"})
+    recs = {ce.config_key("conv2d", {"h": 8, "act": "none"}): {"t_c": 1.0, "t_b1": 0.4, "t_b2": 0.2, "t_lum": 0.5, "lum_ops": ["lum/x"]},
             ce.config_key("concat", {"h": 4}): {"t_c": 0.3, "t_b1": 0.1, "t_b2": 0.3, "t_lum": 0.9, "lum_ops": ["lum/y"]}}
     s = ce.network_sums([conv, cat, odd], {"c": 0.7, "k": 0.05, "o": 0.25}, recs, {"conv2d": 0.75})
     # conv: interval [0.6, 0.8], point 1 - 0.75 * 0.4 - 0.25 * 0.2 = 0.65; concat: [0, 0.2], midpoint 0.1
@@ -409,7 +411,7 @@ def test_layer_ceiling_sums() -> None:
     assert s["exact_lum"] == pytest.approx(0.5 + 0.1 + 0.25)
     assert (s["lo"], s["hi"]) == (pytest.approx(0.6 + 0.0 + 0.25), pytest.approx(0.8 + 0.2 + 0.25))
     assert s["model"] == pytest.approx(1.0) and s["unmeasured"] == pytest.approx(0.25)
-    recs[ce.config_key("conv2d", {"h": 8})] = {"error": "RunnerError: x"}
+    recs[ce.layer_key(conv)] = {"error": "RunnerError: x"}
     assert ce.network_sums([conv], {"c": 0.7}, recs, {})["unmeasured"] == pytest.approx(0.7)
 
 

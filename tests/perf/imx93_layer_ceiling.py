@@ -54,6 +54,14 @@ def config_key(layer_type: str, params: dict[str, Any]) -> str:
     return json.dumps([layer_type, params], sort_keys=True)
 
 
+def layer_key(layer: Any) -> str:
+    """The key of a layer's benchmark configuration (``act`` written out, see
+    :func:`estimator.layers.layer_bench_params`)."""
+    from estimator.layers import layer_bench_params
+
+    return config_key(layer.type, layer_bench_params(layer.type, layer.params))
+
+
 def layer_configs(est: Any, onnx_bytes: bytes) -> list[Any]:
     """The layers ``est`` estimates for a network (free layers left out), as imported."""
     net = est.load_network(onnx_bytes)
@@ -99,7 +107,7 @@ def network_sums(layers: list[Any], pred_ms: dict[str, float], recs: dict[str, d
     for layer in layers:
         p = pred_ms.get(layer.name, 0.0)
         s["model"] += p
-        rec = recs.get(config_key(layer.type, layer.params))
+        rec = recs.get(layer_key(layer))
         if rec is None or "error" in rec:
             for k in ("exact_split", "exact_mid", "exact_lum", "lo", "hi", "unmeasured"):
                 s[k] += p
@@ -127,13 +135,15 @@ def measure_missing(layers_by_net: dict[str, list[Any]], db: Path, log: Callable
     """Benchmark every configuration not yet in ``db`` (one JSON line each, flushed as taken)."""
     from bench.runners.vela_runner import VelaRunner
 
+    from estimator.layers import layer_bench_params
+
     recs = load_db(db)
     todo: dict[str, tuple[str, dict[str, Any]]] = {}
     for layers in layers_by_net.values():
         for layer in layers:
-            k = config_key(layer.type, layer.params)
+            k = layer_key(layer)
             if layer.type not in UNBENCHED and k not in recs:
-                todo.setdefault(k, (layer.type, dict(layer.params)))
+                todo.setdefault(k, (layer.type, layer_bench_params(layer.type, layer.params)))
     log(f"{len(recs)} configurations measured before, {len(todo)} to measure")
     if not todo:
         return recs
