@@ -59,6 +59,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--context", default=None, metavar="NAME:N[,NAME:N]",
                    help="measure targeted plans of bench.context_sampling instead of the sampling plan "
                         f"({', '.join(PLANS)}; with --seed)")
+    p.add_argument("--from-onnx", action="append", default=None, metavar="PATH",
+                   help="measure exactly the layer configurations of these ONNX networks instead of a sampling "
+                        "plan (a file, or a directory of .onnx files; repeatable), imported with the fusion rules "
+                        "of the device's installed profile, if any (bench.network_plan)")
+    p.add_argument("--exclude-onnx", action="append", default=None, metavar="PATH",
+                   help="with --from-onnx: leave out every layer configuration these networks use (e.g. held-out "
+                        "validation networks; a file or a directory; repeatable)")
     p.add_argument("--out", default=DEFAULT_OUT,
                    help=f"database file (*.sqlite, *.db) or directory for DEVICE.sqlite (default {DEFAULT_OUT}/)")
     p.add_argument("--warmup", type=int, default=5, help="untimed runs before each measurement (default 5)")
@@ -179,7 +186,14 @@ def cmd_run(a: argparse.Namespace) -> int:
     path = db_path(a.out, a.device)
     limits = limits_for(a.runner, max_ops=a.max_ops, max_elems=a.max_elems)
     t0 = time.monotonic()
-    if a.context:
+    if a.exclude_onnx and not a.from_onnx:
+        raise UserError("--exclude-onnx goes with --from-onnx")
+    if a.from_onnx:
+        if a.context or a.layers or a.prior_samples is not None:
+            raise UserError("--from-onnx replaces the sampling plan: drop --context, --layers and --prior-samples")
+        plan, what = _network_plan(a, limits)
+        types = sorted({c.layer_type for c in plan})
+    elif a.context:
         from .context_sampling import parse_context_spec, context_plan
 
         if a.layers or a.prior_samples is not None:
@@ -215,6 +229,27 @@ def cmd_run(a: argparse.Namespace) -> int:
     print(f"data: {path} (env_id {env_id}, {total} rows for this environment)")
     print(f"next: bench show {path}; bench export {path} --csv {path.with_suffix('.csv')}")
     return 1 if stats.failed and not stats.measured and not stats.already else 0
+
+
+def _network_plan(a: argparse.Namespace, limits: Any) -> tuple[list[Any], str]:
+    """``--from-onnx``: the plan and its description; prints what was left out and why."""
+    from estimator.errors import NotFoundError
+    from estimator.profile import load_profile
+
+    from .network_plan import network_plan
+
+    try:
+        fusion, rules = load_profile(a.device).fusion_rules(), f"the fusion rules of profile {a.device!r}"
+    except NotFoundError:
+        fusion, rules = None, f"the default fusion rules (no profile {a.device!r} is installed)"
+    plan, report = network_plan(a.from_onnx, fusion=fusion, limits=limits, exclude=a.exclude_onnx or ())
+    print(f"bench: {report.networks} network(s), {report.layers} layers imported with {rules}: "
+          f"{len(plan)} distinct benchable configurations", file=sys.stderr)
+    for line in report.lines():
+        print(f"bench: {line.strip()}", file=sys.stderr)
+    if not plan:
+        raise UserError("--from-onnx: the networks have no layer configuration to benchmark")
+    return plan, f"layers of {report.networks} network(s)"
 
 
 @contextlib.contextmanager

@@ -155,3 +155,74 @@ def test_flush_cache_is_a_recorded_runner_setting(tmp_path, capsys):
     rc = main(["run", "--device", "cold-host", "--layers", "fc", "--samples", "2", "--flush-cache", "-1",
                "--out", str(out), "--no-progress"])
     assert rc == 2 and "flush_cache_mb must be in [0, 4096]" in capsys.readouterr().err
+
+
+def _net(path, *, transpose: bool, size: int = 12) -> None:
+    """conv 3x3 (4 -> 8) + ReLU, depthwise 3x3, global pool on a size x size input; optionally a
+    Transpose (no benchmark) after the ReLU."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 4, 3, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu")]
+    last = "r"
+    if transpose:
+        nodes.append(helper.make_node("Transpose", ["r"], ["t"], name="tr", perm=[0, 1, 3, 2]))
+        last = "t"
+    nodes += [helper.make_node("Conv", [last, "w2"], ["d"], name="dw", group=8, pads=[1, 1, 1, 1]),
+              helper.make_node("GlobalAveragePool", ["d"], ["y"], name="gap")]
+    w2 = numpy_helper.from_array(np.ones((8, 1, 3, 3), np.float32), "w2")
+    g = helper.make_graph(nodes, "n", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, size, size])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 1, 1])], initializer=[w, w2])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+
+
+def test_run_from_onnx_measures_exactly_the_networks_layers(tmp_path, capsys):
+    """bench run --from-onnx: one row per distinct benchable layer of the networks, as the
+    estimator imports them (the conv with its fused ReLU, the depthwise conv with act
+    'none'), the Transpose reported as not planned; a re-run measures nothing."""
+    nets = tmp_path / "nets"
+    nets.mkdir()
+    _net(nets / "a.onnx", transpose=False)
+    _net(nets / "b.onnx", transpose=True)  # the same three configurations, plus a Transpose
+    argv = ["run", "--device", "nets-host", "--runner", "onnxruntime", "--from-onnx", str(nets), "--warmup", "0",
+            "--runs", "2", "--threads", "1", "--out", str(tmp_path), "--no-progress"]
+    assert main(argv) == 0
+    cap = capsys.readouterr()
+    assert "2 network(s), 7 layers imported with the default fusion rules" in cap.err
+    assert "3 distinct benchable configurations" in cap.err
+    assert "not planned, no benchmark for the type: transpose 1" in cap.err
+    con = sqlite3.connect(tmp_path / "nets-host.sqlite")
+    rows = {r[0]: json.loads(r[1]) for r in con.execute("SELECT layer_type, params FROM measurements")}
+    assert sorted(rows) == ["conv2d", "dwconv2d", "globalpool"]
+    assert rows["conv2d"]["act"] == "relu" and rows["conv2d"]["c_out"] == 8 and rows["conv2d"]["h"] == 12
+    assert rows["dwconv2d"]["act"] == "none"
+    assert main(argv) == 0
+    assert "measured 0 configurations (3 already present" in capsys.readouterr().out
+    assert main(argv[:5] + ["--from-onnx", str(tmp_path / "missing.onnx")] + argv[7:]) == 2
+    assert "--from-onnx" in capsys.readouterr().err
+    assert main(argv + ["--layers", "conv2d"]) == 2
+    assert "--from-onnx replaces the sampling plan" in capsys.readouterr().err
+
+
+def test_run_from_onnx_leaves_out_what_excluded_networks_use(tmp_path, capsys):
+    """--exclude-onnx: configurations a held-out network uses are not measured, and counted."""
+    train, held = tmp_path / "train", tmp_path / "held"
+    train.mkdir()
+    held.mkdir()
+    _net(train / "a.onnx", transpose=False)
+    _net(train / "c.onnx", transpose=False, size=16)
+    _net(held / "v.onnx", transpose=True)  # a's three configurations
+    argv = ["run", "--device", "held-host", "--runner", "onnxruntime", "--from-onnx", str(train), "--exclude-onnx",
+            str(held), "--warmup", "0", "--runs", "2", "--threads", "1", "--out", str(tmp_path), "--no-progress"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "3 distinct benchable configurations" in err
+    assert "not planned, distinct configurations an excluded network uses: conv2d 1, dwconv2d 1, globalpool 1" in err
+    con = sqlite3.connect(tmp_path / "held-host.sqlite")
+    assert sorted(json.loads(r[0])["h"] for r in con.execute("SELECT params FROM measurements")) == [16, 16, 16]
+    assert main(["run", "--device", "held-host", "--exclude-onnx", str(held)]) == 2
+    assert "--exclude-onnx goes with --from-onnx" in capsys.readouterr().err
