@@ -105,7 +105,8 @@ def network_plan(paths: Sequence[str | Path], *, fusion: Any = None, limits: Lim
     Configurations that a network in ``exclude`` uses are left out (held-out validation
     networks stay unseen at the layer level too)."""
     report = NetworkPlanReport()
-    held_out = {k for f in (onnx_files(exclude, "--exclude-onnx") if exclude else []) for _, k, p in _layer_configs(f, fusion) if p}
+    held_out = {key for f in (onnx_files(exclude, "--exclude-onnx") if exclude else [])
+                for _, key, params in _layer_configs(f, fusion) if params is not None}
     plan: dict[str, Config] = {}
     refused: set[str] = set()
     for f in onnx_files(paths):
