@@ -17,17 +17,16 @@ build, and configurations over the runner's limits are counted in the report, by
 """
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 from estimator.errors import UserError
-from estimator.layers import LayerSpecError, describe, layer_bench_params
+from estimator.layers import layer_bench_params
 
-from .modelgen import BENCHABLE_TYPES, lum_io_shapes
-from .sampling import Config, Limits, config_key
+from .modelgen import BENCHABLE_TYPES
+from .sampling import Config, Limits, config_key, limit_reason
 
 
 @dataclass
@@ -70,19 +69,6 @@ def onnx_files(paths: Sequence[str | Path], flag: str = "--from-onnx") -> list[P
     return list(dict.fromkeys(out))
 
 
-def _check(layer_type: str, params: dict[str, Any], limits: Limits) -> str | None:
-    """Why a configuration cannot be planned (``"invalid"``, ``"limits"``), or None."""
-    try:
-        counts = describe(layer_type, params)
-        ins, out = lum_io_shapes(layer_type, params)
-    except (LayerSpecError, TypeError, ValueError):
-        return "invalid"
-    if (counts.ops > limits.max_ops or counts.params > limits.max_params or counts.ops < 1
-            or any(math.prod(s) > limits.max_elems for s in (*ins, out))):
-        return "limits"
-    return None
-
-
 def _layer_configs(path: Path, fusion: Any) -> list[tuple[str, str, dict[str, Any] | None]]:
     """``(type, key, benchmark params)`` of every layer of a network (params None: no benchmark)."""
     from estimator.onnx_import import load_network
@@ -122,7 +108,7 @@ def network_plan(paths: Sequence[str | Path], *, fusion: Any = None, limits: Lim
                 refused.add(key)
                 report.excluded[layer_type] += 1
                 continue
-            why = _check(layer_type, params, limits)
+            why = limit_reason(layer_type, params, limits)
             if why is None:
                 plan[key] = Config.make(layer_type, params)
             else:

@@ -435,21 +435,30 @@ def _in_ranges(layer_type: str, p: Mapping[str, Any], ins: Sequence[tuple[int, .
     return max(int(p.get(k) or 1) for k in ("d_h", "d_w")) <= SPACE_MAX["dilation"]
 
 
-def _within(layer_type: str, params: Mapping[str, Any], lim: Limits) -> Config | None:
-    """The configuration if it is valid, benchable, inside the space and within limits."""
+def limit_reason(layer_type: str, params: Mapping[str, Any], lim: Limits) -> str | None:
+    """Why a configuration cannot be measured: ``"invalid"`` (the vocabulary or the padded
+    model cannot describe it), ``"limits"`` (ops, weights or a LUM tensor over ``lim``), or None."""
     try:
         counts = describe(layer_type, params)
         ins, out = lum_io_shapes(layer_type, params)
     except LayerSpecError:
-        return None
+        return "invalid"
     if counts.ops > lim.max_ops or counts.params > lim.max_params or counts.ops < 1:
-        return None
+        return "limits"
     if any(math.prod(s) > lim.max_elems for s in (*ins, out)):
+        return "limits"
+    return None
+
+
+def _within(layer_type: str, params: Mapping[str, Any], lim: Limits) -> Config | None:
+    """The configuration if it is valid, benchable, inside the space and within limits."""
+    if limit_reason(layer_type, params, lim) is not None:
         return None
+    ins, out = lum_io_shapes(layer_type, params)
     if not _in_ranges(layer_type, params, ins, out):
         return None
     p = dict(params)
-    return Config(layer_type, p, config_key(layer_type, p), float(counts.ops))
+    return Config(layer_type, p, config_key(layer_type, p), float(describe(layer_type, p).ops))
 
 
 def in_space(layer_type: str, params: Mapping[str, Any], limits: Limits = Limits()) -> bool:
