@@ -71,30 +71,32 @@ def layer_configs(est: Any, onnx_bytes: bytes) -> list[Any]:
 def measure(runner: Any, layer_type: str, params: dict[str, Any], pairs: dict[tuple, float]) -> dict[str, Any]:
     """Smart padding for one configuration: ``T_c``, ``T_b1``, ``T_b2`` (padding pairs cached
     in ``pairs``) and the LUM's own per-operator time inside the padded model."""
-    from bench.modelgen import padded_model, padding_keys, padding_model
+    from bench.modelgen import padding_keys, padding_model
     from bench.smartpad import render_model
-    from padding_split import is_lum_op
+    from padding_split import lum_in_padded
 
     def pair(key: tuple) -> float:
         if key not in pairs:
             pairs[key] = runner.time(runner.prepare(render_model(padding_model(*key), runner.model_format))).median_ms
         return pairs[key]
 
-    prepared = runner.prepare(render_model(padded_model(layer_type, params), runner.model_format))
-    per = runner.per_layer(prepared)
+    prepared, lum = lum_in_padded(runner, layer_type, params)
     keys = padding_keys(layer_type, params)
-    lum = sorted(n for n in per if is_lum_op(n))
     return {"t_c": runner.time(prepared).median_ms, "t_b1": sum(pair(k) for k in keys.inputs),
-            "t_b2": pair(keys.output), "t_lum": sum(per[n] for n in lum), "lum_ops": lum}
+            "t_b2": pair(keys.output), "t_lum": sum(lum.values()), "lum_ops": sorted(lum)}
 
 
 def points(rec: dict[str, Any], split: float) -> tuple[float, float, float]:
-    """``(lo, hi, training point at split)`` of a measured configuration (Eq. 4, clipped at 0)."""
-    from estimator.models import _training_point
+    """``(lo, hi, training point at split)`` of a measured configuration: Eq. 4
+    (:func:`bench.smartpad.lum_interval`), clipped and placed as training does
+    (:func:`estimator.models._interval`, :func:`estimator.models._training_point`)."""
+    from bench.smartpad import lum_interval
+    from estimator.models import _interval, _training_point
 
-    lo, hi = sorted((rec["t_c"] - rec["t_b1"], rec["t_c"] - rec["t_b2"]))
-    lo, hi = max(lo, 0.0), max(hi, 0.0)
-    row = {"t_padded_ms": rec["t_c"], "t_b1_ms": rec["t_b1"], "t_b2_ms": rec["t_b2"]}
+    iv = lum_interval(rec["t_c"], rec["t_b1"], rec["t_b2"])
+    row = {"t_padded_ms": rec["t_c"], "t_b1_ms": rec["t_b1"], "t_b2_ms": rec["t_b2"], "t_lum_lo_ms": iv.lo,
+           "t_lum_hi_ms": iv.hi}
+    lo, hi = _interval(row, "lum")
     return lo, hi, _training_point(row, lo, hi, "lum", split)
 
 

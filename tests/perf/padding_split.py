@@ -140,15 +140,20 @@ def lum_sample(rows_csv: Path, types: list[str], n: int, seed: int, min_rel_gap:
     return {t: (random.Random(f"{seed}:{t}").sample(rs, n) if n and n < len(rs) else rs) for t, rs in by.items()}
 
 
-def measure_lum(runner: Any, row: dict[str, Any]) -> dict[str, Any]:
-    """The LUM's own per-operator time inside its padded model, next to the stored row."""
+def lum_in_padded(runner: Any, layer_type: str, params: dict[str, Any]) -> tuple[Any, dict[str, float]]:
+    """Compile a configuration's padded model (Fig. 5c): ``(prepared model, {LUM operator:
+    its own per-operator time})``, the latter empty where the runner names no LUM operator."""
     from bench.modelgen import padded_model
 
-    prepared = runner.prepare(render_model(padded_model(row["layer_type"], row["params"]), runner.model_format))
-    per = runner.per_layer(prepared)
-    lum = {k: v for k, v in per.items() if is_lum_op(k)}
+    prepared = runner.prepare(render_model(padded_model(layer_type, params), runner.model_format))
+    return prepared, {k: v for k, v in runner.per_layer(prepared).items() if is_lum_op(k)}
+
+
+def measure_lum(runner: Any, row: dict[str, Any]) -> dict[str, Any]:
+    """The LUM's own per-operator time inside its padded model, next to the stored row."""
+    prepared, lum = lum_in_padded(runner, row["layer_type"], row["params"])
     if not lum:
-        raise ValueError(f"no LUM operator among {sorted(per)}")
+        raise ValueError(f"no LUM operator among {sorted(runner.per_layer(prepared))}")
     lo, hi = sorted((row["t_lum_lo_ms"], row["t_lum_hi_ms"]))
     return {"layer_type": row["layer_type"], "params": row["params"], "t_c": row["t_padded_ms"],
             "t_b1": row["t_b1_ms"], "t_b2": row["t_b2_ms"], "lo": max(lo, 0.0), "hi": max(hi, 0.0),
