@@ -250,12 +250,7 @@ def features_of(net: Any, ne: Any) -> dict[str, Any]:
         row = pred.get(layer.name)
         ms = row.prediction_ms if row is not None else 0.0
         by_type[layer.type] = by_type.get(layer.type, 0.0) + ms
-        elems = 0
-        for s in layer.output_shapes:
-            e = 1
-            for d in s:
-                e *= max(int(d), 1)
-            elems = max(elems, e)
+        elems = max((math.prod(max(int(d), 1) for d in s) for s in layer.output_shapes), default=0)
         max_elems = max(max_elems, elems)
         if elems > SRAM_BYTES:  # int8: one byte per element
             big_ms += ms
@@ -402,11 +397,15 @@ def predict_ridge(m: dict[str, Any], X: Any) -> Any:
 
 
 def conformal_q(abs_res: Any, confidence: float = CONFIDENCE) -> float:
-    """The ``ceil(c (n + 1))``-th smallest |residual| (the largest when that exceeds n)."""
+    """The split-conformal quantile of the |residuals|: the rank the estimator's own intervals
+    use (:func:`estimator.aggregate.conformal_index`, crepes' rule; the largest when the
+    rank exceeds n)."""
     import numpy as np
+
+    from estimator.aggregate import conformal_index
+
     a = np.sort(np.asarray(abs_res))
-    k = min(math.ceil(confidence * (len(a) + 1)), len(a))
-    return float(a[k - 1])
+    return float(a[conformal_index(len(a), confidence)])
 
 
 def group_oof(rows: list[dict[str, Any]], feats: list[str], alpha: float = ALPHA) -> Any:
