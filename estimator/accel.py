@@ -28,6 +28,11 @@ How it stays safe:
 
 The compiled modules compute the same numbers: they run the same source (the tests compare
 a compiled module's results with the pure one's).
+
+Native modules (:data:`NATIVE`) are the other kind: a ``.pyx`` source beside the package's
+``.py`` files, typed Cython with no pure-Python twin, built, named and loaded the same way.
+Without a build they do not exist (:func:`native` answers None) and their callers keep to
+the Python code they would otherwise replace.
 """
 from __future__ import annotations
 
@@ -46,8 +51,8 @@ from typing import Any, Sequence
 from .cache import CacheWarning, _trusted, cache_dir
 from .errors import UserError
 
-__all__ = ["ENV_ACCEL", "MODULES", "accel_dir", "build", "clean", "describe_loaded", "enabled", "install", "loaded",
-           "status"]
+__all__ = ["ALL", "ENV_ACCEL", "MODULES", "NATIVE", "accel_dir", "build", "clean", "describe_loaded", "enabled",
+           "install", "loaded", "native", "status"]
 
 ENV_ACCEL = "CL_ACCEL"
 
@@ -55,6 +60,13 @@ ENV_ACCEL = "CL_ACCEL"
 #: prediction, Monte Carlo aggregation, layer counts, response building).
 MODULES: tuple[str, ...] = ("estimator.layers", "estimator.onnx_shapes", "estimator.onnx_import",
                             "estimator.aggregate", "estimator.fastpath", "estimator.predict", "service.server")
+
+#: Modules that exist only compiled, from a ``.pyx`` source beside the package's ``.py``
+#: files: the typed ONNX import core (estimator.native_import), which the importer uses
+#: when it is built (see :func:`native`).
+NATIVE: tuple[str, ...] = ("estimator.native_import",)
+#: Everything ``estimator accel build`` compiles.
+ALL: tuple[str, ...] = MODULES + NATIVE
 
 _SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]  # e.g. .cpython-311-x86_64-linux-gnu.so
 
@@ -71,10 +83,15 @@ def enabled() -> bool:
 
 def _source(name: str, path: Any = None) -> Path | None:
     """The ``.py`` file the normal import system would load for ``name`` (``path``: the
-    parent package's ``__path__``, as the import system passes it; looked up when None)."""
+    parent package's ``__path__``, as the import system passes it; looked up when None);
+    for a module of :data:`NATIVE`, its ``.pyx`` file in the package directory."""
     if path is None:
         spec = importlib.util.find_spec(name.rpartition(".")[0])
         path = spec.submodule_search_locations if spec is not None else None
+    if name in NATIVE:
+        base = name.rpartition(".")[2]
+        found = [Path(d) / f"{base}.pyx" for d in (path or ())]
+        return next((f for f in found if f.is_file()), None)
     spec = importlib.machinery.PathFinder.find_spec(name, path)
     origin = getattr(spec, "origin", None)
     return Path(origin) if origin and origin.endswith(".py") else None
@@ -93,7 +110,7 @@ class _Finder(importlib.abc.MetaPathFinder):
     """Loads a module of :data:`MODULES` from its compiled file when one matches its source."""
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname not in MODULES or not enabled():
+        if (fullname not in MODULES and fullname not in NATIVE) or not enabled():
             return None
         try:
             src = _source(fullname, path)
@@ -120,8 +137,31 @@ def install() -> None:
 
 
 def loaded() -> list[str]:
-    """The modules of :data:`MODULES` imported from a compiled file in this process."""
-    return [m for m in MODULES if str(getattr(sys.modules.get(m), "__file__", "")).endswith(_SUFFIX)]
+    """The modules of :data:`ALL` imported from a compiled file in this process."""
+    return [m for m in ALL if str(getattr(sys.modules.get(m), "__file__", "")).endswith(_SUFFIX)]
+
+
+#: name -> the loaded native module, or None when it is not built (looked up once per process)
+_native: dict[str, Any] = {}
+
+
+def native(name: str) -> Any:
+    """The module ``name`` of :data:`NATIVE` when it is built for its current source (and
+    compiled modules are enabled), else None; the answer is kept for the process."""
+    if name not in NATIVE:
+        raise ValueError(f"not a native module: {name} (known: {', '.join(NATIVE)})")
+    try:
+        return _native[name]
+    except KeyError:
+        pass
+    mod = None
+    if enabled():
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:  # not built (or built for another source version)
+            mod = None
+    _native[name] = mod
+    return mod
 
 
 def status(root: Path | None = None) -> list[dict[str, str]]:
@@ -129,7 +169,7 @@ def status(root: Path | None = None) -> list[dict[str, str]]:
     of another source version), ``untrusted`` or ``missing``; and whether it is loaded."""
     out = []
     done = set(loaded())
-    for name in MODULES:
+    for name in ALL:
         src = _source(name)
         row = {"module": name, "source": str(src or ""), "file": "", "loaded": "yes" if name in done else "no"}
         if src is None:
@@ -157,14 +197,14 @@ def _cython() -> Any:
     return cythonize
 
 
-def build(modules: Sequence[str] = MODULES, *, root: Path | None = None, jobs: int | None = None,
+def build(modules: Sequence[str] = ALL, *, root: Path | None = None, jobs: int | None = None,
           log: Any = None) -> list[Path]:
     """Compile ``modules`` (their current sources) into :func:`accel_dir`; drop the files of
     older source versions. Returns the compiled files. Raises :class:`UserError` without
     Cython or when the C compiler fails."""
-    unknown = [m for m in modules if m not in MODULES]
+    unknown = [m for m in modules if m not in ALL]
     if unknown:
-        raise UserError(f"not an accelerated module: {', '.join(unknown)} (known: {', '.join(MODULES)})")
+        raise UserError(f"not an accelerated module: {', '.join(unknown)} (known: {', '.join(ALL)})")
     cythonize = _cython()
     from setuptools import Distribution, Extension  # noqa: PLC0415
     from setuptools.command.build_ext import build_ext  # noqa: PLC0415
@@ -184,8 +224,9 @@ def build(modules: Sequence[str] = MODULES, *, root: Path | None = None, jobs: i
             d = work / "src" / pkg
             d.mkdir(parents=True, exist_ok=True)
             (d / "__init__.py").touch()
-            shutil.copyfile(src, d / f"{base}.py")  # the exact bytes whose digest names the result
-            exts.append(Extension(name, [str(d / f"{base}.py")]))
+            copy = d / f"{base}{src.suffix}"  # (.py, or .pyx for a native module)
+            shutil.copyfile(src, copy)  # the exact bytes whose digest names the result
+            exts.append(Extension(name, [str(copy)]))
             targets[name] = compiled_path(name, src, root)
         say(f"cythonizing {len(exts)} module(s): {', '.join(modules)}")
         cwd = os.getcwd()
@@ -235,4 +276,4 @@ def describe_loaded() -> str:
     names = loaded()
     if not names:
         return "pure Python (no compiled modules loaded; see 'estimator accel status')"
-    return f"compiled: {len(names)}/{len(MODULES)} hot modules ({', '.join(n.rpartition('.')[2] for n in names)})"
+    return f"compiled: {len(names)}/{len(ALL)} hot modules ({', '.join(n.rpartition('.')[2] for n in names)})"

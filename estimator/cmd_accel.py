@@ -11,15 +11,16 @@ from . import accel
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "accel", help="compile the service's hot modules with Cython (optional, ~14%% faster estimates)",
+        "accel", help="compile the service's hot modules with Cython (optional, faster estimates)",
         description="Compile the modules on the estimation path (importer, shape propagation, aggregation, "
-                    "response building) with Cython into the cache directory. They are loaded only while "
+                    "response building) and the typed ONNX import core (estimator.native_import) with Cython "
+                    "into the cache directory. They are loaded only while "
                     "their source is unchanged; CL_ACCEL=0 turns them off. Needs the 'accel' extra "
                     "(pip install -e '.[accel]') and a C compiler.")
     sub = p.add_subparsers(dest="accel_command", metavar="ACTION", required=True)
     b = sub.add_parser("build", help="compile the current sources (a few minutes)")
-    b.add_argument("--module", action="append", choices=accel.MODULES, metavar="MODULE",
-                   help=f"only this module (repeatable; default all: {', '.join(accel.MODULES)})")
+    b.add_argument("--module", action="append", choices=accel.ALL, metavar="MODULE",
+                   help=f"only this module (repeatable; default all: {', '.join(accel.ALL)})")
     b.add_argument("--jobs", type=int, default=None, help="parallel compiler jobs (default: all cores)")
     b.set_defaults(func=run_build)
     s = sub.add_parser("status", help="which modules are compiled for their current source")
@@ -31,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_build(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
-    files = accel.build(args.module or accel.MODULES, jobs=args.jobs,
+    files = accel.build(args.module or accel.ALL, jobs=args.jobs,
                         log=lambda msg: print(f"[{time.monotonic() - t0:6.1f} s] {msg}", file=sys.stderr, flush=True))
     print(f"compiled {len(files)} module(s) into {accel.accel_dir()} in {time.monotonic() - t0:.0f} s; "
           "new processes load them (estimator accel status)")

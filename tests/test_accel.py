@@ -37,10 +37,20 @@ def test_status_without_builds_is_pure_python(tmp_path):
     r = _cli("status", "--json", cache=tmp_path)
     assert r.returncode == 0, r.stderr
     st = json.loads(r.stdout)
-    assert [m["module"] for m in st["modules"]] == list(accel.MODULES)
+    assert [m["module"] for m in st["modules"]] == list(accel.ALL)
     assert {m["state"] for m in st["modules"]} == {"missing"}
     out = _py("import estimator.onnx_import as m, estimator.accel as a; print(m.__file__); print(a.loaded())", tmp_path)
     assert out.splitlines() == [str(ROOT / "estimator" / "onnx_import.py"), "[]"]
+
+
+def test_native_module_is_none_without_a_build(tmp_path):
+    """A native module (a .pyx with no pure twin) does not exist until it is built: native()
+    says None and its callers keep to Python; only NATIVE names are accepted."""
+    assert _py("from estimator import accel; print(accel.native('estimator.native_import'))", tmp_path) == "None"
+    assert _py("from estimator import accel; print(accel.native('estimator.native_import'))", tmp_path,
+               CL_ACCEL="0") == "None"
+    with pytest.raises(ValueError, match="not a native module"):
+        accel.native("estimator.aggregate")
 
 
 def test_a_file_for_another_source_version_is_never_loaded(tmp_path):
