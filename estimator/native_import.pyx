@@ -576,9 +576,9 @@ cdef int allowed_attrs(int op) noexcept nogil:
     if op == OP_CONV:
         return A_GROUP | A_STRIDES | A_DILATIONS | A_PADS | A_KSHAPE | A_AUTOPAD
     if op == OP_MAXPOOL:
-        return A_STRIDES | A_PADS | A_KSHAPE | A_AUTOPAD | A_CEIL | A_STORAGE
+        return A_STRIDES | A_PADS | A_KSHAPE | A_AUTOPAD | A_CEIL | A_STORAGE | A_DILATIONS
     if op == OP_AVGPOOL:
-        return A_STRIDES | A_PADS | A_KSHAPE | A_AUTOPAD | A_CEIL | A_COUNTPAD
+        return A_STRIDES | A_PADS | A_KSHAPE | A_AUTOPAD | A_CEIL | A_COUNTPAD | A_DILATIONS
     if op == OP_CLIP:
         return A_MIN | A_MAX
     if op == OP_HARDSIGMOID:
@@ -1484,6 +1484,12 @@ cdef int propagate(Ctx* c) except -1:
                 raise GiveUp("pool kernel")
             if nd.ceil_mode != 0:
                 raise GiveUp("ceil_mode")
+            if nd.attrs & A_DILATIONS:
+                if op == OP_AVGPOOL and c.opset < 19:
+                    raise GiveUp("avgpool dilations")
+                for j in range(nd.ndl):
+                    if nd.dl[j] != 1:
+                        raise GiveUp("dilated pool")
             window_out(nd, x, nd.k, hw)
             y.rank = 4
             y.dims[0] = x.dims[0]
@@ -1890,8 +1896,7 @@ cdef int make_draft(Ctx* c, int i, Draft* d) except -1:
         d.check_shape = 1
     elif op == OP_MAXPOOL or op == OP_AVGPOOL:
         x = shp(c, c.ins[nd.in0])
-        if nd.attrs & A_DILATIONS:
-            raise GiveUp("pool dilations")
+        # (dilations, if given, are all 1: checked by propagate)
         win_params(c, nd, x, nd.k, win, &auto_flag)
         d.flag_auto_pad = auto_flag
         if x.dims[0] > 1:
@@ -2144,6 +2149,15 @@ def extract(data, rules):
     {name: shape}, the default-domain opset, the graph's name, the number of initializers
     without data and the name of the first one.
     """
+    return _extract(data, rules, False)
+
+
+def why_not(data, rules):
+    """Why :func:`extract` gives up on ``data`` (a short reason), or None when it does not."""
+    return _extract(data, rules, True)
+
+
+cdef object _extract(data, rules, bint explain):
     cdef const uint8_t[::1] mv = data
     cdef Ctx c
     cdef Draft* D = NULL
@@ -2152,13 +2166,13 @@ def extract(data, rules):
     cdef Node* nd
     cdef bytes table = fold_table(rules)
     if mv.shape[0] == 0:
-        return None
+        return "empty" if explain else None
     ctx_init(&c, mv.shape[0])
     try:
         try:
             parse_model(&c, &mv[0], mv.shape[0])
             if c.ndataless == 0:
-                return None  # (the Python path may run onnxsim)
+                return "every initializer carries data (the Python path may run onnxsim)" if explain else None
             validate(&c)
             propagate(&c)
             graph_pass(&c)
@@ -2168,9 +2182,10 @@ def extract(data, rules):
                 raise MemoryError()
             for i in range(c.nt):
                 prod[i] = -1
-            return build(&c, D, prod, table, rules.single_consumer)
-        except GiveUp:
-            return None
+            res = build(&c, D, prod, table, rules.single_consumer)
+            return None if explain else res
+        except GiveUp as e:
+            return str(e) if explain else None
     finally:
         free(D)
         free(prod)
