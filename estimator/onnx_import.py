@@ -460,6 +460,11 @@ def load_network(
     fills ``Network.model``'s ``value_info`` only when it is read, and does not start onnxsim
     for a graph it would leave as it is (nothing to fold, fuse or remove; see
     :func:`_already_simple`). ``fast=False`` is the reference path. Both give the same layers.
+
+    On the fast path, with ``simplify`` on and no ``input_shapes``, bytes or a path go to the
+    native core (:mod:`estimator.native_import`, when built: ``estimator accel build``) first;
+    it returns nothing for whatever it does not reproduce exactly, and the Python importer
+    runs as without it.
     """
     rules = fusion if isinstance(fusion, FusionRules) else FusionRules.from_dict(fusion)
     if fast and simplify and input_shapes is None and isinstance(src, (bytes, bytearray, memoryview, str, os.PathLike)):
