@@ -375,6 +375,9 @@ class Network:
     #: The fast path propagated shapes itself: ``value_info`` is filled (by ONNX shape
     #: inference, with constant folding when True) on first access of :attr:`model`.
     _pending_value_info: bool | None = field(default=None, repr=False, compare=False)
+    #: The native core imported the network: ``_model`` is the model as parsed, to be
+    #: prepared as the Python path does (_prepare_model) on first access of :attr:`model`.
+    _unprepared: bool = field(default=False, repr=False, compare=False)
 
     @property
     def model(self) -> onnx.ModelProto | None:
@@ -383,6 +386,9 @@ class Network:
         weights: initializers over 4 KiB keep their dims and type but not their data."""
         if self._pending_value_info is not None and self._model is not None:
             with _VALUE_INFO_LOCK:
+                if self._unprepared:
+                    _prepare_model(self._model)
+                    self._unprepared = False
                 fold = self._pending_value_info
                 if fold is not None:
                     _infer_shapes(self._model, [], fold=fold)
@@ -454,8 +460,17 @@ def load_network(
     fills ``Network.model``'s ``value_info`` only when it is read, and does not start onnxsim
     for a graph it would leave as it is (nothing to fold, fuse or remove; see
     :func:`_already_simple`). ``fast=False`` is the reference path. Both give the same layers.
+
+    On the fast path, with ``simplify`` on and no ``input_shapes``, bytes or a path go to the
+    native core (:mod:`estimator.native_import`, when built: ``estimator accel build``) first;
+    it returns nothing for whatever it does not reproduce exactly, and the Python importer
+    runs as without it.
     """
     rules = fusion if isinstance(fusion, FusionRules) else FusionRules.from_dict(fusion)
+    if fast and simplify and input_shapes is None and isinstance(src, (bytes, bytearray, memoryview, str, os.PathLike)):
+        net = _load_native(src, rules)
+        if net is not None:
+            return net
     nodes: list[GraphNode] | None = [] if fast else None
     model, raw = _load(src, nodes)
     if isinstance(src, onnx.ModelProto):  # never modify the caller's model
@@ -476,9 +491,7 @@ def load_network(
         else:
             dataless = [t.name for t in model.graph.initializer if _dataless(t)]
         if dataless:
-            warnings.append(
-                f"onnxsim skipped: {len(dataless)} initializer(s) carry no data (stripped or external weights, "
-                f"e.g. {dataless[0]!r}); layers come from the unsimplified graph")
+            warnings.append(_onnxsim_skipped(len(dataless), dataless[0]))
         elif nodes is not None and _already_simple(model, nodes, propagate_shapes(model, nodes)):
             simplified = True  # onnxsim would return the graph as it is
         else:
@@ -489,8 +502,7 @@ def load_network(
                     nodes = graph_nodes(model)
             except _SimplifyFailed as e:
                 warnings.append(f"onnxsim failed ({e}); layers come from the unsimplified graph")
-    stripped = _strip_large(model, _STRIP_BYTES)  # the record describes structure; weights would only cost memory
-    _name_nodes(model, nodes)
+    stripped = _prepare_model(model, nodes)
     fold = not simplified
     const_values: dict[str, np.ndarray] = {}
     if nodes is not None:
@@ -509,6 +521,28 @@ def load_network(
     layers, free = ex.run()
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     outputs = {o.name: shapes.get(o.name) for o in model.graph.output}
+    return _network(layers, inputs, outputs, warnings, free, model, simplified, opset, model.graph.name, pending)
+
+
+def _onnxsim_skipped(n: int, first: str) -> str:
+    """The warning when onnxsim cannot run because ``n`` initializers (``first`` of them) carry no data."""
+    return (f"onnxsim skipped: {n} initializer(s) carry no data (stripped or external weights, "
+            f"e.g. {first!r}); layers come from the unsimplified graph")
+
+
+def _prepare_model(model: onnx.ModelProto, nodes: list[GraphNode] | None = None) -> list[str]:
+    """The model as :attr:`Network.model` keeps it: large initializers without their data
+    (the record describes structure; weights would only cost memory) and unique node names.
+    Returns the names of the stripped initializers."""
+    stripped = _strip_large(model, _STRIP_BYTES)
+    _name_nodes(model, nodes)
+    return stripped
+
+
+def _network(layers: list[Layer], inputs: dict[str, Shape], outputs: dict[str, Shape | None], warnings: list[str],
+             free: dict[str, str], model: onnx.ModelProto, simplified: bool, opset: int, name: str,
+             pending: bool | None, unprepared: bool = False) -> Network:
+    """The :class:`Network` (the tail of :func:`load_network`, shared by the native core)."""
     batch = {k: v[0] for k, v in inputs.items() if len(v) >= 2 and v[0] > 1}
     if batch:
         warnings.append("batch > 1 in input(s) " + ", ".join(f"{k!r} ({b})" for k, b in batch.items())
@@ -517,7 +551,54 @@ def load_network(
     if others:
         warnings.append(f"operators outside the layer vocabulary (kept as type 'other'): {', '.join(others)}")
     return Network(layers=layers, inputs=inputs, outputs=outputs, warnings=warnings, free_nodes=free, _model=model,
-                   simplified=simplified, opset=opset, name=model.graph.name, _pending_value_info=pending)
+                   simplified=simplified, opset=opset, name=name, _pending_value_info=pending,
+                   _unprepared=unprepared)
+
+
+#: The native core (estimator.native_import) once looked up; _UNSET before.
+_UNSET = object()
+_native_mod: Any = _UNSET
+
+
+def _native() -> Any:
+    """The compiled native core, or None (not built, stale, or ``CL_ACCEL=0``)."""
+    global _native_mod
+    if _native_mod is _UNSET:
+        from . import accel  # noqa: PLC0415 - only on first use
+
+        try:
+            _native_mod = accel.native("estimator.native_import")
+        except Exception:  # noqa: BLE001 - never needed: the Python importer does the same
+            _native_mod = None
+    return _native_mod
+
+
+def _load_native(src: ModelSource, rules: FusionRules) -> Network | None:
+    """:func:`load_network` (fast path, simplify on, no input shapes) by the native core, or
+    None where it does not reproduce the Python importer exactly (then the caller runs it)."""
+    mod = _native()
+    if mod is None:
+        return None
+    try:
+        if isinstance(src, (str, os.PathLike)):
+            path = Path(src)
+            if not path.is_file():
+                return None
+            data = path.read_bytes()
+        else:
+            data = bytes(src)
+        res = mod.extract(data, rules)
+        if res is None:
+            return None
+        model = onnx.ModelProto()
+        model.ParseFromString(data)  # (what protobuf rejects, the Python path reports)
+    except Exception:  # noqa: BLE001 - malformed input or a native-core failure: the Python path decides
+        return None
+    drafts, free, shapes, graph_inputs, inputs, outputs, opset, name, n_dataless, first_dataless = res
+    warnings = [_onnxsim_skipped(n_dataless, first_dataless)]
+    get = shapes.get
+    layers = [_finish_layer(_Draft(*d), get, graph_inputs, warnings) for d in drafts]
+    return _network(layers, inputs, outputs, warnings, free, model, False, opset, name, True, unprepared=True)
 
 
 #: Operators a graph may consist of for onnxsim to leave it unchanged (see _already_simple).
@@ -963,6 +1044,14 @@ _FREE_OPS = {
     "Size": "shape computation (input shapes are fixed)",
 }
 _ALIAS_OPS = {"Identity", "Dropout"}
+_DEAD_CODE = "dead code (does not reach a graph output)"
+_CONCAT_NOOP = "no-op (concat of a single input)"
+
+
+def _noop_same_shape(op: str) -> str:
+    """The free-node reason of a no-op ``op`` (output shape = input shape)."""
+    return f"no-op ({op} leaves its input unchanged)"
+
 #: Ops that are no-ops when their output has the input's shape (onnxsim removes them; the
 #: unsimplified graph may still have them).
 _NOOP_IF_SAME_SHAPE = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Expand", "Tile", "Resize", "Upsample",
@@ -1114,7 +1203,7 @@ class _Extractor:
         if op in _FREE_OPS and op in _ALIAS_OPS:
             return _FREE_OPS[op]
         if op == "Concat" and len([x for x in n.input if x]) == 1:
-            return "no-op (concat of a single input)"
+            return _CONCAT_NOOP
         if op == "Split" and len([o for o in n.output if o]) == 1:
             return "no-op (split into a single output)"
         if op not in _NOOP_IF_SAME_SHAPE:
@@ -1133,7 +1222,7 @@ class _Extractor:
             pads = self.value(n.input[1]) if len(n.input) > 1 and n.input[1] else np.asarray(a.get("pads", [0]))
             if pads is None or np.any(np.asarray(pads) != 0):
                 return None
-        return f"no-op ({op} leaves its input unchanged)"
+        return _noop_same_shape(op)
 
     def _live_nodes(self) -> set[str]:
         if self._unique_outputs:
@@ -1221,7 +1310,7 @@ class _Extractor:
 
     def _free_reason(self, n: onnx.NodeProto) -> str | None:
         if n.name not in self.live:
-            return "dead code (does not reach a graph output)"
+            return _DEAD_CODE
         if n.name in self.noop:
             return self.noop[n.name]
         if n.op_type in _FREE_OPS and n.domain in ("", "ai.onnx"):
@@ -1702,48 +1791,59 @@ class _Extractor:
         return [d for d in kept if d is not None]
 
     def _finish(self, d: _Draft) -> Layer:
-        params = dict(d.params)
-        if not _PLAIN_TYPES.issuperset(map(type, params.values())):  # (the usual case: nothing to convert)
-            for k, v in params.items():
-                if type(v) is not int and isinstance(v, (int, np.integer)) and not isinstance(v, bool):
-                    params[k] = int(v)
-        if d.activation is not None and d.type in FUSED_ACT_TYPES:
-            params["act"] = d.activation  # the fused activation is a feature (estimator.layers)
-        if d.type == LayerType.CONV2D and d.inputs and d.inputs[0] in self.graph_inputs:
-            params["graph_input"] = 1  # a stem: reads the network's input (a feature, estimator.layers)
-        try:
-            counts = _describe(d.type, params)
-        except (LayerSpecError, TypeError, ValueError) as e:
-            self.warnings.append(f"layer {d.nodes[0]!r} ({d.op_type}): {e}; counted as type 'other'")
-            d.flag("describe_failed")
-            d.flag("unknown_op")
-            xs = self.shape(d.inputs[0]) if d.inputs else None
-            n_, h, w, c = hwc(xs) if xs is not None else (1, 1, 1, 1)
-            outs = [self._elems(o) for o in d.outputs]
-            params = dict(n=n_, h=h, w=w, c=c, elems_out=max(sum(o or 0 for o in outs), 1))
-            d.type = LayerType.OTHER
-            counts = describe(d.type, params)
-        if d.extra_params:
-            counts = replace(counts, params=counts.params + d.extra_params, bytes=counts.bytes + 4 * d.extra_params)
-        in_shapes = [self.shape(x) for x in d.inputs]
-        out_shapes = [self.shape(o) for o in d.outputs]
-        if d.check_shape:
-            # The vocabulary's output size must agree with ONNX's (before any fused activation,
-            # which keeps the shape).
-            ys = out_shapes[0] if out_shapes else None
-            if ys is not None and math.prod(ys) != math.prod(counts.output_shape):
-                d.flag("shape_mismatch")
-        if None in in_shapes or None in out_shapes:
-            d.flag("unknown_shape")
-        return Layer(
-            name=d.nodes[0], type=d.type, params=params, counts=counts, op_type=d.op_type, nodes=list(d.nodes),
-            input_shapes=[tuple(s) if s is not None else () for s in in_shapes],
-            output_shapes=[tuple(s) if s is not None else () for s in out_shapes],
-            activation=d.activation, flags=list(d.flags),
-        )
+        return _finish_layer(d, self.shape, self.graph_inputs, self.warnings)
 
 
-#: parameter value types that _Extractor._finish leaves as they are
+def _finish_layer(d: _Draft, shape: Any, graph_inputs: Any, warnings: list[str]) -> Layer:
+    """The :class:`Layer` of a fused draft (shared by the Python extractor and the native
+    core): raw parameters, counts, shapes and flags. ``shape``: tensor name -> shape or None;
+    ``graph_inputs``: the graph's input names; warnings are appended to ``warnings``."""
+    params = dict(d.params)
+    if not _PLAIN_TYPES.issuperset(map(type, params.values())):  # (the usual case: nothing to convert)
+        for k, v in params.items():
+            if type(v) is not int and isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+                params[k] = int(v)
+    if d.activation is not None and d.type in FUSED_ACT_TYPES:
+        params["act"] = d.activation  # the fused activation is a feature (estimator.layers)
+    if d.type == LayerType.CONV2D and d.inputs and d.inputs[0] in graph_inputs:
+        params["graph_input"] = 1  # a stem: reads the network's input (a feature, estimator.layers)
+    try:
+        counts = _describe(d.type, params)
+    except (LayerSpecError, TypeError, ValueError) as e:
+        warnings.append(f"layer {d.nodes[0]!r} ({d.op_type}): {e}; counted as type 'other'")
+        d.flag("describe_failed")
+        d.flag("unknown_op")
+        xs = shape(d.inputs[0]) if d.inputs else None
+        n_, h, w, c = hwc(xs) if xs is not None else (1, 1, 1, 1)
+        outs = [_elems(shape(o)) for o in d.outputs]
+        params = dict(n=n_, h=h, w=w, c=c, elems_out=max(sum(o or 0 for o in outs), 1))
+        d.type = LayerType.OTHER
+        counts = describe(d.type, params)
+    if d.extra_params:
+        counts = replace(counts, params=counts.params + d.extra_params, bytes=counts.bytes + 4 * d.extra_params)
+    in_shapes = [shape(x) for x in d.inputs]
+    out_shapes = [shape(o) for o in d.outputs]
+    if d.check_shape:
+        # The vocabulary's output size must agree with ONNX's (before any fused activation,
+        # which keeps the shape).
+        ys = out_shapes[0] if out_shapes else None
+        if ys is not None and math.prod(ys) != math.prod(counts.output_shape):
+            d.flag("shape_mismatch")
+    if None in in_shapes or None in out_shapes:
+        d.flag("unknown_shape")
+    return Layer(
+        name=d.nodes[0], type=d.type, params=params, counts=counts, op_type=d.op_type, nodes=list(d.nodes),
+        input_shapes=[tuple(s) if s is not None else () for s in in_shapes],
+        output_shapes=[tuple(s) if s is not None else () for s in out_shapes],
+        activation=d.activation, flags=list(d.flags),
+    )
+
+
+def _elems(s: Shape | None) -> int | None:
+    return None if s is None else math.prod(s)
+
+
+#: parameter value types that _finish_layer leaves as they are
 _PLAIN_TYPES = frozenset({int, bool, float, str, list, tuple, type(None)})
 
 #: (type, raw parameters) -> LayerCounts, for :func:`_describe`
