@@ -232,8 +232,19 @@ def build(modules: Sequence[str] = ALL, *, root: Path | None = None, jobs: int |
         cwd = os.getcwd()
         try:
             os.chdir(work / "src")  # (Cython names each module from its package path)
-            ext_modules = cythonize(exts, compiler_directives={"language_level": 3}, quiet=True,
-                                    nthreads=jobs or (os.cpu_count() or 1))
+            # The .py modules keep Python's semantics: their annotations are documentation,
+            # not C types (with annotation typing, ``grace: float`` rejects an int). The
+            # native modules' types are their cdef declarations.
+            py_exts = [e for e in exts if e.name not in NATIVE]
+            nat_exts = [e for e in exts if e.name in NATIVE]
+            n_threads = jobs or (os.cpu_count() or 1)
+            ext_modules = []
+            if py_exts:
+                ext_modules += cythonize(py_exts, compiler_directives={"language_level": 3, "annotation_typing": False},
+                                         quiet=True, nthreads=n_threads)
+            if nat_exts:
+                ext_modules += cythonize(nat_exts, compiler_directives={"language_level": 3}, quiet=True,
+                                         nthreads=n_threads)
             dist = Distribution({"name": "cl-accel", "ext_modules": ext_modules})
             cmd = build_ext(dist)
             cmd.build_lib = str(work / "lib")

@@ -103,7 +103,9 @@ def test_compiled_module_loads_and_gives_the_same_numbers(tmp_path):
             "rng = np.random.default_rng(3); t = rng.gamma(2.0, 1.0, 10_000)\n"
             "print(m.__file__); print(a.loaded())\n"
             "print(repr(m._quantiles(t, [0.05, 0.95, 0.005, 0.995])))\n"
-            "print(repr(m.intervals_from_samples(t, [0.9, 0.5])))\n")
+            "print(repr(m.intervals_from_samples(t, [0.9, 0.5])))\n"
+            # an int where the annotation says float: Python's semantics, not a C double's
+            "print(repr(m.intervals_from_samples(t, [0.9], clip_min=0)))\n")
     fast = _py(code, tmp_path).splitlines()
     pure = _py(code, tmp_path, CL_ACCEL="0").splitlines()
     assert fast[0] == str(so) and fast[1] == "['estimator.aggregate']"

@@ -11,10 +11,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import random
-import shutil
-import sysconfig
 import warnings
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -23,17 +20,9 @@ from onnx import TensorProto, helper
 
 from estimator import accel, onnx_import
 from estimator.fusion import DEFAULT_FUSION, NO_FUSION, FusionRules
-from estimator.onnx_import import OnnxImportError, load_network
+from estimator.onnx_import import load_network
 from tests.perf.service_common import mbv2_like_onnx
-
-
-def _can_compile() -> bool:
-    try:
-        import Cython  # noqa: F401
-    except ImportError:
-        return False
-    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
-    return shutil.which(cc) is not None and Path(sysconfig.get_paths()["include"], "Python.h").is_file()
+from tests.test_accel import _can_compile
 
 
 pytestmark = pytest.mark.skipif(not _can_compile(),
