@@ -107,7 +107,7 @@ def compiled_path(name: str, source: Path, root: Path | None = None) -> Path:
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    """Loads a module of :data:`MODULES` from its compiled file when one matches its source."""
+    """Loads a module of :data:`ALL` from its compiled file when one matches its source."""
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         if (fullname not in MODULES and fullname not in NATIVE) or not enabled():

@@ -106,6 +106,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import TensorProto, numpy_helper
 
+from . import accel
 from .errors import NotFoundError, UserError
 from .fusion import FusionRules
 from .layers import FUSED_ACT_TYPES, Layer, LayerSpecError, LayerType, conv_out, describe, hwc
@@ -555,28 +556,10 @@ def _network(layers: list[Layer], inputs: dict[str, Shape], outputs: dict[str, S
                    _unprepared=unprepared)
 
 
-#: The native core (estimator.native_import) once looked up; _UNSET before.
-_UNSET = object()
-_native_mod: Any = _UNSET
-
-
-def _native() -> Any:
-    """The compiled native core, or None (not built, stale, or ``CL_ACCEL=0``)."""
-    global _native_mod
-    if _native_mod is _UNSET:
-        from . import accel  # noqa: PLC0415 - only on first use
-
-        try:
-            _native_mod = accel.native("estimator.native_import")
-        except Exception:  # noqa: BLE001 - never needed: the Python importer does the same
-            _native_mod = None
-    return _native_mod
-
-
 def _load_native(src: ModelSource, rules: FusionRules) -> Network | None:
     """:func:`load_network` (fast path, simplify on, no input shapes) by the native core, or
     None where it does not reproduce the Python importer exactly (then the caller runs it)."""
-    mod = _native()
+    mod = accel.native("estimator.native_import")  # (looked up once per process)
     if mod is None:
         return None
     try:

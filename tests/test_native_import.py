@@ -18,7 +18,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from estimator import accel, onnx_import
+from estimator import accel
 from estimator.fusion import DEFAULT_FUSION, NO_FUSION, FusionRules
 from estimator.onnx_import import load_network
 from tests.perf.service_common import mbv2_like_onnx
@@ -32,6 +32,10 @@ RULES = [DEFAULT_FUSION, NO_FUSION, FusionRules(activations={"conv2d": frozenset
                                                 single_consumer=False)]
 
 
+NAME = "estimator.native_import"
+_UNSET = object()
+
+
 @pytest.fixture(scope="module")
 def native(tmp_path_factory):
     root = tmp_path_factory.mktemp("native_cache")
@@ -39,17 +43,20 @@ def native(tmp_path_factory):
     spec = importlib.util.spec_from_file_location("estimator.native_import", so)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    saved = onnx_import._native_mod
+    saved = accel._native.get(NAME, _UNSET)
     yield mod
-    onnx_import._native_mod = saved
+    if saved is _UNSET:
+        accel._native.pop(NAME, None)
+    else:
+        accel._native[NAME] = saved
 
 
 def _load(native, data, use: bool, **kw):
-    onnx_import._native_mod = native if use else None
+    accel._native[NAME] = native if use else None  # what accel.native() answers load_network
     try:
         return load_network(data, **kw)
     finally:
-        onnx_import._native_mod = None
+        accel._native[NAME] = None
 
 
 def _outcome(native, data, use: bool, **kw):
