@@ -14,8 +14,9 @@
                                                          "k_h": 3, "k_w": 3}}], "host-cpu")
 
 It depends on ``grpc``, ``onnx``, ``numpy`` and the generated ``proto`` modules only (never
-on the estimator's internals); its one import from ``estimator`` is the
-:class:`~estimator.errors.UserError` base class that :class:`EstimationError` extends.
+on the estimator's internals); its imports from ``estimator`` are the
+:class:`~estimator.errors.UserError` base class that :class:`EstimationError` extends and
+:func:`~estimator.onnx_strip.strip_initializers` (the one definition of a weightless model).
 
 * Models are sent with their initializer data stripped (:func:`strip_initializers`,
   ``strip=True``): the server needs shapes, not weights, so a ResNet-50 query is tens of
@@ -40,9 +41,9 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import grpc
 import onnx
-from onnx import TensorProto
 
 from estimator.errors import UserError
+from estimator.onnx_strip import strip_initializers
 from proto import estimation_pb2 as pb2
 from proto import estimation_pb2_grpc as pb2_grpc
 
@@ -50,14 +51,6 @@ __all__ = ["EstimationClient", "EstimationError", "NetworkResult", "LayerResult"
            "DEFAULT_TIMEOUT_S"]
 
 DEFAULT_TIMEOUT_S = 30.0
-#: Integer (and bool) initializers up to this many elements keep their data (shape
-#: arguments, indices, axes); any initializer up to SMALL_ELEMENTS keeps its data (scalars,
-#: Resize scales, Clip bounds, quantisation parameters).
-KEEP_INT_ELEMENTS = 4096
-SMALL_ELEMENTS = 16
-_INT_TYPES = {TensorProto.INT64, TensorProto.INT32, TensorProto.INT16, TensorProto.UINT16, TensorProto.UINT32,
-              TensorProto.UINT64, TensorProto.BOOL}
-_DATA_FIELDS = ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data")
 _MAX_MESSAGE = 256 << 20
 
 
@@ -195,67 +188,6 @@ class NetworkResult:
         return _pick(self.intervals, metric, confidence)
 
 
-# ------------------------------------------------------------------------- stripping
-
-
-def _keep_data(t: TensorProto) -> bool:
-    n = 1
-    for d in t.dims:
-        n *= int(d)
-    if n <= SMALL_ELEMENTS:
-        return True
-    return t.data_type in _INT_TYPES and n <= KEEP_INT_ELEMENTS
-
-
-def _strip_tensor(t: TensorProto) -> None:
-    for f in _DATA_FIELDS:
-        t.ClearField(f)
-    if t.data_location == TensorProto.EXTERNAL:
-        t.ClearField("external_data")
-        t.data_location = TensorProto.DEFAULT
-
-
-def strip_initializers(model: onnx.ModelProto | bytes | str | os.PathLike) -> onnx.ModelProto:
-    """A copy of ``model`` without weight data: initializers keep name, type and dims.
-
-    Kept with their data: integer tensors up to :data:`KEEP_INT_ELEMENTS` elements (shape
-    arguments of Reshape/Slice/Expand/Tile/Pad/Split/Squeeze, indices, axes) and every
-    tensor up to :data:`SMALL_ELEMENTS` elements (scalars, Resize scales, Clip bounds,
-    quantisation scales and zero points). Large float ``Constant`` nodes of the main graph
-    become (stripped) initializers of the same name, which means the same to every
-    consumer. Tensors stored as external data become plain dataless tensors, so the
-    external files are never needed. The input is not modified.
-    """
-    if isinstance(model, onnx.ModelProto):
-        m = onnx.ModelProto()
-        m.CopyFrom(model)
-    elif isinstance(model, (bytes, bytearray, memoryview)):
-        m = onnx.ModelProto()
-        m.ParseFromString(bytes(model))
-    else:
-        m = onnx.load(os.fspath(model), load_external_data=False)
-    g = m.graph
-    for t in g.initializer:
-        if not _keep_data(t):
-            _strip_tensor(t)
-    keep_nodes = []
-    moved = False
-    for node in g.node:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.output) == 1:
-            val = next((a for a in node.attribute if a.name == "value" and a.type == onnx.AttributeProto.TENSOR),
-                       None)
-            if val is not None and len(node.attribute) == 1 and not _keep_data(val.t):
-                t = g.initializer.add()
-                t.CopyFrom(val.t)
-                t.name = node.output[0]
-                _strip_tensor(t)
-                moved = True
-                continue
-        keep_nodes.append(node)
-    if moved:
-        g.ClearField("node")
-        g.node.extend(keep_nodes)
-    return m
 
 
 def _model_bytes(model: Any, strip: bool) -> bytes:

@@ -1,0 +1,205 @@
+"""Where a profile's numbers were measured, and how the machine at hand differs.
+
+A profile measured on one machine holds on that machine. Tried on another 2-vCPU VM with
+the same CPU model string ("AMD EPYC"), the ``host-cpu`` profile of session 7 was 25-45 %
+low on every network; on the VM of session 8 (AVX-512 VP2INTERSECT, a newer core) the
+same networks ran 2.1-2.6x faster than it predicted. Nothing warned. So every profile
+records a *fingerprint* of the host and runtime its rows came from, and estimates warn
+when a host-runner profile is used where either differs.
+
+A fingerprint is plain JSON (``profile.json`` keys ``fingerprint`` and
+``calibration.fingerprint``)::
+
+    {"host": {"cpu_model": "AMD EPYC", "cpu_count": 2, "machine": "x86_64",
+              "os": "Linux 6.18.44-fc-v669", "cpu_flags": ["avx2", ...],
+              "caches": {"L1d": "48K", "L1i": "32K", "L2": "1024K", "L3": "32768K"},
+              "machine_id": "3d1219c7c4c5"},
+     "runtime": {"runner": "onnxruntime", "versions": {"onnxruntime": "1.32.0"},
+                 "threads": 1}}
+
+``machine_id`` is the first 12 hex digits of the SHA-256 of ``/etc/machine-id``: it tells
+two machines of the same kind apart without publishing the id. A key that one side lacks
+(a profile measured before fingerprints existed records only what its provenance held) is
+not compared.
+
+Which runners are compared on what (:data:`RUNTIME_PACKAGES`): host runners (ONNX Runtime,
+LiteRT, TensorRT) on the host and their runtime's version; the Vela cost model on Vela's
+version only (any host computes the same estimate); a bench agent not at all (the board is
+elsewhere; its own fingerprint is in the profile for the record).
+
+Nothing here imports a runtime: versions come from the installed distributions' metadata.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Mapping
+
+__all__ = ["RUNTIME_PACKAGES", "HOST_RUNNERS", "host_fingerprint", "runtime_fingerprint", "fingerprint",
+           "differences", "mismatch_warning"]
+
+#: runner -> distributions whose version changes its timings (the first installed one counts)
+RUNTIME_PACKAGES: dict[str, tuple[str, ...]] = {
+    "onnxruntime": ("onnxruntime", "onnxruntime-gpu"),
+    "litert": ("ai-edge-litert", "tflite-runtime"),
+    "tensorrt": ("tensorrt",),
+    "vela": ("ethos-u-vela",),
+}
+#: runners that time on the machine they run on (their host is compared)
+HOST_RUNNERS = frozenset({"onnxruntime", "litert", "tensorrt"})
+
+_CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
+
+
+def _cpuinfo() -> tuple[str, list[str]]:
+    model, flags = "", []
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, val = line.partition(":")
+                key = key.strip()
+                if not model and key in ("model name", "Hardware", "Model", "cpu model") and val.strip():
+                    model = val.strip()
+                elif not flags and key in ("flags", "Features"):
+                    flags = sorted(set(val.split()))
+                if model and flags:
+                    break
+    except OSError:
+        pass
+    return model or platform.processor() or platform.machine(), flags
+
+
+def _caches() -> dict[str, str]:
+    out: dict[str, str] = {}
+    try:
+        for d in sorted(_CACHE_DIR.glob("index*")):
+            level = (d / "level").read_text().strip()
+            kind = (d / "type").read_text().strip()
+            size = (d / "size").read_text().strip()
+            suffix = {"Data": "d", "Instruction": "i"}.get(kind, "")
+            out[f"L{level}{suffix}"] = size
+    except OSError:
+        pass
+    return out
+
+
+def _machine_id() -> str:
+    for p in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        try:
+            text = Path(p).read_text().strip()
+        except OSError:
+            continue
+        if text:
+            return hashlib.sha256(text.encode()).hexdigest()[:12]
+    return ""
+
+
+def host_fingerprint() -> dict[str, Any]:
+    """The machine this process runs on."""
+    model, flags = _cpuinfo()
+    out: dict[str, Any] = {"cpu_model": model, "cpu_count": os.cpu_count(), "machine": platform.machine(),
+                           "os": f"{platform.system()} {platform.release()}"}
+    if flags:
+        out["cpu_flags"] = flags
+    caches = _caches()
+    if caches:
+        out["caches"] = caches
+    mid = _machine_id()
+    if mid:
+        out["machine_id"] = mid
+    return out
+
+
+def _installed(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def runtime_fingerprint(runner: str, threads: int | None = None) -> dict[str, Any]:
+    """The runner's runtime as installed here (versions from package metadata)."""
+    versions: dict[str, str] = {}
+    for dist in RUNTIME_PACKAGES.get(runner, ()):
+        v = _installed(dist)
+        if v is not None:
+            versions[_key(dist)] = v
+            break
+    out: dict[str, Any] = {"runner": runner, "versions": versions}
+    if threads is not None:
+        out["threads"] = int(threads)
+    return out
+
+
+def fingerprint(runner: str, threads: int | None = None) -> dict[str, Any]:
+    """Host and runtime of this machine for ``runner`` (what a profile measured here records)."""
+    return {"host": host_fingerprint(), "runtime": runtime_fingerprint(runner, threads)}
+
+
+def _key(dist: str) -> str:
+    """Package names compare with '-' and '_' alike (``ai-edge-litert`` is ``ai_edge_litert``)."""
+    return dist.replace("-", "_").lower()
+
+
+def _flag_diff(rec: list[str], here: list[str], limit: int = 4) -> str:
+    plus = sorted(set(here) - set(rec))
+    minus = sorted(set(rec) - set(here))
+    parts = [f"+{f}" for f in plus[:limit]] + [f"-{f}" for f in minus[:limit]]
+    more = len(plus) + len(minus) - len(parts)
+    return " ".join(parts) + (f" and {more} more" if more > 0 else "")
+
+
+def differences(recorded: Mapping[str, Any], here: Mapping[str, Any], runner: str) -> list[str]:
+    """What differs between a recorded fingerprint and this machine's, for ``runner``, as
+    short phrases ("onnxruntime 1.31.1 there, 1.32.0 here"). Keys one side lacks are not
+    compared; an unknown runner or a bench agent compares nothing."""
+    out: list[str] = []
+    rh, hh = recorded.get("host") or {}, here.get("host") or {}
+    if runner in HOST_RUNNERS:
+        for key, what in (("cpu_model", "CPU"), ("cpu_count", "cores"), ("machine", "architecture")):
+            if key in rh and key in hh and rh[key] != hh[key]:
+                out.append(f"{what} {rh[key]} there, {hh[key]} here")
+        if rh.get("cpu_flags") and hh.get("cpu_flags") and set(rh["cpu_flags"]) != set(hh["cpu_flags"]):
+            out.append(f"CPU flags differ ({_flag_diff(rh['cpu_flags'], hh['cpu_flags'])} here)")
+        rc, hc = rh.get("caches") or {}, hh.get("caches") or {}
+        for level in sorted(set(rc) & set(hc)):
+            if rc[level] != hc[level]:
+                out.append(f"{level} cache {rc[level]} there, {hc[level]} here")
+        if "os" in rh and "os" in hh and rh["os"] != hh["os"]:
+            out.append(f"kernel {rh['os']} there, {hh['os']} here")
+        if not out and rh.get("machine_id") and hh.get("machine_id") and rh["machine_id"] != hh["machine_id"]:
+            out.append("another machine of the same kind (machine-id differs; VMs of one type still differ "
+                       "in speed)")
+    if runner in RUNTIME_PACKAGES:
+        rv = {_key(k): v for k, v in ((recorded.get("runtime") or {}).get("versions") or {}).items()}
+        hv = {_key(k): v for k, v in ((here.get("runtime") or {}).get("versions") or {}).items()}
+        names = [_key(d) for d in RUNTIME_PACKAGES[runner]]
+        for name in names:
+            if name in rv:
+                if name not in hv:
+                    installed = [n for n in names if n in hv]
+                    now = f"{installed[0]} {hv[installed[0]]}" if installed else "not installed"
+                    out.append(f"{name} {rv[name]} there, {now} here")
+                elif rv[name] != hv[name]:
+                    out.append(f"{name} {rv[name]} there, {hv[name]} here")
+                break
+    return out
+
+
+def mismatch_warning(profile_name: str, recorded: Mapping[str, Any] | None, runner: str, *,
+                     what: str = "measured", here: Mapping[str, Any] | None = None) -> str | None:
+    """One warning line when this machine differs from where ``profile_name``'s numbers were
+    ``what`` ("measured", "calibrated"), or None. ``recorded=None`` (no fingerprint) and runners
+    that are not compared give None."""
+    if not recorded or (runner not in HOST_RUNNERS and runner not in RUNTIME_PACKAGES):
+        return None
+    threads = (recorded.get("runtime") or {}).get("threads")
+    diffs = differences(recorded, here if here is not None else fingerprint(runner, threads), runner)
+    if not diffs:
+        return None
+    return (f"profile {profile_name} was {what} on another {'host or runtime' if runner in HOST_RUNNERS else 'runtime'}"
+            f" ({'; '.join(diffs)}): its estimates may be off here; measure this machine with "
+            f"`bench calibrate --device {profile_name} --name NEW` and use NEW")
