@@ -75,6 +75,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-elems", type=int, default=None, help="cap on elements of any LUM tensor (default: per runner)")
     p.add_argument("--retry-failed", action="store_true", help="retry configurations that failed before")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_runner_options(p)
+    p.set_defaults(func=cmd_run)
+
+    s = sub.add_parser("show", help="summarise a benchmark database or exported CSV")
+    s.add_argument("dataset", help="database (*.sqlite) or exported CSV")
+    s.set_defaults(func=cmd_show)
+
+    e = sub.add_parser("export", help="export a benchmark database as a dataset CSV and/or Parquet")
+    e.add_argument("db", help="benchmark database")
+    e.add_argument("--csv", default=None, metavar="FILE", help="CSV with the dataset columns")
+    e.add_argument("--parquet", default=None, metavar="FILE", help="Parquet file (needs pyarrow)")
+    e.set_defaults(func=cmd_export)
+
+
+def add_runner_options(p: argparse.ArgumentParser) -> None:
+    """The runner option flags (``RUNNER_OPTIONS``), shared by every bench command that runs a target."""
     g = p.add_argument_group("runner options (passed to the runner only when given)")
     g.add_argument("--threads", type=int, default=None, help="intra-op threads (onnxruntime default 1)")
     g.add_argument("--affinity", default=None, help="CPU ids to pin to, e.g. 0-3,6 (onnxruntime)")
@@ -90,17 +106,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--system-config", default=None, metavar="NAME", help="Vela system config")
     g.add_argument("--memory-mode", default=None, metavar="NAME", help="Vela memory mode")
     g.add_argument("--precision", default=None, choices=("fp32", "fp16", "int8"), help="model precision (default fp32 for ONNX runners, int8 for TFLite runners)")
-    p.set_defaults(func=cmd_run)
 
-    s = sub.add_parser("show", help="summarise a benchmark database or exported CSV")
-    s.add_argument("dataset", help="database (*.sqlite) or exported CSV")
-    s.set_defaults(func=cmd_show)
 
-    e = sub.add_parser("export", help="export a benchmark database as a dataset CSV and/or Parquet")
-    e.add_argument("db", help="benchmark database")
-    e.add_argument("--csv", default=None, metavar="FILE", help="CSV with the dataset columns")
-    e.add_argument("--parquet", default=None, metavar="FILE", help="Parquet file (needs pyarrow)")
-    e.set_defaults(func=cmd_export)
+def given_runner_options(a: argparse.Namespace) -> dict[str, Any]:
+    """The runner options given on the command line (flag dest -> runner keyword)."""
+    return {kw: getattr(a, dest) for dest, kw in RUNNER_OPTIONS.items() if getattr(a, dest, None) is not None}
+
+
+def make_runner(runner: str, given: dict[str, Any]) -> Any:
+    """The runner named ``runner`` with the ``given`` options it takes (others are an error
+    naming the flag, :func:`runner_options`); notes of ignored options go to stderr,
+    failures are one line."""
+    opts = runner_options(runner, given)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            r = get_runner(runner, **opts)
+        for w in caught:
+            print(f"bench: note: {w.message}", file=sys.stderr)
+    except (RunnerError, TypeError, ValueError) as e:
+        raise UserError(f"runner {runner!r}: {e}") from e
+    return r
 
 
 # ------------------------------------------------------------------------------ run
@@ -173,16 +199,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     if a.samples < 1 or a.runs < 1 or a.warmup < 0 or prior < 0:
         raise UserError("--samples and --runs must be >= 1, --warmup and --prior-samples >= 0")
     types = _layer_types(a.layers)
-    opts = runner_options(a.runner, {kw: getattr(a, dest) for dest, kw in RUNNER_OPTIONS.items()
-                                     if getattr(a, dest) is not None})
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            runner = get_runner(a.runner, **opts)
-        for w in caught:
-            print(f"bench: note: {w.message}", file=sys.stderr)
-    except (RunnerError, TypeError, ValueError) as e:
-        raise UserError(f"runner {a.runner!r}: {e}") from e
+    runner = make_runner(a.runner, given_runner_options(a))
     path = db_path(a.out, a.device)
     limits = limits_for(a.runner, max_ops=a.max_ops, max_elems=a.max_elems)
     t0 = time.monotonic()

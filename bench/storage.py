@@ -42,6 +42,15 @@ Schema (``SCHEMA_VERSION`` 1)
     b2_key (JSON [h, w, c]), t_b1_ms, t_b2_ms, t_lum_lo_ms, t_lum_hi_ms, t_lum_ms (Eq. 4
     and its midpoint), measured_at.
 
+``networks``: whole networks measured on the target (``bench calibrate``, ``bench networks``),
+    one row per (env_id, name): family, source ("space" | "zoo" | "onnx"), detail (JSON: how
+    to build it again), onnx (the network as the estimator reads it: simplified, weights
+    stripped), onnx_sha256, added_at.
+
+``network_rounds``: one row per (env_id, name, round): the round's timing statistics
+    (median, p10, p90, mad, mean, std, min ms, n) and measured_at. Rounds are interleaved
+    over all networks of a run, so a slow spell of the target hits them all alike.
+
 ``failures``: configurations the runner could not build or run (e.g. an operator the
     target lacks), so a resume does not retry them unless asked (``--retry-failed``).
     (env_id, config_key) PK, layer_type, params, error, failed_at.
@@ -129,6 +138,32 @@ CREATE TABLE IF NOT EXISTS measurements (
     UNIQUE (env_id, config_key)
 );
 CREATE INDEX IF NOT EXISTS measurements_type ON measurements(layer_type);
+CREATE TABLE IF NOT EXISTS networks (
+    env_id      INTEGER NOT NULL REFERENCES environments(env_id),
+    name        TEXT NOT NULL,
+    family      TEXT NOT NULL,
+    source      TEXT NOT NULL,
+    detail      TEXT NOT NULL,
+    onnx        BLOB NOT NULL,
+    onnx_sha256 TEXT NOT NULL,
+    added_at    TEXT NOT NULL,
+    PRIMARY KEY (env_id, name)
+);
+CREATE TABLE IF NOT EXISTS network_rounds (
+    env_id      INTEGER NOT NULL REFERENCES environments(env_id),
+    name        TEXT NOT NULL,
+    round       INTEGER NOT NULL,
+    median_ms   REAL NOT NULL,
+    p10_ms      REAL NOT NULL,
+    p90_ms      REAL NOT NULL,
+    mad_ms      REAL NOT NULL,
+    mean_ms     REAL NOT NULL,
+    std_ms      REAL NOT NULL,
+    min_ms      REAL NOT NULL,
+    n           INTEGER NOT NULL,
+    measured_at TEXT NOT NULL,
+    PRIMARY KEY (env_id, name, round)
+);
 CREATE TABLE IF NOT EXISTS failures (
     env_id      INTEGER NOT NULL REFERENCES environments(env_id),
     config_key  TEXT NOT NULL,
@@ -306,6 +341,46 @@ class Store:
         if env_id is None:
             return int(self.db.execute("SELECT COUNT(*) FROM measurements").fetchone()[0])
         return int(self.db.execute("SELECT COUNT(*) FROM measurements WHERE env_id=?", (env_id,)).fetchone()[0])
+
+    # ----------------------------------------------------------------- networks
+
+    def add_network(self, env_id: int, name: str, family: str, source: str, detail: Mapping[str, Any],
+                    onnx: bytes, onnx_sha256: str) -> None:
+        """Record a network of a run (once; the same name must always be the same network)."""
+        row = self.db.execute("SELECT onnx_sha256 FROM networks WHERE env_id=? AND name=?", (env_id, name)).fetchone()
+        if row is not None:
+            if row[0] != onnx_sha256:
+                raise StorageError(f"{self.path}: network {name!r} was recorded as another graph (SHA-256 "
+                                   f"{row[0][:12]}, now {onnx_sha256[:12]}): its source no longer builds the same "
+                                   f"network; use another --db or --seed")
+            return
+        self.db.execute("INSERT INTO networks VALUES (?,?,?,?,?,?,?,?)",
+                        (env_id, name, family, source, _dumps(detail), sqlite3.Binary(onnx), onnx_sha256, _now()))
+
+    def network_rounds(self, env_id: int) -> dict[str, dict[int, tuple[Timing, str]]]:
+        """name -> round -> (timing, measured_at) of the rounds taken so far."""
+        out: dict[str, dict[int, tuple[Timing, str]]] = {}
+        for r in self.db.execute("SELECT * FROM network_rounds WHERE env_id=?", (env_id,)):
+            t = Timing(r["median_ms"], r["p10_ms"], r["p90_ms"], r["mad_ms"], r["mean_ms"], r["std_ms"], r["min_ms"],
+                       r["n"])
+            out.setdefault(r["name"], {})[int(r["round"])] = (t, r["measured_at"])
+        return out
+
+    def add_network_round(self, env_id: int, name: str, round_: int, t: Timing) -> bool:
+        """Commit one round of one network; False if it was already there."""
+        cur = self.db.execute("INSERT OR IGNORE INTO network_rounds VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                              (env_id, name, int(round_), t.median_ms, t.p10_ms, t.p90_ms, t.mad_ms, t.mean_ms,
+                               t.std_ms, t.min_ms, t.n, _now()))
+        return cur.rowcount == 1
+
+    def networks(self, env_id: int) -> list[dict[str, Any]]:
+        out = []
+        for r in self.db.execute("SELECT * FROM networks WHERE env_id=? ORDER BY added_at, name", (env_id,)):
+            d = dict(r)
+            d["detail"] = json.loads(d["detail"])
+            d["onnx"] = bytes(d["onnx"])
+            out.append(d)
+        return out
 
     def export_rows(self, env_id: int | None = None) -> list[dict[str, Any]]:
         """Measurements as rows with exactly :data:`estimator.dataset.COLUMNS`."""

@@ -6,21 +6,23 @@
   the per-layer interval widths (the paper's Fig. 13).
 * ``estimator train --device NAME`` trains (or loads from the cache) and prints per-type
   out-of-bag metrics: RMSPE, share within +-10 %, calibration coverage of each metric.
-* ``estimator evaluate --device NAME --networks resnet18,mobilenet_v2`` builds the
-  networks from :mod:`estimator.zoo`, measures them whole on a runner
-  (``bench.runners``, imported lazily: the estimator library does not depend on bench),
-  and compares: per-network % error, mean |error|, empirical coverage and mean relative
-  width of each metric's interval, and a predicted-vs-measured plot. ``--target single``
-  uses models trained on single-layer times, ``--target both`` compares the two (the
-  paper's Tables 3-5).
-* ``estimator devices`` lists the profiles with their provenance.
+* ``estimator evaluate --device NAME --networks DIR`` compares the estimates with whole
+  networks measured on the target: a network set written by ``bench networks`` (or a
+  profile directory's ``networks.csv``). Measuring is bench's job; the estimator reads what
+  bench wrote. Printed: per-network % error, mean |error|, empirical coverage and mean
+  relative width of each metric's interval, calibrated and uncalibrated side by side when
+  the profile is calibrated, and a predicted-vs-measured plot. Networks of the profile's
+  own calibration set are left out (they would be in-sample). ``--target single`` uses
+  models trained on single-layer times, ``--target both`` compares the two (the paper's
+  Tables 3-5).
+* ``estimator devices`` lists the profiles with their provenance and calibration.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
-import statistics
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -32,7 +34,7 @@ from .models import METRICS, TARGETS
 from .predict import Estimator, NetworkEstimate, parse_confidence
 from .profile import Profile, default_root, list_profiles, load_profile
 
-__all__ = ["register", "measure_networks", "evaluate_estimates", "plot_layer_widths", "plot_pred_vs_measured"]
+__all__ = ["register", "evaluate_estimates", "uncalibrated_view", "plot_layer_widths", "plot_pred_vs_measured"]
 
 
 # ---------------------------------------------------------------------- helpers
@@ -137,11 +139,24 @@ def print_estimate(est: NetworkEstimate, out: Any = None) -> None:
     print("", file=out)
     how = {"type": "layer errors correlated within a layer type, independent across types",
            "independent": "independent layer errors", "comonotone": "comonotone layer errors"}
-    print(f"total: {_fmt_ms(est.total_ms)} ms (intervals: {how.get(est.coupling, est.coupling)})", file=out)
+    cal = est.calibration
+    if est.uncalibrated is not None:
+        print(f"total: {_fmt_ms(est.total_ms)} ms, calibrated on {cal.get('n_networks')} whole networks "
+              f"({cal.get('kind')} by {cal.get('runner')}, {cal.get('date', '')[:10]}): {cal.get('formula')}", file=out)
+    else:
+        print(f"total: {_fmt_ms(est.total_ms)} ms (intervals: {how.get(est.coupling, est.coupling)})", file=out)
     for m in METRICS:
         parts = [f"{cc:g}: {_fmt_iv(est.intervals[m][cc])} ms (rel. width {est.relative_width(m, cc):.1%})"
                  for cc in est.confidence]
         print(f"  {m}: " + "; ".join(parts), file=out)
+    if est.uncalibrated is not None:
+        u = est.uncalibrated
+        print(f"uncalibrated (Eq. 7/8, {how.get(est.coupling, est.coupling)}): {_fmt_ms(u['total_ms'])} ms", file=out)
+        for m in METRICS:
+            print(f"  {m}: " + "; ".join(f"{cc:g}: {_fmt_iv(u['intervals'][m][cc])} ms" for cc in est.confidence),
+                  file=out)
+    elif cal.get("reason"):
+        print(f"calibration: none ({cal['reason']})", file=out)
     for w in est.warnings:
         print(f"warning: {w}", file=out)
 
@@ -242,76 +257,23 @@ def _cmd_train(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------- evaluate
 
 
-def measure_networks(names: Sequence[str], *, runner: str = "onnxruntime", resolution: int | None = None,
-                     warmup: int = 5, runs: int = 20, rounds: int = 1, runner_options: dict[str, Any] | None = None,
-                     progress: bool = False) -> dict[str, dict[str, Any]]:
-    """Export zoo networks and time them whole on a runner (``bench.runners``).
-
-    With ``rounds > 1`` every network is prepared first and then timed ``rounds`` times
-    round-robin (``warmup`` + ``runs`` each time), so a slow spell of a shared machine
-    hits all networks alike instead of one; the measurement is the median of the rounds'
-    medians, and ``round_medians_ms`` / ``spread_pct`` (max/min - 1 over the rounds) say
-    how much the machine moved.
-
-    Returns ``{name: {"onnx": bytes, "measured_ms": median, "timing": {...}}}``.
-    """
-    from bench.runners.base import RunnerError, get_runner  # noqa: PLC0415 (the library does not need bench)
-
-    from . import zoo  # noqa: PLC0415
-
-    opts = {k: v for k, v in (runner_options or {}).items() if v is not None}
-    try:
-        r = get_runner(runner, **opts)
-    except RunnerError as e:
-        raise UserError(str(e)) from e
-    if rounds < 1:
-        raise UserError(f"rounds must be >= 1, got {rounds}")
-    out: dict[str, dict[str, Any]] = {}
-    prepared: dict[str, Any] = {}
-    medians: dict[str, list[float]] = {n: [] for n in names}
-    bar: Any = None
-    if progress:
-        from tqdm import tqdm  # noqa: PLC0415
-
-        bar = tqdm(total=len(names) * (rounds + 1), desc="measuring", unit="step", file=sys.stderr, leave=False)
-    with r:
-        env = r.environment()
-        for name in names:
-            res = resolution or (640 if name.startswith("yolo") else 224)
-            data = zoo.export_onnx(name, res)
-            try:
-                prepared[name] = r.prepare(data)
-            except RunnerError as e:
-                raise UserError(f"{name}: {e}") from e
-            out[name] = {"onnx": data, "resolution": res, "environment": env}
-            if bar is not None:
-                bar.update()
-        for _ in range(rounds):
-            for name in names:
-                try:
-                    timing = r.time(prepared[name], warmup=warmup, runs=runs)
-                except RunnerError as e:
-                    raise UserError(f"{name}: {e}") from e
-                medians[name].append(timing.median_ms)
-                out[name]["timing"] = timing.to_dict()  # the last round's statistics
-                if bar is not None:
-                    bar.update()
-    if bar is not None:
-        bar.close()
-    for name in names:
-        m = medians[name]
-        out[name]["measured_ms"] = statistics.median(m)
-        out[name]["timing"].update(rounds=rounds, round_medians_ms=m, spread_pct=100.0 * (max(m) / min(m) - 1.0))
-    return out
+def uncalibrated_view(est: NetworkEstimate) -> NetworkEstimate:
+    """``est`` with its Eq. 7/8 total and intervals (itself when it is not calibrated)."""
+    if est.uncalibrated is None:
+        return est
+    return dataclasses.replace(est, total_ms=est.uncalibrated["total_ms"], intervals=est.uncalibrated["intervals"],
+                               uncalibrated=None, calibration={"applied": False})
 
 
 def evaluate_estimates(estimates: dict[str, NetworkEstimate], measured: dict[str, float],
-                       confidences: Sequence[float]) -> dict[str, Any]:
-    """Per-network % error and, per metric and confidence, coverage and relative width."""
+                       confidences: Sequence[float], families: dict[str, str] | None = None) -> dict[str, Any]:
+    """Per-network % error and, per metric and confidence, coverage and relative width
+    (and the mean |error| per family when ``families`` names them)."""
     per: dict[str, Any] = {}
     for name, est in estimates.items():
         t = measured[name]
         row: dict[str, Any] = {"measured_ms": t, "predicted_ms": est.total_ms,
+                               "family": (families or {}).get(name, ""),
                                "error_pct": 100.0 * (est.total_ms - t) / t, "intervals": {},
                                "n_fallback": est.n_fallback, "n_out_of_design_space": est.n_out_of_design_space}
         for m in METRICS:
@@ -334,6 +296,11 @@ def evaluate_estimates(estimates: dict[str, NetworkEstimate], measured: dict[str
                 "coverage": sum(x["covered"] for x in cells) / len(cells) if cells else float("nan"),
                 "mean_rel_width": sum(x["rel_width"] for x in cells) / len(cells) if cells else float("nan"),
             }
+    if families:
+        by: dict[str, list[float]] = {}
+        for r in per.values():
+            by.setdefault(r["family"], []).append(abs(r["error_pct"]))
+        summary["families"] = {f: {"n": len(e), "mean_abs_error_pct": sum(e) / len(e)} for f, e in sorted(by.items())}
     return {"networks": per, "summary": summary}
 
 
@@ -347,7 +314,7 @@ def plot_pred_vs_measured(results: dict[str, dict[str, Any]], path: str | Path, 
 
     fig, ax = plt.subplots(figsize=(6.5, 6))
     lo_all, hi_all = math.inf, 0.0
-    for (target, res), color in zip(results.items(), ("tab:blue", "tab:red", "tab:green")):
+    for (target, res), color in zip(results.items(), ("tab:blue", "tab:gray", "tab:red", "tab:olive", "tab:green")):
         xs, ys, el, eu = [], [], [], []
         for name, r in res["networks"].items():
             iv = r["intervals"][metric][f"{confidence:g}"]
@@ -379,67 +346,90 @@ def plot_pred_vs_measured(results: dict[str, dict[str, Any]], path: str | Path, 
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from . import zoo  # noqa: PLC0415
+    from .profile import read_network_set  # noqa: PLC0415
 
     confs = _confidences(args.confidence)
-    names = [n.strip() for n in args.networks.split(",") if n.strip()] if args.networks else zoo.names()
-    unknown = [n for n in names if n not in zoo.names()]
-    if unknown:
-        raise UserError(f"unknown network(s) {', '.join(unknown)}; known: {', '.join(zoo.names())}")
+    rows: list[dict[str, Any]] = []
+    for d in args.networks:
+        rows += [dict(r, set=str(d)) for r in read_network_set(d)]
+    if not rows:
+        raise UserError(f"no networks in {', '.join(args.networks)}")
+    names = [r["name"] for r in rows]
+    if len(set(names)) != len(names):
+        raise UserError("the network sets name one network twice; evaluate them one at a time")
     targets = list(TARGETS) if args.target == "both" else [args.target]
     ests = {t: _estimator(args, target=t) for t in targets}
     prof = next(iter(ests.values())).profile
-    threads = args.threads if args.threads is not None else prof.threads
-    runner_opts = {"threads": threads} if args.runner == "onnxruntime" else {}
-    if args.runner != prof.runner:
-        print(f"warning: profile {prof.name} was measured with runner {prof.runner!r}, evaluating on "
-              f"{args.runner!r}", file=sys.stderr)
-    meas = measure_networks(names, runner=args.runner, resolution=args.resolution, warmup=args.warmup,
-                            runs=args.runs, rounds=args.rounds, runner_options=runner_opts,
-                            progress=sys.stderr.isatty() and not args.no_progress)
+    own = {r["onnx_sha256"] for r in prof.network_rows()}
+    inside = [r["name"] for r in rows if r["onnx_sha256"] in own]
+    rows = [r for r in rows if r["onnx_sha256"] not in own]
+    if inside:
+        print(f"warning: {len(inside)} network(s) are in {prof.name}'s own calibration set and are left out "
+              f"(in-sample): {', '.join(inside[:5])}{' ...' if len(inside) > 5 else ''}", file=sys.stderr)
+    if not rows:
+        raise UserError(f"every network given is in {prof.name}'s calibration set; evaluate on networks it has not seen")
+    want = prof.calibration.get("runner") if prof.has_networks else prof.runner
+    got = sorted({r["runner"] for r in rows})
+    if got != [want]:
+        print(f"warning: the networks were measured with {', '.join(got)}; {prof.name}'s numbers come from {want}",
+              file=sys.stderr)
+    names = [r["name"] for r in rows]
+    measured = {r["name"]: r["measured_ms"] for r in rows}
+    families = {r["name"]: r["family"] for r in rows}
     results: dict[str, Any] = {}
+    calibrated = False
     for t, est in ests.items():
-        estimates = {n: est.estimate_network(meas[n]["onnx"], confs, name=n) for n in names}
-        results[t] = evaluate_estimates(estimates, {n: meas[n]["measured_ms"] for n in names}, confs)
+        estimates = {r["name"]: est.estimate_network(r["onnx_path"], confs, name=r["name"], per_layer=False)
+                     for r in rows}
+        results[t] = evaluate_estimates(estimates, measured, confs, families)
+        if any(e.uncalibrated is not None for e in estimates.values()):
+            calibrated = True
+            results[f"{t} uncalibrated"] = evaluate_estimates(
+                {n: uncalibrated_view(e) for n, e in estimates.items()}, measured, confs, families)
+    cal = next(iter(ests.values())).calibration_info()
     c0 = confs[0]
     if args.json:
-        doc = {"device": prof.name, "runner": args.runner, "threads": threads, "confidence": confs,
-               "resolution": {n: meas[n]["resolution"] for n in names},
-               "timing": {n: meas[n]["timing"] for n in names},
-               "environment": next(iter(meas.values()))["environment"] if meas else {}, "results": results}
+        doc = {"device": prof.name, "networks": [str(d) for d in args.networks], "confidence": confs,
+               "left_out_in_sample": inside, "calibration": cal, "results": results}
         json.dump(doc, sys.stdout, indent=2, default=_json_default)
         print()
     else:
-        header = ["network", "measured ms"] + (["spread %"] if args.rounds > 1 else [])
-        for t in targets:
-            header += [f"{t} pred ms", f"{t} err %"]
-        header += [f"{m} {c0:g} cov/width" for m in METRICS]
-        rows = []
-        main = results[targets[0]]
+        keys = list(results)
+        header = ["network", "family", "measured ms"]
+        for k in keys:
+            header += [f"{k} ms", "err %"]
+        header += [f"{k} {m} {c0:g} cov/width" for k in keys[:2 if calibrated else 1] for m in ("CM_LV",)]
+        table = []
         for n in names:
-            row = [n, _fmt_ms(meas[n]["measured_ms"])]
-            if args.rounds > 1:
-                row.append(f"{meas[n]['timing']['spread_pct']:.1f}")
-            for t in targets:
-                r = results[t]["networks"][n]
+            row = [_short(n, 32), _short(families[n], 20), _fmt_ms(measured[n])]
+            for k in keys:
+                r = results[k]["networks"][n]
                 row += [_fmt_ms(r["predicted_ms"]), f"{r['error_pct']:+.1f}"]
-            for m in METRICS:
-                cell = main["networks"][n]["intervals"][m][f"{c0:g}"]
+            for k in keys[:2 if calibrated else 1]:
+                cell = results[k]["networks"][n]["intervals"]["CM_LV"][f"{c0:g}"]
                 row.append(f"{'yes' if cell['covered'] else 'NO'} {cell['rel_width']:.0%}")
-            rows.append(row)
-        print(f"device {prof.name}, runner {args.runner}, threads {threads}")
-        print(_table(rows, header))
-        for t in targets:
-            s = results[t]["summary"]
-            print(f"\n[{t}] mean |error| {s['mean_abs_error_pct']:.1f} %, max {s['max_abs_error_pct']:.1f} %")
+            table.append(row)
+        print(f"device {prof.name}: {len(names)} networks from {', '.join(map(str, args.networks))}")
+        if calibrated:
+            print(f"calibration: {cal.get('method')} ({cal.get('formula')}) on {cal.get('n_networks')} networks "
+                  f"{cal.get('kind')} by {cal.get('runner')} {_fmt_opts(cal.get('runner_options') or {})}")
+        print(_table(table, header))
+        for k in keys:
+            s = results[k]["summary"]
+            print(f"\n[{k}] mean |error| {s['mean_abs_error_pct']:.1f} %, max {s['max_abs_error_pct']:.1f} %")
             for m in METRICS:
                 for c in confs:
                     x = s["metrics"][m][f"{c:g}"]
-                    print(f"  {m} {c:g}: coverage {x['coverage']:.2f}, mean relative width {x['mean_rel_width']:.1%}")
+                    print(f"  {m} {c:g}: coverage {x['coverage']:.2f} ({round(x['coverage'] * s['n_networks'])}/"
+                          f"{s['n_networks']}), mean relative width {x['mean_rel_width']:.1%}")
     if args.plot:
-        p = plot_pred_vs_measured(results, args.plot, confidence=c0, title=f"{prof.name}: {args.runner}")
+        p = plot_pred_vs_measured(results, args.plot, confidence=c0, title=f"{prof.name}: {', '.join(got)}")
         print(f"wrote {p}", file=sys.stderr if args.json else sys.stdout)
     return 0
+
+
+def _fmt_opts(opts: dict[str, Any]) -> str:
+    return ("(" + ", ".join(f"{k} {v}" for k, v in sorted(opts.items())) + ")") if opts else ""
 
 
 # ---------------------------------------------------------------------- devices
@@ -456,10 +446,16 @@ def _cmd_devices(args: argparse.Namespace) -> int:
     if not profs:
         print(f"no device profiles in {root} (set CL_PROFILES or pass --profiles)")
         return 0
-    rows = [[p.name, p.provenance.kind, p.runner, p.precision, str(p.threads or "-"), _short(p.hardware, 40),
-             p.provenance.date, _short(p.provenance.source, 60)] for p in profs]
+    rows = []
+    for p in profs:
+        c = p.calibration_summary()
+        cal = (f"{c['networks']} networks, {c['kind']} by {c['runner']} {_fmt_opts(c['runner_options'])}, "
+               f"{c['date'][:10]}" if c["networks"] else "none")
+        rows.append([p.name, p.provenance.kind, p.runner, p.precision, str(p.threads or "-"), _short(p.hardware, 40),
+                     p.provenance.date[:10], _short(cal, 56), _short(p.provenance.source, 48)])
     print(f"profiles in {root}")
-    print(_table(rows, ["device", "kind", "runner", "precision", "threads", "hardware", "date", "source"]))
+    print(_table(rows, ["device", "kind", "runner", "precision", "threads", "hardware", "date", "calibration",
+                        "source"]))
     return 0
 
 
@@ -503,24 +499,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.set_defaults(func=_cmd_train)
 
-    e = subparsers.add_parser("evaluate", help="measure zoo networks whole and compare with the predictions")
+    e = subparsers.add_parser("evaluate", help="compare estimates with whole networks measured on the target",
+                              description="Compare the estimates with whole networks measured on the target: a "
+                                          "network set written by `bench networks` (or a profile directory).")
     _common(e)
-    e.add_argument("--runner", default="onnxruntime", help="bench runner to measure with (default onnxruntime)")
-    e.add_argument("--networks", default=None,
-                   help="comma-separated zoo names (default: all of estimator.zoo)")
-    e.add_argument("--resolution", type=int, default=None, help="input resolution (default 224; 640 for yolo)")
+    e.add_argument("--networks", required=True, action="append", metavar="DIR",
+                   help="a network set: DIR/networks.csv + DIR/networks/ (bench networks --out DIR; repeatable)")
     e.add_argument("--confidence", action="append", metavar="C", help="confidence level(s) (default 0.9)")
     e.add_argument("--target", choices=(*TARGETS, "both"), default="lum",
                    help="lum (smart padding), single (single-layer times) or both side by side")
     e.add_argument("--coupling", choices=COUPLINGS, default=DEFAULT_COUPLING,
                    help="network intervals: layer errors correlated within a type (default), independent, or "
                         "comonotone")
-    e.add_argument("--threads", type=int, default=None, help="runner threads (default: the profile's)")
-    e.add_argument("--warmup", type=int, default=5, help="untimed runs per network (default 5)")
-    e.add_argument("--runs", type=int, default=20, help="timed runs per network and round (default 20)")
-    e.add_argument("--rounds", type=int, default=1,
-                   help="time every network this many times, round-robin, and take the median of the rounds "
-                        "(default 1; use 5-10 on a shared machine)")
     e.add_argument("--plot", metavar="FILE", help="write a predicted-vs-measured figure")
     e.add_argument("--json", action="store_true", help="print the evaluation as JSON")
     e.add_argument("--no-progress", action="store_true", help="no progress bar")

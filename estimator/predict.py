@@ -17,6 +17,19 @@ call. The network total is the sum of layer predictions (Eq. 7); its intervals c
 the Monte Carlo convolution of the layers' conformal predictive distributions (Eq. 8,
 :mod:`estimator.aggregate`).
 
+Network calibration
+-------------------
+When the profile has network rows (``networks.csv``: whole networks measured on the
+target, at least :data:`estimator.calibration.MIN_NETWORKS`), ``total_ms`` and
+``intervals`` are the *calibrated* values (:mod:`estimator.calibration`): the Eq. 7 total
+corrected for the bias the rows show, and intervals calibrated conformally on them. The
+Eq. 7/8 values stay under ``uncalibrated``, and ``calibration`` says what applied (method,
+how many networks, measured by what, when) or why nothing did. Per-layer rows are always
+the layer models' own. The calibration is fitted on first use, from this estimator's own
+uncalibrated estimates of the rows' networks (so it matches its coupling and sampling).
+A profile used on a host or runtime other than the one its numbers were measured (or
+calibrated) on adds a warning to every estimate (:mod:`estimator.fingerprint`).
+
 Fast and reference paths
 ------------------------
 By default (``Estimator(..., fast=True)``) estimates use the fast path: ONNX shapes
@@ -44,6 +57,7 @@ import numpy as np
 
 from .aggregate import (COUPLINGS, DEFAULT_COUPLING, DEFAULT_SAMPLES, DEFAULT_SEED, DistBatch, SampleBank, aggregate,
                         layer_intervals)
+from .calibration import MIN_NETWORKS, REFERENCE_CONFIDENCE
 from .errors import UserError
 from .layers import Layer, describe
 from .models import METRICS, BatchPrediction, DeviceModels, get_models
@@ -136,6 +150,10 @@ class NetworkEstimate:
     #: (layers, fallback, out of design space) when the rows were not built
     #: (``estimate_network(..., per_layer=False)``: ``layers`` is then empty)
     layer_counts: tuple[int, int, int] | None = field(default=None, repr=False)
+    #: the Eq. 7/8 values {"total_ms", "intervals"} when ``total_ms``/``intervals`` are calibrated
+    uncalibrated: dict[str, Any] | None = None
+    #: what calibration applied: {"applied": bool, ...} (see :meth:`Estimator.calibration_info`)
+    calibration: dict[str, Any] = field(default_factory=lambda: {"applied": False})
 
     @property
     def n_layers(self) -> int:
@@ -177,6 +195,11 @@ class NetworkEstimate:
             "layers": [l.to_dict() for l in self.layers],
             "free_nodes": dict(self.free_nodes),
             "warnings": list(self.warnings),
+            "uncalibrated": None if self.uncalibrated is None else {
+                "total_ms": self.uncalibrated["total_ms"],
+                "intervals": {m: {_ckey(c): [lo, hi] for c, (lo, hi) in per.items()}
+                              for m, per in self.uncalibrated["intervals"].items()}},
+            "calibration": dict(self.calibration),
         }
 
 
@@ -204,6 +227,9 @@ class Estimator:
         #: the CPUs this process may use; 1: none)
         self.mc_threads = mc_threads
         self._pool: Any = None
+        self._calibration: tuple[Any, dict[str, Any], list[str]] | None = None
+        self._cal_lock = threading.Lock()
+        self._host_warning: list[str] | None = None
 
     @classmethod
     def from_profile(cls, profile: str | Path | Profile, *, root: str | Path | None = None, target: str = "lum",
@@ -391,7 +417,8 @@ class Estimator:
         confs = parse_confidence(confidence)
         layers = list(layers)
         bp = self.predict_batch(layers, fast=fast)
-        return self._rows(layers, bp, confs, self._use_fast(fast)), self._warnings(layers, bp, confs)
+        return (self._rows(layers, bp, confs, self._use_fast(fast)),
+                self._warnings(layers, bp, confs) + self.host_warnings())
 
     # ----------------------------------------------------------------- network
     def fusion_rules(self) -> Any:
@@ -407,14 +434,45 @@ class Estimator:
 
     def estimate_network(self, network: Any, confidence: float | Iterable[float] = (0.9,), *,
                          input_shapes: Any = None, name: str = "", fast: bool | None = None,
-                         per_layer: bool = True) -> NetworkEstimate:
+                         per_layer: bool = True, calibrate: bool = True) -> NetworkEstimate:
         """Estimate a network: an ONNX model (path/bytes/ModelProto, fused with the profile's
         rules) or an already imported object with ``.layers`` (taken as already fused).
 
         ``fast`` picks the fast or the reference path for this call (default: the
         estimator's). ``per_layer=False`` skips the per-layer rows (``layers`` is empty, the
-        counts are in ``layer_counts``)."""
+        counts are in ``layer_counts``). ``calibrate=False`` returns the Eq. 7/8 values even
+        when the profile is calibrated (see the module docstring)."""
         confs = parse_confidence(confidence)
+        cal, info, cal_warns = self.calibration_state() if calibrate else (None, {"applied": False}, [])
+        mc_confs = confs if cal is None else sorted(set(confs) | {REFERENCE_CONFIDENCE})
+        est, layers, pred = self._estimate(network, confs, mc_confs, input_shapes, name, fast, per_layer)
+        est.warnings += self.host_warnings() + cal_warns
+        if cal is None or est.total_ms <= 0:
+            est.calibration = dict(info)
+            if cal is not None:
+                est.calibration.update(applied=False, reason="the network's Eq. 7 total is 0 ms")
+            est.intervals = {m: {c: per[c] for c in confs} for m, per in est.intervals.items()}
+            return est
+        res = cal.apply(est.total_ms, len(layers), est.intervals, _type_shares(layers, pred), confs)
+        est.uncalibrated = {"total_ms": est.total_ms,
+                            "intervals": {m: {c: per[c] for c in confs} for m, per in est.intervals.items()}}
+        est.total_ms, est.intervals = res.total_ms, res.intervals
+        est.calibration = {**info, "in_scope": res.in_scope}
+        if not res.in_scope:
+            est.warnings.append(
+                f"this network is unlike the {cal.n} networks {self.device} is calibrated on (nearest: "
+                f"{res.nearest}, composition distance {res.distance:.2f} against at most {cal.max_nn:.2f} among them, "
+                f"or its Eq. 7 total outside 0.5-2x their range): coverage is not guaranteed; its intervals are the "
+                f"union of the calibrated and the bias-corrected Eq. 8 intervals")
+        for c in res.uncertified:
+            est.warnings.append(f"confidence {c:g} needs more network rows than the {cal.n} of {self.device}: the "
+                                f"calibrated intervals use the largest calibration score")
+        return est
+
+    def _estimate(self, network: Any, confs: list[float], mc_confs: list[float], input_shapes: Any, name: str,
+                  fast: bool | None, per_layer: bool) -> tuple[NetworkEstimate, list[Layer], np.ndarray]:
+        """The Eq. 7/8 estimate (intervals at ``mc_confs``, rows at ``confs``), its estimated
+        layers and their predictions."""
         use_fast = self._use_fast(fast)
         if hasattr(network, "layers"):
             net = network
@@ -428,7 +486,7 @@ class Estimator:
         bank = self.sample_bank if use_fast else None
 
         def one(k: int) -> Any:
-            return aggregate(bp.dists[METRICS[k]], confs, n_samples=self.n_samples, seed=self.seed + k,
+            return aggregate(bp.dists[METRICS[k]], mc_confs, n_samples=self.n_samples, seed=self.seed + k,
                              coupling=self.coupling, bank=bank)[0]
 
         pool = self._mc_pool() if use_fast and len(layers) else None
@@ -437,13 +495,98 @@ class Estimator:
         rows = self._rows(layers, bp, confs, use_fast) if per_layer else []
         results = [f.result() for f in pending] if pending is not None else [one(k) for k in range(len(METRICS))]
         for m, res in zip(METRICS, results):
-            intervals[m] = {c: (res[c].lower, res[c].upper) for c in confs}
+            intervals[m] = {c: (res[c].lower, res[c].upper) for c in mc_confs}
         warns = [str(w) for w in getattr(net, "warnings", [])] + free_warns + self._warnings(layers, bp, confs)
         fn = getattr(net, "free_nodes", None) or {}
         free = {str(k): str(v) for k, v in fn.items()} if isinstance(fn, Mapping) else {str(k): "" for k in fn}
         free.update(dev_free)
         counts = None if per_layer else (len(layers), int(bp.fallback.sum()), int(bp.out_of_design_space.sum()))
-        return NetworkEstimate(device=self.device, target=self.models.target, total_ms=float(bp.pred_ms.sum()),
-                               confidence=confs, intervals=intervals, layers=rows, warnings=warns,
-                               free_nodes=free, name=name or str(getattr(net, "name", "") or ""),
-                               coupling=self.coupling, layer_counts=counts)
+        est = NetworkEstimate(device=self.device, target=self.models.target, total_ms=float(bp.pred_ms.sum()),
+                              confidence=confs, intervals=intervals, layers=rows, warnings=warns,
+                              free_nodes=free, name=name or str(getattr(net, "name", "") or ""),
+                              coupling=self.coupling, layer_counts=counts)
+        return est, layers, bp.pred_ms
+
+    # ------------------------------------------------------------- calibration
+    def host_warnings(self) -> list[str]:
+        """The fingerprint warning (:mod:`estimator.fingerprint`) when this machine differs
+        from where the numbers that apply here were measured: the network rows' target when
+        the profile is calibrated, else the layer rows' (computed once)."""
+        if self._host_warning is None:
+            from . import fingerprint as fp  # noqa: PLC0415
+
+            prof = self.profile
+            cal = prof.calibration if prof.has_networks and len(prof.network_rows()) >= MIN_NETWORKS else {}
+            if cal:
+                threads = (cal.get("runner_options") or {}).get("threads")
+                recorded = dict(cal.get("fingerprint") or {})
+                w = fp.mismatch_warning(self.device, recorded, str(cal.get("runner", "")), what="calibrated") \
+                    if recorded else None
+                if w is None and not recorded and cal.get("runner") in fp.HOST_RUNNERS:
+                    w = (f"profile {self.device} records no fingerprint of the machine its networks were measured "
+                         f"on (runner {cal.get('runner')}, threads {threads}): its estimates hold there only")
+            else:
+                w = fp.mismatch_warning(self.device, prof.recorded_fingerprint(), prof.runner)
+            self._host_warning = [w] if w else []
+        return list(self._host_warning)
+
+    def calibration_state(self) -> tuple[Any, dict[str, Any], list[str]]:
+        """``(NetworkCalibration or None, calibration info, warnings)``, fitted on first use."""
+        if self._calibration is None:
+            with self._cal_lock:
+                if self._calibration is None:
+                    self._calibration = self._fit_calibration()
+        return self._calibration
+
+    def _fit_calibration(self) -> tuple[Any, dict[str, Any], list[str]]:
+        from .calibration import CalibrationRow, fit_calibration  # noqa: PLC0415
+        from .profile import ProfileError  # noqa: PLC0415
+
+        prof = self.profile
+        if not prof.has_networks:
+            return None, {"applied": False, "reason": "the profile has no network rows (bench calibrate)"}, []
+        rows = prof.network_rows()
+        c = prof.calibration
+        if len(rows) < MIN_NETWORKS:
+            why = f"{len(rows)} network rows, calibration needs at least {MIN_NETWORKS}"
+            return None, {"applied": False, "reason": why, "n_networks": len(rows)}, [
+                f"profile {self.device} has {len(rows)} network rows; calibration needs at least {MIN_NETWORKS}: "
+                f"estimates are uncalibrated (Eq. 7/8)"]
+        crows = []
+        for r in rows:
+            try:
+                est, layers, pred = self._estimate(r["onnx_path"], [REFERENCE_CONFIDENCE], [REFERENCE_CONFIDENCE],
+                                                   None, r["name"], None, False)
+            except UserError as e:
+                raise ProfileError(f"{prof.networks_path}: network {r['name']!r} ({r['onnx']}): {e}") from e
+            total = est.total_ms
+            spread = {m: (per[REFERENCE_CONFIDENCE][1] - per[REFERENCE_CONFIDENCE][0]) / (2 * total) if total > 0
+                      else 0.0 for m, per in est.intervals.items()}
+            crows.append(CalibrationRow(name=r["name"], family=r["family"] or r["name"], measured_ms=r["measured_ms"],
+                                        predicted_ms=total, n_layers=len(layers), spread=spread,
+                                        shares=_type_shares(layers, pred)))
+        cal = fit_calibration(crows)
+        rep = cal.report
+        info = {"applied": True, "method": rep["method"], "formula": rep["correction"]["formula"],
+                "n_networks": rep["n_networks"], "families": sorted(rep["families"]),
+                "kind": c.get("kind", ""), "runner": c.get("runner", ""),
+                "runner_options": dict(c.get("runner_options") or {}), "source": c.get("source", ""),
+                "date": c.get("date", ""), "validation": rep["validation"],
+                "cv_mean_abs_error_pct": round(rep["cv_mean_abs_error_pct"][rep["method"]], 2),
+                "uncalibrated_mean_abs_error_pct": round(rep["uncalibrated_mean_abs_error_pct"], 2)}
+        return cal, info, []
+
+    def calibration_info(self) -> dict[str, Any]:
+        """What calibration applies to this device's network estimates (see :meth:`calibration_state`)."""
+        return dict(self.calibration_state()[1])
+
+
+def _type_shares(layers: Sequence[Layer], pred_ms: np.ndarray) -> dict[str, float]:
+    """Each layer type's share of a network's predicted total."""
+    total = float(pred_ms.sum())
+    out: dict[str, float] = {}
+    if total <= 0:
+        return out
+    for l, t in zip(layers, pred_ms.tolist()):
+        out[l.type] = out.get(l.type, 0.0) + t / total
+    return out

@@ -1,12 +1,15 @@
 """Device profiles: the plain-data description of one target, and the ONE loader.
 
-A profile is a directory ``profiles/<name>/`` holding two files:
+A profile is a directory ``profiles/<name>/`` holding:
 
-``profile.json``  metadata (schema below)
-``measurements.csv``  the benchmark table in :mod:`estimator.dataset` format
+``profile.json``      metadata (schema below)
+``measurements.csv``  the layer rows: the smart-padding benchmark (:mod:`estimator.dataset`)
+``networks.csv``      optional network rows: whole networks measured on the target, with
+``networks/``         the networks themselves (weightless ONNX, :mod:`estimator.onnx_strip`)
 
 Nothing else in the directory is read; in particular no pickles. Models are trained
-from ``measurements.csv`` and cached locally (:mod:`estimator.cache`).
+from ``measurements.csv`` and cached locally (:mod:`estimator.cache`); network rows
+calibrate the network totals (:mod:`estimator.calibration`).
 
 ``profile.json`` schema (version 1)
 -----------------------------------
@@ -36,7 +39,18 @@ from ``measurements.csv`` and cached locally (:mod:`estimator.cache`).
       },
       "training": {                            // optional estimator.models.TrainingOptions overrides
         "padding_split": 0.77                  //   e.g. the pad-in conv's share of a padding pair
-      }                                        //   (0.5 = Eq. 4 midpoint; tests/perf/padding_split.py)
+      },                                       //   (0.5 = Eq. 4 midpoint; tests/perf/padding_split.py)
+      "fingerprint": {"host": {...}, "runtime": {...}},  // optional: where the layer rows were
+                                               //   measured (estimator.fingerprint)
+      "calibration": {                         // required with networks.csv: where its rows come from
+        "kind": "measured",                    //   "measured" | "estimated" (e.g. Vela's whole-network estimate)
+        "source": "free text: exactly what measured the networks",
+        "runner": "onnxruntime",               //   the runner that timed them ...
+        "runner_options": {"threads": 2},      //   ... with these options
+        "fingerprint": {...},                  //   the host and runtime they were timed on
+        "base": "host-cpu",                    //   the profile whose layer rows this one copies (optional)
+        "date": "2026-11-24T10:00:00+00:00"
+      }
     }
 
 Required: ``name``, ``hardware``, ``runner``, ``precision``, ``provenance.kind``,
@@ -66,12 +80,14 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from .dataset import COLUMNS, DatasetError, read_measurements
+from .dataset import COLUMNS, DatasetError, read_measurements, read_network_rows
 from .errors import NotFoundError, UserError
 
 __all__ = [
     "PROFILE_FILE",
     "MEASUREMENTS_FILE",
+    "NETWORKS_FILE",
+    "NETWORKS_DIR",
     "SCHEMA_VERSION",
     "ProfileError",
     "Provenance",
@@ -79,18 +95,22 @@ __all__ = [
     "default_root",
     "list_profiles",
     "load_profile",
+    "read_network_set",
     "write_profile_json",
 ]
 
 PROFILE_FILE = "profile.json"
 MEASUREMENTS_FILE = "measurements.csv"
+NETWORKS_FILE = "networks.csv"
+NETWORKS_DIR = "networks"
 SCHEMA_VERSION = 1
 ENV_ROOT = "CL_PROFILES"
 
 _PROVENANCE_KINDS = ("measured", "estimated")
 _TOP_KEYS = {"schema", "name", "description", "hardware", "runner", "precision", "threads", "provenance",
-             "fusion", "op_mapping", "training"}
+             "fusion", "op_mapping", "training", "fingerprint", "calibration"}
 _PROV_KEYS = {"kind", "source", "host", "versions", "date"}
+_CAL_KEYS = {"kind", "source", "runner", "runner_options", "fingerprint", "base", "date"}
 
 
 class ProfileError(UserError):
@@ -134,11 +154,33 @@ class Profile:
     fusion: dict[str, Any] = field(default_factory=dict)
     op_mapping: dict[str, Any] = field(default_factory=dict)
     training: dict[str, Any] = field(default_factory=dict)
+    #: where the layer rows were measured (:mod:`estimator.fingerprint`; empty if unrecorded)
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    #: where the network rows were measured (empty without ``networks.csv``)
+    calibration: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def measurements_path(self) -> Path:
         return self.path / MEASUREMENTS_FILE
+
+    @property
+    def networks_path(self) -> Path:
+        return self.path / NETWORKS_FILE
+
+    @property
+    def has_networks(self) -> bool:
+        return self.networks_path.is_file()
+
+    def network_rows(self) -> list[dict[str, Any]]:
+        """The network rows (:func:`read_network_set`), ``[]`` without ``networks.csv``."""
+        return read_network_set(self.path) if self.has_networks else []
+
+    def networks_hash(self) -> str:
+        """SHA-256 of ``networks.csv`` ("" without one); the file names every network's digest."""
+        if not self.has_networks:
+            return ""
+        return hashlib.sha256(self.networks_path.read_bytes()).hexdigest()
 
     @property
     def metadata_path(self) -> Path:
@@ -205,6 +247,10 @@ class Profile:
             "op_mapping": dict(self.op_mapping),
             "training": dict(self.training),
         }
+        if self.fingerprint:
+            d["fingerprint"] = dict(self.fingerprint)
+        if self.calibration:
+            d["calibration"] = dict(self.calibration)
         d.update(self.extra)
         return d
 
@@ -217,8 +263,38 @@ class Profile:
             "precision": self.precision,
             "threads": self.threads,
             "provenance": self.provenance.to_dict(),
+            "calibration": self.calibration_summary(),
             "path": str(self.path),
         }
+
+    def recorded_fingerprint(self) -> dict[str, Any]:
+        """Where the layer rows were measured: ``fingerprint``, or for profiles written
+        before fingerprints existed, what their provenance recorded (``host`` as
+        ``key=value`` pairs, ``versions``)."""
+        if self.fingerprint:
+            return dict(self.fingerprint)
+        host: dict[str, Any] = {}
+        for part in self.provenance.host.split(","):
+            k, sep, v = part.strip().partition("=")
+            if sep and k in ("cpu_model", "cpu_count", "machine", "os"):
+                host[k] = int(v) if k == "cpu_count" and v.isdigit() else v
+        runtime = {"runner": self.runner, "versions": dict(self.provenance.versions)}
+        if self.threads is not None:
+            runtime["threads"] = self.threads
+        return {"host": host, "runtime": runtime} if host or self.provenance.versions else {}
+
+    def calibration_summary(self) -> dict[str, Any]:
+        """What the network rows are (for listings): how many, measured by what, when."""
+        if not self.has_networks:
+            return {"networks": 0}
+        c = self.calibration
+        try:
+            n = sum(1 for _ in self.networks_path.open()) - 1
+        except OSError:
+            n = 0
+        return {"networks": max(n, 0), "kind": c.get("kind", ""), "runner": c.get("runner", ""),
+                "runner_options": dict(c.get("runner_options") or {}), "source": c.get("source", ""),
+                "date": c.get("date", ""), "base": c.get("base", "")}
 
 
 # ----------------------------------------------------------------------------- roots
@@ -365,6 +441,25 @@ def parse_profile_dict(meta: Any, path: Path, *, where: str | None = None) -> Pr
     if both:
         raise ProfileError(f"{where}: op_mapping lists {both} both as cpu_fallback_ops and as free_ops")
 
+    fingerprint = _opt_dict(meta, "fingerprint", where)
+    for key in fingerprint:
+        if key not in ("host", "runtime") or not isinstance(fingerprint[key], dict):
+            raise ProfileError(f"{where}: fingerprint holds objects 'host' and 'runtime', got {key!r}")
+    calibration = _opt_dict(meta, "calibration", where)
+    if calibration:
+        cw = f"{where}: calibration"
+        unknown = sorted(set(calibration) - _CAL_KEYS)
+        if unknown:
+            raise ProfileError(f"{cw}: unknown keys {unknown} (allowed: {sorted(_CAL_KEYS)})")
+        if _req_str(calibration, "kind", cw) not in _PROVENANCE_KINDS:
+            raise ProfileError(f"{cw}: 'kind' must be one of {list(_PROVENANCE_KINDS)}, got {calibration['kind']!r}")
+        _req_str(calibration, "source", cw)
+        _req_str(calibration, "runner", cw)
+        _check_date(_req_str(calibration, "date", cw), cw)
+        for key in ("runner_options", "fingerprint"):
+            if not isinstance(calibration.get(key, {}), dict):
+                raise ProfileError(f"{cw}: {key!r} must be an object")
+
     return Profile(
         name=name,
         path=path,
@@ -377,6 +472,8 @@ def parse_profile_dict(meta: Any, path: Path, *, where: str | None = None) -> Pr
         fusion=fusion,
         op_mapping=op_mapping,
         training=training,
+        fingerprint=fingerprint,
+        calibration=calibration,
         extra={k: v for k, v in meta.items() if k not in _TOP_KEYS},
     )
 
@@ -428,7 +525,36 @@ def load_profile(name_or_path: str | Path, root: str | Path | None = None) -> Pr
         raise ProfileError(f"{meta_path}: not UTF-8 ({e})") from e
     prof = parse_profile_dict(meta, d.resolve() if not d.is_absolute() else d)
     _check_measurements_header(prof.measurements_path)
+    if prof.has_networks and not prof.calibration:
+        raise ProfileError(f"{prof.metadata_path}: the profile has {NETWORKS_FILE} but no 'calibration' entry saying "
+                           f"where its networks were measured")
     return prof
+
+
+def read_network_set(directory: str | Path) -> list[dict[str, Any]]:
+    """The network rows of ``directory/networks.csv`` (a profile or a ``bench networks``
+    output), each with ``onnx_path``: its weightless ONNX file, checked to exist and to
+    have the recorded SHA-256."""
+    d = Path(directory)
+    path = d / NETWORKS_FILE
+    if not path.is_file():
+        raise ProfileError(f"{d}: no {NETWORKS_FILE} (write one with `bench networks` or `bench calibrate`)")
+    try:
+        rows = read_network_rows(path)
+    except DatasetError as e:
+        raise ProfileError(str(e)) from e
+    except UnicodeDecodeError as e:
+        raise ProfileError(f"{path}: not a UTF-8 CSV file ({e})") from e
+    for r in rows:
+        p = (d / r["onnx"]).resolve()
+        if not p.is_relative_to(d.resolve()):
+            raise ProfileError(f"{path}: network {r['name']!r}: onnx path {r['onnx']!r} leaves {d}")
+        if not p.is_file():
+            raise ProfileError(f"{path}: network {r['name']!r}: missing {r['onnx']}")
+        if r["onnx_sha256"] and hashlib.sha256(p.read_bytes()).hexdigest() != r["onnx_sha256"]:
+            raise ProfileError(f"{path}: network {r['name']!r}: {r['onnx']} does not have the recorded SHA-256")
+        r["onnx_path"] = p
+    return rows
 
 
 def write_profile_json(directory: str | Path, meta: Mapping[str, Any]) -> Profile:

@@ -130,8 +130,57 @@ class EstimateNetworkRequest(_message.Message):
     name: str
     def __init__(self, device: _Optional[str] = ..., onnx: _Optional[bytes] = ..., layers: _Optional[_Union[LayerList, _Mapping]] = ..., confidence: _Optional[_Iterable[float]] = ..., per_layer: _Optional[bool] = ..., input_shapes: _Optional[_Mapping[str, Shape]] = ..., request_id: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
+class Calibration(_message.Message):
+    __slots__ = ("applied", "reason", "method", "formula", "n_networks", "families", "kind", "runner", "runner_options", "source", "date", "validation", "cv_mean_abs_error_pct", "uncalibrated_mean_abs_error_pct", "in_scope")
+    class RunnerOptionsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    FORMULA_FIELD_NUMBER: _ClassVar[int]
+    N_NETWORKS_FIELD_NUMBER: _ClassVar[int]
+    FAMILIES_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    RUNNER_FIELD_NUMBER: _ClassVar[int]
+    RUNNER_OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    DATE_FIELD_NUMBER: _ClassVar[int]
+    VALIDATION_FIELD_NUMBER: _ClassVar[int]
+    CV_MEAN_ABS_ERROR_PCT_FIELD_NUMBER: _ClassVar[int]
+    UNCALIBRATED_MEAN_ABS_ERROR_PCT_FIELD_NUMBER: _ClassVar[int]
+    IN_SCOPE_FIELD_NUMBER: _ClassVar[int]
+    applied: bool
+    reason: str
+    method: str
+    formula: str
+    n_networks: int
+    families: _containers.RepeatedScalarFieldContainer[str]
+    kind: str
+    runner: str
+    runner_options: _containers.ScalarMap[str, str]
+    source: str
+    date: str
+    validation: str
+    cv_mean_abs_error_pct: float
+    uncalibrated_mean_abs_error_pct: float
+    in_scope: bool
+    def __init__(self, applied: _Optional[bool] = ..., reason: _Optional[str] = ..., method: _Optional[str] = ..., formula: _Optional[str] = ..., n_networks: _Optional[int] = ..., families: _Optional[_Iterable[str]] = ..., kind: _Optional[str] = ..., runner: _Optional[str] = ..., runner_options: _Optional[_Mapping[str, str]] = ..., source: _Optional[str] = ..., date: _Optional[str] = ..., validation: _Optional[str] = ..., cv_mean_abs_error_pct: _Optional[float] = ..., uncalibrated_mean_abs_error_pct: _Optional[float] = ..., in_scope: _Optional[bool] = ...) -> None: ...
+
+class Uncalibrated(_message.Message):
+    __slots__ = ("total_ms", "intervals")
+    TOTAL_MS_FIELD_NUMBER: _ClassVar[int]
+    INTERVALS_FIELD_NUMBER: _ClassVar[int]
+    total_ms: float
+    intervals: _containers.RepeatedCompositeFieldContainer[Interval]
+    def __init__(self, total_ms: _Optional[float] = ..., intervals: _Optional[_Iterable[_Union[Interval, _Mapping]]] = ...) -> None: ...
+
 class EstimateNetworkResponse(_message.Message):
-    __slots__ = ("device", "total_ms", "intervals", "layers", "warnings", "n_layers", "n_out_of_design_space", "n_fallback", "model_version", "cached", "request_id", "server_time_ms", "error", "confidence", "name")
+    __slots__ = ("device", "total_ms", "intervals", "layers", "warnings", "n_layers", "n_out_of_design_space", "n_fallback", "model_version", "cached", "request_id", "server_time_ms", "error", "confidence", "name", "uncalibrated", "calibration")
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     TOTAL_MS_FIELD_NUMBER: _ClassVar[int]
     INTERVALS_FIELD_NUMBER: _ClassVar[int]
@@ -147,6 +196,8 @@ class EstimateNetworkResponse(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    UNCALIBRATED_FIELD_NUMBER: _ClassVar[int]
+    CALIBRATION_FIELD_NUMBER: _ClassVar[int]
     device: str
     total_ms: float
     intervals: _containers.RepeatedCompositeFieldContainer[Interval]
@@ -162,7 +213,9 @@ class EstimateNetworkResponse(_message.Message):
     error: Error
     confidence: _containers.RepeatedScalarFieldContainer[float]
     name: str
-    def __init__(self, device: _Optional[str] = ..., total_ms: _Optional[float] = ..., intervals: _Optional[_Iterable[_Union[Interval, _Mapping]]] = ..., layers: _Optional[_Iterable[_Union[LayerEstimate, _Mapping]]] = ..., warnings: _Optional[_Iterable[str]] = ..., n_layers: _Optional[int] = ..., n_out_of_design_space: _Optional[int] = ..., n_fallback: _Optional[int] = ..., model_version: _Optional[str] = ..., cached: _Optional[bool] = ..., request_id: _Optional[str] = ..., server_time_ms: _Optional[float] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., confidence: _Optional[_Iterable[float]] = ..., name: _Optional[str] = ...) -> None: ...
+    uncalibrated: Uncalibrated
+    calibration: Calibration
+    def __init__(self, device: _Optional[str] = ..., total_ms: _Optional[float] = ..., intervals: _Optional[_Iterable[_Union[Interval, _Mapping]]] = ..., layers: _Optional[_Iterable[_Union[LayerEstimate, _Mapping]]] = ..., warnings: _Optional[_Iterable[str]] = ..., n_layers: _Optional[int] = ..., n_out_of_design_space: _Optional[int] = ..., n_fallback: _Optional[int] = ..., model_version: _Optional[str] = ..., cached: _Optional[bool] = ..., request_id: _Optional[str] = ..., server_time_ms: _Optional[float] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., confidence: _Optional[_Iterable[float]] = ..., name: _Optional[str] = ..., uncalibrated: _Optional[_Union[Uncalibrated, _Mapping]] = ..., calibration: _Optional[_Union[Calibration, _Mapping]] = ...) -> None: ...
 
 class EstimateLayersRequest(_message.Message):
     __slots__ = ("device", "layers", "confidence")
@@ -234,7 +287,7 @@ class LayerTypeCoverage(_message.Message):
     def __init__(self, type: _Optional[str] = ..., n_samples: _Optional[int] = ..., ranges: _Optional[_Iterable[_Union[FeatureRange, _Mapping]]] = ...) -> None: ...
 
 class DeviceInfo(_message.Message):
-    __slots__ = ("name", "hardware", "runner", "precision", "provenance", "coverage", "model_version", "threads", "description", "target", "fallback_types", "cpu_fallback_ops")
+    __slots__ = ("name", "hardware", "runner", "precision", "provenance", "coverage", "model_version", "threads", "description", "target", "fallback_types", "cpu_fallback_ops", "calibration", "host_warnings")
     NAME_FIELD_NUMBER: _ClassVar[int]
     HARDWARE_FIELD_NUMBER: _ClassVar[int]
     RUNNER_FIELD_NUMBER: _ClassVar[int]
@@ -247,6 +300,8 @@ class DeviceInfo(_message.Message):
     TARGET_FIELD_NUMBER: _ClassVar[int]
     FALLBACK_TYPES_FIELD_NUMBER: _ClassVar[int]
     CPU_FALLBACK_OPS_FIELD_NUMBER: _ClassVar[int]
+    CALIBRATION_FIELD_NUMBER: _ClassVar[int]
+    HOST_WARNINGS_FIELD_NUMBER: _ClassVar[int]
     name: str
     hardware: str
     runner: str
@@ -259,7 +314,9 @@ class DeviceInfo(_message.Message):
     target: str
     fallback_types: _containers.RepeatedScalarFieldContainer[str]
     cpu_fallback_ops: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., hardware: _Optional[str] = ..., runner: _Optional[str] = ..., precision: _Optional[str] = ..., provenance: _Optional[_Union[Provenance, _Mapping]] = ..., coverage: _Optional[_Iterable[_Union[LayerTypeCoverage, _Mapping]]] = ..., model_version: _Optional[str] = ..., threads: _Optional[int] = ..., description: _Optional[str] = ..., target: _Optional[str] = ..., fallback_types: _Optional[_Iterable[str]] = ..., cpu_fallback_ops: _Optional[_Iterable[str]] = ...) -> None: ...
+    calibration: Calibration
+    host_warnings: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., hardware: _Optional[str] = ..., runner: _Optional[str] = ..., precision: _Optional[str] = ..., provenance: _Optional[_Union[Provenance, _Mapping]] = ..., coverage: _Optional[_Iterable[_Union[LayerTypeCoverage, _Mapping]]] = ..., model_version: _Optional[str] = ..., threads: _Optional[int] = ..., description: _Optional[str] = ..., target: _Optional[str] = ..., fallback_types: _Optional[_Iterable[str]] = ..., cpu_fallback_ops: _Optional[_Iterable[str]] = ..., calibration: _Optional[_Union[Calibration, _Mapping]] = ..., host_warnings: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ServerLimits(_message.Message):
     __slots__ = ("max_message_bytes", "max_onnx_bytes", "max_layers", "max_confidence_levels")

@@ -139,6 +139,21 @@ class LayerResult:
                 "ops": self.ops, "nodes": list(self.nodes), "activation": self.activation}
 
 
+def calibration_dict(m: pb2.Calibration) -> dict[str, Any]:
+    """A ``Calibration`` message as the dict the estimator writes (only what is set)."""
+    out: dict[str, Any] = {"applied": m.applied}
+    for key in ("reason", "method", "formula", "kind", "runner", "source", "date", "validation"):
+        if getattr(m, key):
+            out[key] = getattr(m, key)
+    if m.applied:
+        out.update(n_networks=m.n_networks, families=list(m.families), runner_options=dict(m.runner_options),
+                   cv_mean_abs_error_pct=m.cv_mean_abs_error_pct,
+                   uncalibrated_mean_abs_error_pct=m.uncalibrated_mean_abs_error_pct, in_scope=m.in_scope)
+    elif m.n_networks:
+        out["n_networks"] = m.n_networks
+    return out
+
+
 @dataclass
 class NetworkResult:
     """One network's estimate (milliseconds). On a stream, a failed item has ``error`` set
@@ -162,6 +177,10 @@ class NetworkResult:
     confidence: list[float] = field(default_factory=list)
     request_id: str = ""
     error: EstimationError | None = None
+    #: the Eq. 7/8 values {"total_ms", "intervals"} when total_ms/intervals are calibrated, else None
+    uncalibrated: dict[str, Any] | None = None
+    #: what calibration applied (``applied``, ``method``, ``n_networks``, ``source``, ...)
+    calibration: dict[str, Any] = field(default_factory=lambda: {"applied": False})
 
     @classmethod
     def from_pb(cls, m: pb2.EstimateNetworkResponse) -> "NetworkResult":
@@ -172,7 +191,10 @@ class NetworkResult:
                    layers=[LayerResult.from_pb(l).to_dict() for l in m.layers], warnings=list(m.warnings),
                    n_layers=m.n_layers, n_out_of_design_space=m.n_out_of_design_space, n_fallback=m.n_fallback,
                    model_version=m.model_version, cached=m.cached, server_time_ms=m.server_time_ms, device=m.device,
-                   name=m.name, confidence=list(m.confidence), request_id=m.request_id, error=err)
+                   name=m.name, confidence=list(m.confidence), request_id=m.request_id, error=err,
+                   uncalibrated=({"total_ms": m.uncalibrated.total_ms, "intervals": _intervals(m.uncalibrated.intervals)}
+                                 if m.HasField("uncalibrated") else None),
+                   calibration=calibration_dict(m.calibration))
 
     @property
     def ok(self) -> bool:
@@ -377,6 +399,7 @@ class EstimationClient:
                                       "ranges": {fr.feature: (fr.min, fr.max) for fr in c.ranges}}
                              for c in d.coverage},
                 "fallback_types": list(d.fallback_types), "cpu_fallback_ops": list(d.cpu_fallback_ops),
+                "calibration": calibration_dict(d.calibration), "host_warnings": list(d.host_warnings),
             })
         return out
 

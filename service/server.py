@@ -214,7 +214,8 @@ def _device_info(est: Estimator, version: str) -> pb2.DeviceInfo:
         provenance=pb2.Provenance(kind=pv.kind, source=pv.source, host=pv.host, versions=dict(pv.versions),
                                   date=pv.date),
         model_version=version, threads=int(prof.threads or 0), description=prof.description,
-        target=str(est.models.target), cpu_fallback_ops=list(prof.cpu_fallback_ops))
+        target=str(est.models.target), cpu_fallback_ops=list(prof.cpu_fallback_ops),
+        calibration=calibration_pb(est.calibration_info()), host_warnings=est.host_warnings())
     space = est.models.design_space()
     for t, d in space.items():
         cov = info.coverage.add(type=t, n_samples=int(d["n_rows"]))
@@ -264,6 +265,25 @@ def load_registry(root: str | Path, *, previous: Registry | None = None, cache_r
 
 
 # ------------------------------------------------------------------------ conversions
+
+
+def calibration_pb(info: Mapping[str, Any]) -> pb2.Calibration:
+    """A :meth:`estimator.predict.Estimator.calibration_info` (or an estimate's ``calibration``) as proto."""
+    m = pb2.Calibration(applied=bool(info.get("applied")))
+    for key in ("reason", "method", "formula", "kind", "runner", "source", "date", "validation"):
+        if info.get(key):
+            setattr(m, key, str(info[key]))
+    for key in ("n_networks",):
+        if info.get(key):
+            setattr(m, key, int(info[key]))
+    for key in ("cv_mean_abs_error_pct", "uncalibrated_mean_abs_error_pct"):
+        if info.get(key) is not None:
+            setattr(m, key, float(info[key]))
+    m.families.extend(str(f) for f in info.get("families") or ())
+    for k, v in (info.get("runner_options") or {}).items():
+        m.runner_options[str(k)] = str(v)
+    m.in_scope = bool(info.get("in_scope", False))
+    return m
 
 
 def _intervals_pb(intervals: Mapping[str, Mapping[float, tuple[float, float]]]) -> list[pb2.Interval]:
@@ -749,7 +769,11 @@ class EstimationServicer(pb2_grpc.EstimationServicer):
             device=entry.name, total_ms=float(res.total_ms), intervals=_intervals_pb(res.intervals),
             warnings=[str(w) for w in res.warnings], n_layers=res.n_layers,
             n_out_of_design_space=int(res.n_out_of_design_space), n_fallback=int(res.n_fallback),
-            model_version=entry.model_version, confidence=[float(c) for c in res.confidence], name=res.name or "")
+            model_version=entry.model_version, confidence=[float(c) for c in res.confidence], name=res.name or "",
+            calibration=calibration_pb(res.calibration))
+        if res.uncalibrated is not None:
+            resp.uncalibrated.total_ms = float(res.uncalibrated["total_ms"])
+            resp.uncalibrated.intervals.extend(_intervals_pb(res.uncalibrated["intervals"]))
         if layers is not None:
             add = resp.layers.add
             for row, layer in zip(res.layers, layers):

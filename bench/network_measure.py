@@ -1,0 +1,157 @@
+"""Whole-network measuring: the one place that times whole networks on a target.
+
+``bench calibrate`` (network rows of a profile) and ``bench networks`` (a network set to
+evaluate a profile against, ``estimator evaluate --networks DIR``) both run
+:func:`measure_networks`:
+
+1. every network is built, imported as the estimator reads it (:func:`bench.network_sources.weightless`),
+   recorded in the benchmark database (``networks`` table) and prepared on the runner in
+   the runner's format: ONNX as it is, TFLite through :mod:`bench.tflite_convert` (int8 for
+   Vela and int8 LiteRT, float32 for ``--precision fp32``), before anything is timed;
+2. the networks are timed in ``rounds`` interleaved rounds (every network once per round,
+   ``warmup`` untimed and ``runs`` timed inferences), so a slow spell of a shared machine
+   hits all networks alike; each round of each network is committed as it is taken
+   (``network_rounds``), and a run started again resumes where it stopped;
+3. a network's latency is the median of its rounds' medians; ``spread_pct`` (max / min - 1
+   of the round medians) says how much the target moved meanwhile.
+
+A cost model (Vela) is asked once per network (``rounds = runs = 1``): its whole-network
+estimate is recorded as ``kind = estimated``, never as a measurement.
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from estimator.errors import UserError
+
+from .network_sources import NetworkSpec, weightless
+from .runners.base import Prepared, Runner, RunnerError
+from .storage import Store
+
+__all__ = ["NetworkResult", "measure_networks", "runner_model", "write_network_set", "network_rows"]
+
+#: measurement protocol id of whole networks (part of the environment's settings)
+PROTOCOL = "network-v1"
+
+
+@dataclass
+class NetworkResult:
+    spec: NetworkSpec
+    measured_ms: float
+    spread_pct: float
+    p10_ms: float
+    p90_ms: float
+    rounds: int
+    runs: int
+    measured_at: str
+    round_medians_ms: list[float]
+
+
+def runner_model(runner: Runner, model: bytes, precision: str) -> bytes:
+    """``model`` (ONNX with weights) in the format ``runner`` takes."""
+    if runner.model_format == "onnx":
+        return model
+    if runner.model_format == "tflite":
+        from .tflite_models import MissingTFLiteExtraError  # noqa: PLC0415
+
+        try:
+            from .tflite_convert import convert_onnx  # noqa: PLC0415
+        except MissingTFLiteExtraError as e:
+            raise UserError(f"runner {runner.name!r} needs TFLite models: {e}") from None
+        return convert_onnx(model, "int8" if precision == "int8" else "float32")
+    raise UserError(f"runner {runner.name!r} takes {runner.model_format!r} models; whole networks can be given as "
+                    f"ONNX or TFLite only")
+
+
+def _bar(total: int, desc: str, enabled: bool) -> Any:
+    from tqdm import tqdm  # noqa: PLC0415
+
+    return tqdm(total=total, desc=desc, unit="net", disable=not enabled or total == 0, file=sys.stderr,
+                dynamic_ncols=True, leave=False)
+
+
+def measure_networks(runner: Runner, store: Store, env_id: int, specs: Sequence[NetworkSpec], *, fusion: Any,
+                     warmup: int = 5, runs: int = 20, rounds: int = 3, precision: str = "fp32",
+                     progress: bool = False, log: Callable[[str], None] | None = None) -> list[NetworkResult]:
+    """Build, record, prepare, then time ``specs`` in interleaved rounds (see the module
+    docstring); returns one result per spec, in order."""
+    if runner.provenance == "estimated":
+        warmup, runs, rounds = 0, 1, 1
+    if rounds < 1 or runs < 1 or warmup < 0:
+        raise UserError("--rounds and --runs must be >= 1, --warmup >= 0")
+    done = store.network_rounds(env_id)
+    prepared: dict[str, Prepared] = {}
+    bar = _bar(len(specs), "building", progress)
+    try:
+        for spec in specs:
+            bar.set_postfix_str(spec.name, refresh=False)
+            model = spec.build()
+            weightless(spec, model, fusion)
+            store.add_network(env_id, spec.name, spec.family, spec.source, spec.detail, spec.weightless_onnx,
+                              spec.onnx_sha256)
+            if any(r not in done.get(spec.name, {}) for r in range(rounds)):
+                try:
+                    prepared[spec.name] = runner.prepare(runner_model(runner, model, precision))
+                except (RunnerError, UserError) as e:
+                    raise UserError(f"{spec.name}: {runner.name} cannot run it: {e}") from None
+            bar.update()
+    finally:
+        bar.close()
+    todo = sum(1 for s in specs for r in range(rounds) if r not in done.get(s.name, {}))
+    if log is not None and todo < len(specs) * rounds:
+        log(f"resuming: {len(specs) * rounds - todo} of {len(specs) * rounds} network rounds already measured")
+    bar = _bar(todo, "measuring", progress)
+    try:
+        for r in range(rounds):
+            for spec in specs:
+                if r in done.get(spec.name, {}):
+                    continue
+                bar.set_postfix_str(f"round {r + 1}/{rounds} {spec.name}", refresh=False)
+                try:
+                    t = runner.time(prepared[spec.name], warmup=warmup, runs=runs)
+                except RunnerError as e:
+                    raise UserError(f"{spec.name}: {runner.name} failed timing it: {e}") from None
+                store.add_network_round(env_id, spec.name, r, t)
+                bar.update()
+    finally:
+        bar.close()
+    rounds_now = store.network_rounds(env_id)
+    out = []
+    for spec in specs:
+        got = rounds_now[spec.name]
+        meds = [got[r][0].median_ms for r in range(rounds)]
+        out.append(NetworkResult(spec=spec, measured_ms=statistics.median(meds),
+                                 spread_pct=100.0 * (max(meds) / min(meds) - 1.0) if min(meds) > 0 else 0.0,
+                                 p10_ms=statistics.median(got[r][0].p10_ms for r in range(rounds)),
+                                 p90_ms=statistics.median(got[r][0].p90_ms for r in range(rounds)),
+                                 rounds=rounds, runs=runs, measured_at=max(got[r][1] for r in range(rounds)),
+                                 round_medians_ms=meds))
+    return out
+
+
+def network_rows(results: Sequence[NetworkResult], *, runner: str, kind: str) -> list[dict[str, Any]]:
+    """Rows of ``networks.csv`` (:data:`estimator.dataset.NETWORK_COLUMNS`)."""
+    from estimator.profile import NETWORKS_DIR  # noqa: PLC0415
+
+    return [{"name": r.spec.name, "family": r.spec.family, "source": r.spec.source, "detail": r.spec.detail,
+             "onnx": f"{NETWORKS_DIR}/{r.spec.onnx_sha256[:16]}.onnx", "onnx_sha256": r.spec.onnx_sha256,
+             "measured_ms": r.measured_ms, "spread_pct": r.spread_pct, "p10_ms": r.p10_ms, "p90_ms": r.p90_ms,
+             "rounds": r.rounds, "runs": r.runs, "kind": kind, "runner": runner, "measured_at": r.measured_at}
+            for r in results]
+
+
+def write_network_set(directory: str | Path, results: Sequence[NetworkResult], *, runner: str, kind: str) -> Path:
+    """Write ``directory/networks.csv`` and ``directory/networks/*.onnx`` (weightless)."""
+    from estimator.dataset import write_network_rows  # noqa: PLC0415
+    from estimator.profile import NETWORKS_DIR, NETWORKS_FILE  # noqa: PLC0415
+
+    d = Path(directory)
+    (d / NETWORKS_DIR).mkdir(parents=True, exist_ok=True)
+    for r in results:
+        (d / NETWORKS_DIR / f"{r.spec.onnx_sha256[:16]}.onnx").write_bytes(r.spec.weightless_onnx)
+    write_network_rows(d / NETWORKS_FILE, network_rows(results, runner=runner, kind=kind))
+    return d / NETWORKS_FILE

@@ -1,0 +1,328 @@
+"""Network-level calibration: whole networks measured on the target correct the Eq. 7 total
+and calibrate the network intervals conformally.
+
+Why
+---
+The per-layer models compose (Eq. 7) and their intervals convolve (Eq. 8), but nothing in
+that chain ever meets a whole network run on the target. Measured: the ``host-cpu`` profile
+of session 7 was 25-45 % low on another VM of the same CPU model string, and 2.1-2.6x high
+on the VM of session 8; its 90 % CM_LV intervals covered none of the networks. Part of the
+gap is per-network and per-node work that a smart-padding benchmark subtracts away and that
+differs between machines. A few dozen whole networks, each timed in milliseconds on the
+target, are the cheapest truth there is; conformal prediction is made to use exactly that.
+
+Two steps, on a profile's network rows (``networks.csv``, :mod:`estimator.dataset`)
+-----------------------------------------------------------------------------------
+1. **Bias correction** of the Eq. 7 total ``p``. Candidates, simplest first
+   (:data:`METHODS`), each fitted by non-negative least squares on *relative* errors
+   (``sum ((y - yhat) / y)^2``; latencies span decades):
+
+   * ``scale``: ``yhat = a p``;
+   * ``scale+constant``: ``yhat = a p + c`` (a per-network overhead the benchmark does not
+     see: the runtime's call, input and output handling);
+   * ``scale+per-layer``: ``yhat = a p + b n + c`` (``n`` estimated layers: a per-node
+     dispatch cost that differs between the benchmark's small models and a network).
+
+   Coefficients are non-negative, so a correction never predicts a negative time. A richer
+   candidate replaces the simpler one only if its leave-family-out mean |relative error|
+   on the network rows is at least :data:`ADOPT_GAIN` (10 %) lower than the simpler one's:
+   every family (all samples of one NAS space, one zoo family, one user file) is predicted
+   by a fit that never saw it. With fewer than three families the simplest, ``scale``, is
+   used: two folds cannot show that a richer form generalises.
+
+2. **Conformal intervals**, per confidence metric ``m`` (CM_TV, CM_LV, CM_O) and level.
+   A network's *uncertainty* is the relative half-width of its Eq. 8 interval at
+   :data:`REFERENCE_CONFIDENCE`, ``u_m = (hi - lo) / (2 p)``; the nonconformity score of a
+   network row is ::
+
+       r = |ln(y / yhat)| / (u_m + beta_m),     beta_m = median of u_m over the rows
+
+   with ``yhat`` the correction's *out-of-fold* prediction (fitted without the row's own
+   family, or without the row itself when there are fewer than three families), so no
+   row scores a fit that saw it. The interval at confidence ``c`` is ::
+
+       yhat * exp(+-q_c (u_m + beta_m)),    q_c = the ceil(c (n+1))-th smallest score
+
+   (:func:`estimator.aggregate.conformal_index`, the same rule as crepes). Networks whose
+   Eq. 8 interval is wider get wider calibrated intervals; ``beta_m`` keeps networks whose
+   Eq. 8 interval happens to be narrow from getting a degenerate one. In log space the
+   interval stays positive and scales with the network. Beyond ``n / (n+1)`` conformal
+   prediction cannot bound the value with ``n`` rows: the largest score is used and the
+   estimate warns.
+
+The assumption, and what keeps its limits visible
+-------------------------------------------------
+The coverage guarantee holds for networks drawn like the calibration networks
+(exchangeable with them): calibrate on samples of the search space you search, or on
+networks like the ones you deploy. Two signals stay on when a network is not like them:
+
+* CM_O still flags layers far from the *layer* rows (``out_of_design_space``) and their
+  wider Eq. 8 CM_O spread widens the calibrated CM_O interval: calibration never hides them;
+* a network *unlike the calibration networks* (its share of predicted time per layer type
+  farther, in L1 distance, from every calibration network than any calibration network is
+  from the others, or its total outside the calibration totals' range by more than 2x) is
+  flagged ``in_scope = False`` with a warning, and its intervals are the union of the
+  calibrated interval and its Eq. 8 interval scaled by the correction.
+
+Too few rows (fewer than :data:`MIN_NETWORKS`) leave estimates uncalibrated, with a
+warning; calibration never changes an estimate silently.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .aggregate import conformal_index
+
+__all__ = ["MIN_NETWORKS", "REFERENCE_CONFIDENCE", "METHODS", "ADOPT_GAIN", "CalibrationRow", "Correction",
+           "NetworkCalibration", "CalibratedTotal", "fit_calibration", "fit_correction", "cross_validate",
+           "conformal_quantile"]
+
+#: fewer network rows than this leave a profile uncalibrated (with a warning)
+MIN_NETWORKS = 20
+#: the Eq. 8 level whose relative half-width measures a network's uncertainty
+REFERENCE_CONFIDENCE = 0.9
+#: bias corrections, simplest first: method -> the features it multiplies (p: Eq. 7 total, n: layers, 1)
+METHODS: dict[str, tuple[str, ...]] = {
+    "scale": ("p",),
+    "scale+constant": ("p", "1"),
+    "scale+per-layer": ("p", "n", "1"),
+}
+#: a richer correction must cut the leave-family-out mean |relative error| by this fraction
+ADOPT_GAIN = 0.10
+#: families needed before a richer correction can be adopted (and before scores are leave-family-out)
+MIN_FAMILIES = 3
+_METRICS = ("CM_TV", "CM_LV", "CM_O")
+
+
+@dataclass(frozen=True)
+class CalibrationRow:
+    """One whole network: its measurement and the estimator's uncalibrated view of it."""
+
+    name: str
+    family: str
+    measured_ms: float
+    predicted_ms: float  # Eq. 7 total
+    n_layers: int
+    #: metric -> relative half-width of the Eq. 8 interval at REFERENCE_CONFIDENCE
+    spread: Mapping[str, float]
+    #: layer type -> share of the predicted total
+    shares: Mapping[str, float] = field(default_factory=dict)
+
+
+def _features(method: str, p: np.ndarray, n: np.ndarray) -> np.ndarray:
+    cols = {"p": p, "n": n, "1": np.ones_like(p)}
+    return np.stack([cols[f] for f in METHODS[method]], axis=1)
+
+
+@dataclass(frozen=True)
+class Correction:
+    """A fitted bias correction ``yhat = coef . features``."""
+
+    method: str
+    coef: tuple[float, ...]
+
+    def predict(self, p: float | np.ndarray, n: float | np.ndarray) -> Any:
+        pa = np.asarray(p, dtype=float)
+        na = np.asarray(n, dtype=float)
+        x = _features(self.method, np.atleast_1d(pa), np.atleast_1d(np.broadcast_to(na, pa.shape)))
+        out = x @ np.asarray(self.coef)
+        return float(out[0]) if pa.ndim == 0 else out
+
+    def describe(self) -> str:
+        parts = []
+        for f, c in zip(METHODS[self.method], self.coef):
+            parts.append({"p": f"{c:.4g} x Eq. 7 total", "n": f"{c * 1e3:.4g} us per layer",
+                          "1": f"{c:.4g} ms"}[f])
+        return " + ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"method": self.method, "coefficients": dict(zip(METHODS[self.method], self.coef)),
+                "formula": self.describe()}
+
+
+def fit_correction(method: str, measured: np.ndarray, predicted: np.ndarray, n_layers: np.ndarray) -> Correction:
+    """Non-negative least squares on relative errors (see the module docstring)."""
+    from scipy.optimize import nnls  # noqa: PLC0415 (scipy comes with scikit-learn)
+
+    y = np.asarray(measured, dtype=float)
+    x = _features(method, np.asarray(predicted, dtype=float), np.asarray(n_layers, dtype=float))
+    coef, _ = nnls(x / y[:, None], np.ones_like(y))
+    if coef[0] <= 0:  # all of the time in the overheads: not a correction of the estimate
+        coef = np.zeros_like(coef)
+        coef[0] = float(np.sum(x[:, 0] / y) / np.sum((x[:, 0] / y) ** 2))
+    return Correction(method, tuple(float(c) for c in coef))
+
+
+def _folds(families: Sequence[str]) -> tuple[list[np.ndarray], str]:
+    """Held-out index sets: one per family (leave-family-out) when there are at least
+    MIN_FAMILIES families, else one per row (leave-one-out)."""
+    fams = list(dict.fromkeys(families))
+    if len(fams) >= MIN_FAMILIES:
+        arr = np.asarray(families)
+        return [np.flatnonzero(arr == f) for f in fams], "leave-family-out"
+    return [np.array([i]) for i in range(len(families))], "leave-one-out"
+
+
+def cross_validate(rows: Sequence[CalibrationRow], method: str, folds: list[np.ndarray] | None = None
+                   ) -> np.ndarray:
+    """Out-of-fold predictions of ``method`` for every row (``folds`` default: :func:`_folds`)."""
+    y = np.array([r.measured_ms for r in rows])
+    p = np.array([r.predicted_ms for r in rows])
+    n = np.array([r.n_layers for r in rows], dtype=float)
+    folds = folds if folds is not None else _folds([r.family for r in rows])[0]
+    out = np.empty_like(y)
+    for held in folds:
+        train = np.setdiff1d(np.arange(len(rows)), held)
+        if train.size == 0:
+            raise ValueError("a fold holds every row")
+        out[held] = fit_correction(method, y[train], p[train], n[train]).predict(p[held], n[held])
+    return out
+
+
+def conformal_quantile(scores: np.ndarray, confidence: float) -> tuple[float, bool]:
+    """The conformal quantile of sorted ``scores`` at ``confidence``: the
+    ``ceil(confidence (n+1))``-th smallest, and whether ``n`` scores certify it (when they
+    do not, the largest score, flagged False)."""
+    s = np.sort(np.asarray(scores, dtype=float))
+    n = s.size
+    certified = math.ceil(confidence * (n + 1) - 1e-12) <= n
+    return float(s[conformal_index(n, confidence)]), certified
+
+
+def _mean_abs_rel(pred: np.ndarray, y: np.ndarray) -> float:
+    return float(np.mean(np.abs(pred - y) / y))
+
+
+def _l1(a: Mapping[str, float], b: Mapping[str, float]) -> float:
+    return float(sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in set(a) | set(b)))
+
+
+@dataclass
+class CalibratedTotal:
+    total_ms: float
+    #: metric -> confidence -> (lower, upper)
+    intervals: dict[str, dict[float, tuple[float, float]]]
+    in_scope: bool
+    #: confidences the rows cannot certify (largest score used)
+    uncertified: list[float]
+    nearest: str = ""
+    distance: float = 0.0
+
+
+@dataclass
+class NetworkCalibration:
+    """A fitted network calibration (see the module docstring)."""
+
+    correction: Correction
+    #: metric -> sorted nonconformity scores
+    scores: dict[str, np.ndarray]
+    #: metric -> beta (the floor added to a network's relative spread)
+    floor: dict[str, float]
+    #: the calibration networks' composition, for the scope check
+    names: list[str]
+    shares: list[Mapping[str, float]]
+    totals: tuple[float, float]  # (min, max) Eq. 7 totals of the rows
+    max_nn: float  # largest leave-one-out nearest-neighbour distance among the rows
+    report: dict[str, Any]
+
+    @property
+    def n(self) -> int:
+        return len(self.names)
+
+    def _scope(self, predicted_ms: float, shares: Mapping[str, float]) -> tuple[bool, str, float]:
+        d = [_l1(shares, s) for s in self.shares]
+        i = int(np.argmin(d))
+        lo, hi = self.totals
+        in_range = lo / 2 <= predicted_ms <= hi * 2
+        return (d[i] <= self.max_nn + 1e-12 and in_range), self.names[i], float(d[i])
+
+    def apply(self, predicted_ms: float, n_layers: int, intervals: Mapping[str, Mapping[float, tuple[float, float]]],
+              shares: Mapping[str, float], confidences: Sequence[float]) -> CalibratedTotal:
+        """Calibrate one network's Eq. 7 total and Eq. 8 ``intervals`` (which must hold
+        :data:`REFERENCE_CONFIDENCE` for every metric) at ``confidences``."""
+        yhat = float(self.correction.predict(predicted_ms, n_layers))
+        factor = yhat / predicted_ms if predicted_ms > 0 else 1.0
+        in_scope, nearest, dist = self._scope(predicted_ms, shares)
+        out: dict[str, dict[float, tuple[float, float]]] = {}
+        uncertified: set[float] = set()
+        for m, scores in self.scores.items():
+            lo_r, hi_r = intervals[m][REFERENCE_CONFIDENCE]
+            u = (hi_r - lo_r) / (2.0 * predicted_ms) if predicted_ms > 0 else 0.0
+            width = u + self.floor[m]
+            out[m] = {}
+            for c in confidences:
+                q, ok = conformal_quantile(scores, c)
+                if not ok:
+                    uncertified.add(float(c))
+                lo, hi = yhat * math.exp(-q * width), yhat * math.exp(q * width)
+                if not in_scope:
+                    lo_u, hi_u = intervals[m][c]
+                    lo, hi = min(lo, lo_u * factor), max(hi, hi_u * factor)
+                out[m][float(c)] = (lo, hi)
+        return CalibratedTotal(yhat, out, in_scope, sorted(uncertified), nearest, dist)
+
+
+def _nn_distances(shares: Sequence[Mapping[str, float]]) -> np.ndarray:
+    n = len(shares)
+    out = np.full(n, np.inf)
+    for i in range(n):
+        for j in range(n):
+            if i != j:
+                out[i] = min(out[i], _l1(shares[i], shares[j]))
+    return out
+
+
+def fit_calibration(rows: Sequence[CalibrationRow], info: Mapping[str, Any] | None = None) -> NetworkCalibration:
+    """Select and fit the correction, then the conformal scores (see the module docstring).
+    Needs at least two rows (:data:`MIN_NETWORKS` is the caller's policy)."""
+    rows = [r for r in rows if r.predicted_ms > 0 and r.measured_ms > 0]
+    if len(rows) < 2:
+        raise ValueError(f"network calibration needs at least 2 usable rows, got {len(rows)}")
+    y = np.array([r.measured_ms for r in rows])
+    p = np.array([r.predicted_ms for r in rows])
+    n = np.array([r.n_layers for r in rows], dtype=float)
+    families = [r.family for r in rows]
+    folds, scheme = _folds(families)
+    n_fam = len(set(families))
+    cv = {m: cross_validate(rows, m, folds) for m in METHODS}
+    cv_err = {m: _mean_abs_rel(pred, y) for m, pred in cv.items()}
+    chosen = "scale"
+    if n_fam >= MIN_FAMILIES:
+        for m in list(METHODS)[1:]:
+            if cv_err[m] <= (1.0 - ADOPT_GAIN) * cv_err[chosen]:
+                chosen = m
+    correction = fit_correction(chosen, y, p, n)
+    oof = cv[chosen]
+    scores: dict[str, np.ndarray] = {}
+    floor: dict[str, float] = {}
+    metrics = [m for m in _METRICS if all(m in r.spread for r in rows)]
+    for m in metrics:
+        u = np.array([r.spread[m] for r in rows])
+        floor[m] = float(np.median(u))
+        scores[m] = np.sort(np.abs(np.log(y / oof)) / (u + floor[m]))
+    nn = _nn_distances([r.shares for r in rows])
+    by_family: dict[str, dict[str, Any]] = {}
+    for f in dict.fromkeys(families):
+        idx = [i for i, g in enumerate(families) if g == f]
+        by_family[f] = {"n": len(idx),
+                        "uncalibrated_mean_abs_error_pct": 100 * _mean_abs_rel(p[idx], y[idx]),
+                        "calibrated_mean_abs_error_pct": 100 * _mean_abs_rel(oof[idx], y[idx])}
+    report = {
+        **dict(info or {}),
+        "n_networks": len(rows),
+        "families": by_family,
+        "validation": scheme,
+        "method": chosen,
+        "correction": correction.to_dict(),
+        "bias_pct": 100.0 * (float(np.median(y / p)) - 1.0),
+        "uncalibrated_mean_abs_error_pct": 100 * _mean_abs_rel(p, y),
+        "cv_mean_abs_error_pct": {m: 100 * e for m, e in cv_err.items()},
+        "adopt_gain": ADOPT_GAIN,
+    }
+    return NetworkCalibration(correction=correction, scores=scores, floor=floor, names=[r.name for r in rows],
+                              shares=[dict(r.shares) for r in rows], totals=(float(p.min()), float(p.max())),
+                              max_nn=float(nn.max()) if np.isfinite(nn).any() else 0.0, report=report)
