@@ -46,6 +46,13 @@ def register(sub: Any) -> None:
     p.add_argument("--ca-cert", default=None, metavar="PEM", help="root certificate(s): TLS to --service")
     p.add_argument("--profiles", default=None, metavar="DIR",
                    help="profiles directory of the in-process service (default: CL_PROFILES or profiles/)")
+    p.add_argument("--calibrate", type=int, default=0, metavar="N",
+                   help="first measure N samples of the search space whole on this machine with the device's runner "
+                        "and calibrate the device's profile on them (bench calibrate; written to OUT/profiles, "
+                        "measurements in OUT/calibration.sqlite); in-process service only; 0 = off")
+    p.add_argument("--calibrate-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="runner option for --calibrate, e.g. threads=2 or agent=HOST:PORT (default: the profile's "
+                        "threads); repeatable")
     p.add_argument("--storage", default=None, metavar="URL",
                    help="Optuna storage URL (default sqlite:///OUT/nas.db; postgresql://user@host/db for workers "
                         "on several machines)")
@@ -108,7 +115,8 @@ def cmd_search(args: argparse.Namespace) -> int:
                         token=args.token, ca_cert=args.ca_cert, profiles=args.profiles, storage=args.storage,
                         study=args.study, out=Path(args.out), patience=args.patience, seed=args.seed,
                         heartbeat_s=args.heartbeat, progress=not args.no_progress,
-                        connect_timeout_s=args.connect_timeout)
+                        connect_timeout_s=args.connect_timeout, calibrate=args.calibrate,
+                        calibrate_options=_options(args.calibrate_option, "--calibrate-option"))
     import torch  # noqa: PLC0415
 
     threads = torch.get_num_threads()

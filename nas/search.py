@@ -49,6 +49,10 @@ class SearchRequest:
     progress: bool = True
     connect_timeout_s: float = 15.0
     n_startup_trials: int = 10
+    #: measure this many space samples on this machine and calibrate the device on them first
+    calibrate: int = 0
+    #: runner options of that measurement (threads, agent, ...)
+    calibrate_options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -144,6 +148,42 @@ def connect(req: SearchRequest, stack: list[Any]) -> Any:
     return client
 
 
+def calibrate_device(req: SearchRequest, err: TextIO) -> Path:
+    """``--calibrate N``: measure N samples of the search space whole with the device's runner
+    (:mod:`bench.calibrate`, resumable in ``OUT/calibration.sqlite``) and write the calibrated
+    profile, under the device's own name, to ``OUT/profiles`` (returned: the in-process
+    service's profiles directory)."""
+    from bench.calibrate import bias, measure, runner_defaults, write_calibrated_profile  # noqa: PLC0415
+    from bench.cmd_run import make_runner  # noqa: PLC0415
+    from bench.network_sources import space_specs  # noqa: PLC0415
+    from estimator.profile import load_profile  # noqa: PLC0415
+
+    s = req.settings
+    if req.service:
+        raise UserError("--calibrate writes a calibrated profile for the in-process service; against --service, "
+                        "calibrate with `bench calibrate` where that service runs and reload it")
+    if req.calibrate < 2:
+        raise UserError(f"--calibrate needs at least 2 networks (20 or more to calibrate), got {req.calibrate}")
+    base = load_profile(s.device, req.profiles)
+    given = {**runner_defaults(base.runner, base), **req.calibrate_options}
+    specs = space_specs([s.space], req.calibrate, seed=req.seed or 0, options={s.space: s.space_options})
+    out = Path(req.out)
+    print(f"calibrating {s.device} on {req.calibrate} samples of {s.space} ({base.runner}, "
+          f"{', '.join(f'{k} {v}' for k, v in sorted(given.items())) or 'default options'}) ...", file=err)
+    m = measure(s.device, make_runner(base.runner, given), specs, fusion=base.fusion_rules(),
+                db=out / "calibration.sqlite", options=given, progress=req.progress,
+                log=lambda text: print(f"nas: {text}", file=err))
+    med = bias(base, m.results)[0]
+    cal = write_calibrated_profile(base, s.device, out / "profiles", m, replace=True,
+                                   command=f"nas search --calibrate {req.calibrate}")
+    how = (f"{cal.info['method']} ({cal.info['formula']}), {cal.info['validation']} mean |error| "
+           f"{cal.info['cv_mean_abs_error_pct']:.1f} %" if cal.info.get("applied")
+           else f"not calibrated: {cal.info.get('reason')}")
+    print(f"calibrated {s.device} in {m.seconds:.0f} s: measured/predicted {med:.3f} (median over "
+          f"{len(m.results)} samples); {how}; profile in {cal.path}", file=err)
+    return cal.path.parent
+
+
 def _service_name(where: str) -> str:
     return "the in-process estimation service" if where == "in-process" else f"the estimation service at {where}"
 
@@ -231,6 +271,8 @@ def run_search(req: SearchRequest, *, err: TextIO | None = None, out: TextIO | N
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # failures are reported one line each, below
     try:
+        if req.calibrate:
+            req.profiles = str(calibrate_device(req, err))
         client = connect(req, stack)
         check_device(client, s.device, where)
         storage = open_storage(url, heartbeat_interval=req.heartbeat_s)

@@ -127,26 +127,40 @@ def test_unknown_device_is_one_line_error(env, capsys):
     assert rc == 2 and "confidence" in capsys.readouterr().err
 
 
-def test_evaluate_measures_and_compares(env, capsys):
+def test_evaluate_compares_with_networks_bench_measured(env, capsys):
+    """bench measures whole networks (three interleaved rounds); estimator evaluate reads them."""
+    bench_cli = pytest.importorskip("bench.cli")
+    held = env["tmp"] / "held"
+    assert bench_cli.main(["networks", "--device", "tiny-cpu", "--root", str(env["root"]), "--zoo",
+                           "mobilenet_v2@64,squeezenet@64", "--runs", "3", "--warmup", "1", "--rounds", "3",
+                           "--db", str(env["tmp"] / "held.sqlite"), "--out", str(held), "--no-progress"]) == 0
+    capsys.readouterr()
+    from estimator.profile import read_network_set
+
+    rows = {r["name"]: r for r in read_network_set(held)}
     png = env["tmp"] / "eval.png"
-    rc = _estimator(["evaluate", "--device", "tiny-cpu", "--profiles", str(env["root"]),
-                     "--networks", "mobilenet_v2,squeezenet", "--resolution", "64", "--runs", "3", "--warmup", "1",
-                     "--rounds", "3", "--target", "both", "--json", "--plot", str(png)])
+    rc = _estimator(["evaluate", "--device", "tiny-cpu", "--profiles", str(env["root"]), "--networks", str(held),
+                     "--target", "both", "--json", "--plot", str(png)])
     captured = capsys.readouterr()
     assert rc == 0, captured.err
     doc = json.loads(captured.out)
+    assert set(doc["results"]) == {"lum", "single"}  # not calibrated: no uncalibrated twin
     for target in ("lum", "single"):
         res = doc["results"][target]
-        assert set(res["networks"]) == {"mobilenet_v2", "squeezenet"}
-        for r in res["networks"].values():
-            assert r["measured_ms"] > 0 and r["predicted_ms"] > 0
+        assert set(res["networks"]) == {"zoo:mobilenet_v2@64", "zoo:squeezenet@64"}
+        for name, r in res["networks"].items():
+            assert r["measured_ms"] == rows[name]["measured_ms"] and r["predicted_ms"] > 0
             assert r["error_pct"] == pytest.approx(100 * (r["predicted_ms"] - r["measured_ms"]) / r["measured_ms"])
         s = res["summary"]["metrics"]["CM_LV"]["0.9"]
         assert 0 <= s["coverage"] <= 1 and s["mean_rel_width"] >= 0
-    for name, t in doc["timing"].items():  # three interleaved rounds, the median of their medians
-        m = sorted(t["round_medians_ms"])
-        assert t["rounds"] == 3 and len(m) == 3 and doc["results"]["lum"]["networks"][name]["measured_ms"] == m[1]
-        assert t["spread_pct"] == pytest.approx(100 * (m[2] / m[0] - 1))
+    import sqlite3
+
+    con = sqlite3.connect(str(env["tmp"] / "held.sqlite"))
+    for name, r in rows.items():  # three interleaved rounds, the median of their medians
+        m = sorted(x[0] for x in con.execute("SELECT median_ms FROM network_rounds WHERE name=?", (name,)))
+        assert r["rounds"] == 3 and len(m) == 3 and r["measured_ms"] == m[1]
+        assert r["spread_pct"] == pytest.approx(100 * (m[2] / m[0] - 1))
+    con.close()
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 

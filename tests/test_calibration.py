@@ -1,0 +1,362 @@
+"""Network-level calibration (issue 18): the math on hand-computed cases, then `bench
+calibrate` / `bench networks` end to end on ONNX Runtime with a small real profile measured
+here, the calibrated estimates through the CLI and the gRPC service, the warnings, bad input,
+and a resume after SIGKILL."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from estimator.calibration import (MIN_NETWORKS, REFERENCE_CONFIDENCE, CalibrationRow, conformal_quantile,
+                                   cross_validate, fit_calibration, fit_correction)
+from estimator.cliutil import run
+from estimator.errors import UserError
+
+from .service_support import DEVICE, profile_set
+
+METRICS = ("CM_TV", "CM_LV", "CM_O")
+
+
+# ------------------------------------------------------------------------------- math
+
+
+def test_conformal_quantile_hand_computed():
+    scores = np.array([0.5, 0.1, 0.9, 0.3, 0.7, 0.2, 1.0, 0.4, 0.8, 0.6])  # 10 scores, 0.1 .. 1.0
+    # the ceil(c (n+1))-th smallest of n = 10: c = 0.9 -> ceil(9.9) = 10th -> 1.0
+    assert conformal_quantile(scores, 0.9) == (1.0, True)
+    assert conformal_quantile(scores, 0.8) == (0.9, True)  # ceil(8.8) = 9th
+    assert conformal_quantile(scores, 0.5) == (0.6, True)  # ceil(5.5) = 6th
+    # ceil(0.95 * 11) = 11 > 10: ten scores cannot certify 95 %: the largest, flagged
+    assert conformal_quantile(scores, 0.95) == (1.0, False)
+
+
+def test_fit_correction_recovers_scale_and_overheads():
+    rng = np.random.default_rng(0)
+    p = rng.uniform(0.5, 50.0, 30)
+    n = rng.integers(20, 200, 30).astype(float)
+    y = 0.5 * p + 0.3
+    c = fit_correction("scale+constant", y, p, n)
+    assert c.coef == pytest.approx((0.5, 0.3), rel=1e-9)
+    y2 = 0.7 * p + 2e-3 * n + 0.1
+    c2 = fit_correction("scale+per-layer", y2, p, n)
+    assert c2.coef == pytest.approx((0.7, 2e-3, 0.1), rel=1e-7)
+    assert c2.predict(10.0, 100) == pytest.approx(0.7 * 10 + 0.2 + 0.1)
+    # coefficients stay non-negative: a negative overhead is not fitted, the scale absorbs it
+    y3 = 0.5 * p - 0.2
+    c3 = fit_correction("scale+constant", y3, p, n)
+    assert c3.coef[1] == 0.0 and c3.coef[0] > 0
+
+
+def _rows(y: np.ndarray, p: np.ndarray, families: list[str], spread: float = 0.2) -> list[CalibrationRow]:
+    return [CalibrationRow(name=f"net{i}", family=families[i], measured_ms=float(y[i]), predicted_ms=float(p[i]),
+                           n_layers=50, spread={m: spread for m in METRICS}, shares={"conv2d": 1.0})
+            for i in range(len(y))]
+
+
+def test_richer_correction_only_when_leave_family_out_says_so():
+    rng = np.random.default_rng(1)
+    p = rng.uniform(0.3, 30.0, 30)
+    y = (0.6 * p + 0.8) * np.exp(rng.normal(0, 0.02, 30))  # a real per-network overhead
+    fams = [f"f{i % 3}" for i in range(30)]
+    cal = fit_calibration(_rows(y, p, fams))
+    assert cal.report["validation"] == "leave-family-out"
+    assert cal.correction.method in ("scale+constant", "scale+per-layer")
+    cv = cal.report["cv_mean_abs_error_pct"]
+    assert cv[cal.correction.method] <= 0.9 * cv["scale"]
+    # the same data in two families: leave-family-out cannot show a richer form generalises
+    cal2 = fit_calibration(_rows(y, p, [f"f{i % 2}" for i in range(30)]))
+    assert cal2.correction.method == "scale" and cal2.report["validation"] == "leave-one-out"
+    # a pure scale: no richer candidate wins by 10 %
+    y3 = 0.6 * p * np.exp(rng.normal(0, 0.03, 30))
+    assert fit_calibration(_rows(y3, p, fams)).correction.method == "scale"
+
+
+def test_scores_are_out_of_fold_and_intervals_hand_computed():
+    p = np.array([1.0, 2.0, 4.0, 8.0] * 5)
+    ratios = np.array([0.50, 0.52, 0.48, 0.55, 0.45] * 4)
+    y = p * ratios
+    fams = ["a", "b", "c", "d"] * 5
+    rows = _rows(y, p, fams, spread=0.1)
+    cal = fit_calibration(rows)
+    assert cal.correction.method == "scale"
+    oof = cross_validate(rows, "scale")
+    floor = 0.1  # the median spread
+    expected = np.sort(np.abs(np.log(y / oof)) / (0.1 + floor))
+    np.testing.assert_allclose(cal.scores["CM_LV"], expected)
+    # a new network predicted 10 ms with an Eq. 8 CM_LV 0.9 interval [8, 12] (u = 0.2)
+    ivs = {m: {REFERENCE_CONFIDENCE: (8.0, 12.0), 0.8: (8.5, 11.5)} for m in METRICS}
+    res = cal.apply(10.0, 50, ivs, {"conv2d": 1.0}, [0.8, 0.9])
+    a = cal.correction.coef[0]
+    assert res.total_ms == pytest.approx(10 * a)
+    for c in (0.8, 0.9):
+        q, ok = conformal_quantile(expected, c)
+        assert ok
+        lo, hi = res.intervals["CM_LV"][c]
+        assert lo == pytest.approx(10 * a * math.exp(-q * (0.2 + floor)))
+        assert hi == pytest.approx(10 * a * math.exp(q * (0.2 + floor)))
+    assert res.in_scope and not res.uncertified
+
+
+def test_out_of_scope_network_gets_the_union_and_a_flag():
+    rng = np.random.default_rng(2)
+    p = rng.uniform(1, 10, 24)
+    y = 0.5 * p * np.exp(rng.normal(0, 0.02, 24))
+    rows = [CalibrationRow(f"n{i}", f"f{i % 3}", float(y[i]), float(p[i]), 40, {m: 0.1 for m in METRICS},
+                           {"conv2d": 0.8 + 0.01 * (i % 5), "add": 0.2 - 0.01 * (i % 5)}) for i in range(24)]
+    cal = fit_calibration(rows)
+    ivs = {m: {0.9: (3.0, 20.0)} for m in METRICS}
+    inside = cal.apply(5.0, 40, ivs, {"conv2d": 0.81, "add": 0.19}, [0.9])
+    outside = cal.apply(5.0, 40, ivs, {"resize": 0.7, "conv2d": 0.3}, [0.9])
+    assert inside.in_scope and not outside.in_scope and outside.nearest
+    f = outside.total_ms / 5.0
+    lo, hi = outside.intervals["CM_LV"][0.9]
+    assert lo == pytest.approx(min(inside.intervals["CM_LV"][0.9][0], 3.0 * f))
+    assert hi == pytest.approx(max(inside.intervals["CM_LV"][0.9][1], 20.0 * f))
+    huge = cal.apply(5000.0, 40, {m: {0.9: (4000.0, 6000.0)} for m in METRICS}, {"conv2d": 0.81, "add": 0.19}, [0.9])
+    assert not huge.in_scope  # the total is far outside the calibration networks' range
+
+
+# ------------------------------------------------------------------------ end to end
+
+SPACE_ARGS = ["--space", "mobilenet", "--space-option", "resolutions=[64]", "--space-option", "max_depth=1",
+              "--space-option", "widths=[0.5]", "--rounds", "1", "--runs", "3", "--warmup", "1", "--no-progress"]
+
+
+def _bench(argv: list[str]) -> int:
+    return run("bench", "test", ["bench.cmd_calibrate"], argv)
+
+
+def _estimator(argv: list[str]) -> int:
+    return run("estimator", "test", ["estimator.cmd_model"], argv)
+
+
+@pytest.fixture(scope="module")
+def cal(tmp_path_factory):
+    """The tiny real profile, calibrated on 20 space samples measured here, in a root of its own."""
+    ps = profile_set(tmp_path_factory)
+    base = tmp_path_factory.mktemp("calibration")
+    root = base / "profiles"
+    shutil.copytree(ps.root / DEVICE, root / DEVICE)
+    os.environ["CL_CACHE_DIR"] = str(ps.cache)
+    rc = _bench(["calibrate", "--device", DEVICE, "--name", "tiny-cal", "--root", str(root), "--networks", "20",
+                 "--db", str(base / "cal.sqlite"), *SPACE_ARGS])
+    assert rc == 0
+    rc = _bench(["networks", "--device", DEVICE, "--root", str(root), "--networks", "4", "--seed", "7",
+                 "--zoo", "mobilenet_v2@64", "--db", str(base / "cal.sqlite"), "--out", str(base / "held"),
+                 *SPACE_ARGS])
+    assert rc == 0
+    return {"root": root, "base": base, "cache": ps.cache}
+
+
+@pytest.fixture(autouse=True)
+def _cache_env(request, monkeypatch):
+    if "cal" in request.fixturenames:
+        monkeypatch.setenv("CL_CACHE_DIR", str(request.getfixturevalue("cal")["cache"]))
+
+
+def test_bench_calibrate_writes_a_calibrated_profile(cal, capsys):
+    from estimator.profile import load_profile
+
+    prof = load_profile("tiny-cal", cal["root"])
+    base = load_profile(DEVICE, cal["root"])
+    assert prof.measurements_path.read_bytes() == base.measurements_path.read_bytes()  # layer rows unchanged
+    rows = prof.network_rows()
+    assert len(rows) == 20 and all(r["kind"] == "measured" and r["runner"] == "onnxruntime" for r in rows)
+    assert all(r["measured_ms"] > 0 and r["rounds"] == 1 and r["runs"] == 3 for r in rows)
+    assert {r["family"] for r in rows} == {"space:mobilenet"}
+    assert all(r["detail"]["params"] and r["detail"]["space"] == "mobilenet" for r in rows)
+    c = prof.calibration
+    assert c["kind"] == "measured" and c["runner"] == "onnxruntime" and c["base"] == DEVICE
+    assert c["fingerprint"]["host"]["cpu_count"] == os.cpu_count()
+    assert "onnxruntime" in c["fingerprint"]["runtime"]["versions"]
+    assert "20 whole networks" in c["source"]
+
+
+def test_calibrated_estimate_through_the_cli(cal, capsys):
+    model = cal["base"] / "held" / "networks"
+    onnx = next(model.glob("*.onnx"))
+    assert _estimator(["predict", str(onnx), "--device", "tiny-cal", "--profiles", str(cal["root"]), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["calibration"]["applied"] and doc["calibration"]["n_networks"] == 20
+    assert doc["calibration"]["method"] == "scale"  # one family: no richer correction can be validated
+    unc = doc["uncalibrated"]
+    assert unc["total_ms"] > 0 and doc["total_ms"] != unc["total_ms"]
+    lo, hi = doc["intervals"]["CM_LV"]["0.9"]
+    assert lo < doc["total_ms"] < hi
+    a = float(doc["calibration"]["formula"].split(" x ")[0])
+    assert doc["total_ms"] == pytest.approx(a * unc["total_ms"], rel=1e-3)
+    # the table says which values are calibrated and keeps the Eq. 7/8 ones
+    assert _estimator(["predict", str(onnx), "--device", "tiny-cal", "--profiles", str(cal["root"])]) == 0
+    out = capsys.readouterr().out
+    assert "calibrated on 20 whole networks" in out and "uncalibrated (Eq. 7/8" in out
+    assert _estimator(["devices", "--profiles", str(cal["root"])]) == 0
+    out = capsys.readouterr().out
+    assert "20 networks, measured by onnxruntime" in out
+
+
+def test_evaluate_on_held_out_networks_and_in_sample_guard(cal, capsys):
+    held = cal["base"] / "held"
+    assert _estimator(["evaluate", "--device", "tiny-cal", "--profiles", str(cal["root"]), "--networks", str(held),
+                       "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc["results"]) == {"lum", "lum uncalibrated"}
+    nets = doc["results"]["lum"]["networks"]
+    assert len(nets) == 5 and "zoo:mobilenet_v2@64" in nets
+    for n, r in nets.items():
+        u = doc["results"]["lum uncalibrated"]["networks"][n]
+        assert r["measured_ms"] == u["measured_ms"] and r["predicted_ms"] != u["predicted_ms"]
+    assert doc["results"]["lum"]["summary"]["families"]["zoo:mobilenet_v2"]["n"] == 1
+    # the profile's own rows are in-sample: all left out, and said so
+    rc = _estimator(["evaluate", "--device", "tiny-cal", "--profiles", str(cal["root"]), "--networks",
+                     str(cal["root"] / "tiny-cal")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "left out (in-sample)" in err and "every network given is in tiny-cal's calibration set" in err
+
+
+def test_service_answers_calibrated_with_uncalibrated_beside(cal):
+    from service.client import EstimationClient
+    from service.server import EmbeddedServer
+
+    onnx = next((cal["base"] / "held" / "networks").glob("*.onnx")).read_bytes()
+    with EmbeddedServer(cal["root"], cache_root=cal["cache"]) as srv:
+        with EstimationClient(srv.address) as client:
+            devs = {d["name"]: d for d in client.list_devices()}
+            assert devs["tiny-cal"]["calibration"]["applied"] and devs["tiny-cal"]["calibration"]["n_networks"] == 20
+            assert devs[DEVICE]["calibration"] == {"applied": False, "reason": devs[DEVICE]["calibration"]["reason"]}
+            r = client.estimate_network(onnx, "tiny-cal", confidence=(0.8, 0.9), per_layer=False)
+            assert r.calibration["applied"] and r.uncalibrated is not None
+            assert set(r.uncalibrated["intervals"]["CM_LV"]) == {0.8, 0.9}
+            assert r.total_ms != r.uncalibrated["total_ms"]
+            lo8, hi8 = r.interval("CM_LV", 0.8)
+            lo9, hi9 = r.interval("CM_LV", 0.9)
+            assert lo9 <= lo8 < hi8 <= hi9
+            plain = client.estimate_network(onnx, DEVICE, per_layer=False)
+            assert plain.uncalibrated is None and not plain.calibration["applied"]
+            assert plain.total_ms == pytest.approx(r.uncalibrated["total_ms"])
+
+
+def test_too_few_rows_warn_and_stay_uncalibrated(cal, tmp_path):
+    from estimator.dataset import read_network_rows, write_network_rows
+    from estimator.predict import Estimator
+    from estimator.profile import load_profile
+
+    root = tmp_path / "profiles"
+    shutil.copytree(cal["root"] / "tiny-cal", root / "tiny-few")
+    meta = json.loads((root / "tiny-few" / "profile.json").read_text())
+    meta["name"] = "tiny-few"
+    (root / "tiny-few" / "profile.json").write_text(json.dumps(meta))
+    rows = read_network_rows(root / "tiny-few" / "networks.csv")[: MIN_NETWORKS - 5]
+    write_network_rows(root / "tiny-few" / "networks.csv", rows)
+    est = Estimator.from_profile(load_profile("tiny-few", root))
+    onnx = next((cal["base"] / "held" / "networks").glob("*.onnx"))
+    r = est.estimate_network(onnx, per_layer=False)
+    assert r.uncalibrated is None and not r.calibration["applied"]
+    assert any(f"has {MIN_NETWORKS - 5} network rows; calibration needs at least {MIN_NETWORKS}" in w
+               for w in r.warnings)
+
+
+def test_fingerprint_mismatch_names_the_difference(cal, tmp_path):
+    from estimator.predict import Estimator
+    from estimator.profile import load_profile
+
+    root = tmp_path / "profiles"
+    shutil.copytree(cal["root"] / "tiny-cal", root / "tiny-elsewhere")
+    meta = json.loads((root / "tiny-elsewhere" / "profile.json").read_text())
+    meta["name"] = "tiny-elsewhere"
+    fpr = meta["calibration"]["fingerprint"]
+    fpr["host"]["cpu_model"] = "Some Other CPU 9000"
+    fpr["runtime"]["versions"]["onnxruntime"] = "0.0.1"
+    (root / "tiny-elsewhere" / "profile.json").write_text(json.dumps(meta))
+    est = Estimator.from_profile(load_profile("tiny-elsewhere", root))
+    onnx = next((cal["base"] / "held" / "networks").glob("*.onnx"))
+    w = [x for x in est.estimate_network(onnx, per_layer=False).warnings if "calibrated on another" in x]
+    assert len(w) == 1 and "CPU Some Other CPU 9000 there" in w[0] and "onnxruntime 0.0.1 there" in w[0]
+    assert "bench calibrate" in w[0]
+    # the same profile with this machine's fingerprint: no warning
+    same = Estimator.from_profile(load_profile("tiny-cal", cal["root"]))
+    assert not [x for x in same.estimate_network(onnx, per_layer=False).warnings if "another" in x]
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--space", "nosuch"], "--space nosuch"),
+    (["--zoo", "alexnet"], "unknown network 'alexnet'"),
+    (["--onnx", "EMPTY_DIR"], "holds no .onnx file"),
+    (["--onnx", "BAD_FILE"], "onnx:broken"),
+    (["--networks", "3", "--zoo", "mobilenet_v2"], "--networks counts space samples"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(cal, tmp_path, capsys, argv, msg):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    bad = tmp_path / "broken.onnx"
+    bad.write_bytes(b"\x08\x07not an onnx model")
+    argv = [str(empty) if a == "EMPTY_DIR" else str(bad) if a == "BAD_FILE" else a for a in argv]
+    before = sorted(p.name for p in cal["root"].iterdir())
+    rc = _bench(["calibrate", "--device", DEVICE, "--name", "tiny-bad", "--root", str(cal["root"]),
+                 "--db", str(tmp_path / "bad.sqlite"), "--no-progress", *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and msg in err and "Traceback" not in err and len(err.strip().splitlines()) <= 2, err
+    assert sorted(p.name for p in cal["root"].iterdir()) == before  # no profile, no leftovers
+
+
+def test_existing_profile_needs_replace(cal, capsys):
+    rc = _bench(["calibrate", "--device", DEVICE, "--name", "tiny-cal", "--root", str(cal["root"]), *SPACE_ARGS])
+    assert rc == 2 and "give --replace" in capsys.readouterr().err
+
+
+def test_bench_networks_resumes_after_sigkill(cal, tmp_path):
+    db = tmp_path / "kill.sqlite"
+    out = tmp_path / "set"
+    cmd = [sys.executable, "-m", "bench.cli", "networks", "--device", DEVICE, "--root", str(cal["root"]),
+           "--space", "mobilenet", "--space-option", "resolutions=[64]", "--space-option", "max_depth=1",
+           "--space-option", "widths=[0.5]", "--networks", "4", "--rounds", "3", "--runs", "150", "--warmup", "1",
+           "--db", str(db), "--out", str(out), "--no-progress"]
+    env = dict(os.environ, CL_CACHE_DIR=str(cal["cache"]))
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    n = 0
+    while time.monotonic() < deadline and proc.poll() is None:
+        if db.exists():
+            try:
+                con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+                n = con.execute("SELECT COUNT(*) FROM network_rounds").fetchone()[0]
+                con.close()
+            except sqlite3.OperationalError:
+                n = 0
+            if 1 <= n < 12:
+                break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    con = sqlite3.connect(str(db))
+    kept = {tuple(r[:3]): r[3] for r in con.execute("SELECT env_id, name, round, median_ms FROM network_rounds")}
+    con.close()
+    assert 1 <= len(kept) < 12 and not out.exists()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert f"resuming: {len(kept)} of 12 network rounds already measured" in done.stderr
+    con = sqlite3.connect(str(db))
+    after = {tuple(r[:3]): r[3] for r in con.execute("SELECT env_id, name, round, median_ms FROM network_rounds")}
+    con.close()
+    assert len(after) == 12 and all(after[k] == v for k, v in kept.items())  # nothing lost, nothing re-measured
+    from estimator.profile import read_network_set
+
+    assert len(read_network_set(out)) == 4
+
+
+def test_unknown_space_in_library_call_is_a_user_error():
+    from bench.network_sources import space_specs
+
+    with pytest.raises(UserError, match="nosuch"):
+        space_specs(["nosuch"], 2)
