@@ -244,6 +244,9 @@ def profile_from_db(db: str | Path, name: str, *, source: str, root: str | Path 
         extra["op_mapping"] = dict(op_mapping)
     if training:
         extra["training"] = dict(training)
+    from estimator.fingerprint import from_environment  # noqa: PLC0415
+
+    extra["fingerprint"] = from_environment(str(runner), env.get("host"), env.get("versions"), env.get("threads"))
     if description:
         extra["description"] = description
     with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:

@@ -42,17 +42,19 @@ Two steps, on a profile's network rows (``networks.csv``, :mod:`estimator.datase
    used there: a correction that only holds inside the families it saw is not adopted.
 
 2. **Conformal intervals**, per confidence metric ``m`` (CM_TV, CM_LV, CM_O) and level.
-   A network's *uncertainty* is the relative half-width of its Eq. 8 interval at
-   :data:`REFERENCE_CONFIDENCE`, ``u_m = (hi - lo) / (2 p)``; the nonconformity score of a
-   network row is ::
+   A network's *uncertainty* is the spread of its Eq. 8 interval at
+   :data:`REFERENCE_CONFIDENCE` in log units, ``s_m = ln(1 + (hi - lo) / (2 p))`` (the
+   relative half-width for narrow intervals; it grows slowly for the CM_O intervals of
+   networks far from the layer data, which reach 30x their prediction); the nonconformity
+   score of a network row is ::
 
-       r = |ln(y / yhat)| / (u_m + beta_m),     beta_m = median of u_m over the rows
+       r = |ln(y / yhat)| / (s_m + beta_m),     beta_m = median of s_m over the rows
 
    with ``yhat`` the chosen correction's leave-one-out prediction (fitted without the row),
    so no row scores a fit that saw it (the jackknife; the rows are exchangeable with the
    networks the guarantee is for, below). The interval at confidence ``c`` is ::
 
-       yhat * exp(+-q_c (u_m + beta_m)),    q_c = the ceil(c (n+1))-th smallest score
+       yhat * exp(+-q_c (s_m + beta_m)),    q_c = the ceil(c (n+1))-th smallest score
 
    (:func:`estimator.aggregate.conformal_index`, the same rule as crepes). Networks whose
    Eq. 8 interval is wider get wider calibrated intervals; ``beta_m`` keeps networks whose
@@ -72,8 +74,11 @@ networks like the ones you deploy. Two signals stay on when a network is not lik
 * a network *unlike the calibration networks* (its share of predicted time per layer type
   farther, in L1 distance, from every calibration network than any calibration network is
   from the others, or its total outside the calibration totals' range by more than 2x) is
-  flagged ``in_scope = False`` with a warning, and its intervals are the union of the
-  calibrated interval and its Eq. 8 interval scaled by the correction.
+  flagged ``in_scope = False`` with a warning. Its intervals use the scores of the
+  *leave-family-out* predictions (how far the correction is off on a family it never saw)
+  when the rows hold two or more families, never narrower than the in-scope ones; with one
+  family they are the union of the calibrated interval and its Eq. 8 interval scaled by the
+  correction.
 
 Too few rows (fewer than :data:`MIN_NETWORKS`) leave estimates uncalibrated, with a
 warning; calibration never changes an estimate silently.
@@ -248,9 +253,15 @@ def _mean_abs_rel(pred: np.ndarray, y: np.ndarray) -> float:
     return float(np.mean(np.abs(pred - y) / y))
 
 
+def _spread(rel_half_width: np.ndarray | float) -> Any:
+    """A network's Eq. 8 spread in log units (see the module docstring)."""
+    return np.log1p(rel_half_width)
+
+
 def _band(pred: np.ndarray, y: np.ndarray, u: np.ndarray) -> float:
     """Mean relative width of the conformal 90 % band built from out-of-fold ``pred``."""
-    norm = u + np.median(u)
+    s = _spread(u)
+    norm = s + np.median(s)
     q, _ = conformal_quantile(np.abs(np.log(y / pred)) / norm, REFERENCE_CONFIDENCE)
     return float(np.mean(pred * (np.exp(q * norm) - np.exp(-q * norm)) / y))
 
@@ -278,8 +289,11 @@ class NetworkCalibration:
     correction: Correction
     #: metric -> sorted nonconformity scores
     scores: dict[str, np.ndarray]
-    #: metric -> beta (the floor added to a network's relative spread)
+    #: metric -> beta (the floor added to a network's log spread)
     floor: dict[str, float]
+    #: metric -> sorted scores of the leave-family-out predictions (None with one family):
+    #: the band of networks outside the calibration's scope
+    shift_scores: dict[str, np.ndarray] | None
     #: the calibration networks' composition, for the scope check
     names: list[str]
     shares: list[Mapping[str, float]]
@@ -310,14 +324,16 @@ class NetworkCalibration:
         for m, scores in self.scores.items():
             lo_r, hi_r = intervals[m][REFERENCE_CONFIDENCE]
             u = (hi_r - lo_r) / (2.0 * predicted_ms) if predicted_ms > 0 else 0.0
-            width = u + self.floor[m]
+            width = float(_spread(u)) + self.floor[m]
             out[m] = {}
             for c in confidences:
                 q, ok = conformal_quantile(scores, c)
                 if not ok:
                     uncertified.add(float(c))
+                if not in_scope and self.shift_scores is not None:
+                    q = max(q, conformal_quantile(self.shift_scores[m], c)[0])
                 lo, hi = yhat * math.exp(-q * width), yhat * math.exp(q * width)
-                if not in_scope:
+                if not in_scope and self.shift_scores is None:
                     lo_u, hi_u = intervals[m][c]
                     lo, hi = min(lo, lo_u * factor), max(hi, hi_u * factor)
                 out[m][float(c)] = (lo, hi)
@@ -356,13 +372,17 @@ def fit_calibration(rows: Sequence[CalibrationRow], info: Mapping[str, Any] | No
             chosen = m
     correction = fit_correction(chosen, y, p, n, shares)
     loo = cross_validate(rows, chosen)  # the scores' out-of-fold predictions (jackknife)
+    lofo = cv[chosen] if scheme == "leave-family-out" else None
     scores: dict[str, np.ndarray] = {}
+    shift: dict[str, np.ndarray] = {}
     floor: dict[str, float] = {}
     metrics = [m for m in _METRICS if all(m in r.spread for r in rows)]
     for m in metrics:
-        u = np.array([r.spread[m] for r in rows])
-        floor[m] = float(np.median(u))
-        scores[m] = np.sort(np.abs(np.log(y / loo)) / (u + floor[m]))
+        sp = _spread(np.array([r.spread[m] for r in rows]))
+        floor[m] = float(np.median(sp))
+        scores[m] = np.sort(np.abs(np.log(y / loo)) / (sp + floor[m]))
+        if lofo is not None:
+            shift[m] = np.sort(np.abs(np.log(y / lofo)) / (sp + floor[m]))
     nn = _nn_distances(shares)
     by_family: dict[str, dict[str, Any]] = {}
     for f in dict.fromkeys(families):
@@ -384,6 +404,7 @@ def fit_calibration(rows: Sequence[CalibrationRow], info: Mapping[str, Any] | No
         "loo_mean_abs_error_pct": 100 * _mean_abs_rel(loo, y),
         "adopt_gain": ADOPT_GAIN,
     }
-    return NetworkCalibration(correction=correction, scores=scores, floor=floor, names=[r.name for r in rows],
+    return NetworkCalibration(correction=correction, scores=scores, floor=floor,
+                              shift_scores=shift if lofo is not None else None, names=[r.name for r in rows],
                               shares=[dict(r.shares) for r in rows], totals=(float(p.min()), float(p.max())),
                               max_nn=float(nn.max()) if np.isfinite(nn).any() else 0.0, report=report)

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 __all__ = ["RUNTIME_PACKAGES", "HOST_RUNNERS", "host_fingerprint", "runtime_fingerprint", "fingerprint",
-           "differences", "mismatch_warning"]
+           "from_environment", "differences", "mismatch_warning"]
 
 #: runner -> distributions whose version changes its timings (the first installed one counts)
 RUNTIME_PACKAGES: dict[str, tuple[str, ...]] = {
@@ -137,6 +137,28 @@ def runtime_fingerprint(runner: str, threads: int | None = None) -> dict[str, An
 def fingerprint(runner: str, threads: int | None = None) -> dict[str, Any]:
     """Host and runtime of this machine for ``runner`` (what a profile measured here records)."""
     return {"host": host_fingerprint(), "runtime": runtime_fingerprint(runner, threads)}
+
+
+def from_environment(runner: str, host: Mapping[str, Any] | None, versions: Mapping[str, Any] | None,
+                     threads: int | None = None) -> dict[str, Any]:
+    """The fingerprint of rows measured in a recorded environment (a bench database's
+    ``environments`` record: its ``host`` and ``versions``). When that host is this machine
+    (same CPU model, core count and kernel), the host part is this machine's full
+    fingerprint (flags, caches, machine id), which the record does not hold."""
+    rec = {k: v for k, v in dict(host or {}).items() if k in ("cpu_model", "cpu_count", "machine", "os")}
+    runtime: dict[str, Any] = {"runner": runner, "versions": {}}
+    names = {_key(d) for d in RUNTIME_PACKAGES.get(runner, ())}
+    for k, v in dict(versions or {}).items():
+        if _key(str(k)) in names:
+            runtime["versions"][_key(str(k))] = str(v)
+    if threads is not None:
+        runtime["threads"] = int(threads)
+    if runner not in HOST_RUNNERS:
+        return {"runtime": runtime} if runner in RUNTIME_PACKAGES else {"host": rec, "runtime": runtime}
+    here = host_fingerprint()
+    if rec and all(rec.get(k) == here.get(k) for k in ("cpu_model", "cpu_count", "os")):
+        rec = here
+    return {"host": rec, "runtime": runtime}
 
 
 def _key(dist: str) -> str:

@@ -108,8 +108,9 @@ def test_scores_are_out_of_fold_and_intervals_hand_computed():
     cal = fit_calibration(rows)
     assert cal.correction.method == "scale"
     oof = cross_validate(rows, "scale")
-    floor = 0.1  # the median spread
-    expected = np.sort(np.abs(np.log(y / oof)) / (0.1 + floor))
+    sp = math.log1p(0.1)  # every row's Eq. 8 spread in log units; the floor is their median
+    floor = sp
+    expected = np.sort(np.abs(np.log(y / oof)) / (sp + floor))
     np.testing.assert_allclose(cal.scores["CM_LV"], expected)
     # a new network predicted 10 ms with an Eq. 8 CM_LV 0.9 interval [8, 12] (u = 0.2)
     ivs = {m: {REFERENCE_CONFIDENCE: (8.0, 12.0), 0.8: (8.5, 11.5)} for m in METRICS}
@@ -120,27 +121,43 @@ def test_scores_are_out_of_fold_and_intervals_hand_computed():
         q, ok = conformal_quantile(expected, c)
         assert ok
         lo, hi = res.intervals["CM_LV"][c]
-        assert lo == pytest.approx(10 * a * math.exp(-q * (0.2 + floor)))
-        assert hi == pytest.approx(10 * a * math.exp(q * (0.2 + floor)))
+        w = math.log1p(0.2) + floor
+        assert lo == pytest.approx(10 * a * math.exp(-q * w))
+        assert hi == pytest.approx(10 * a * math.exp(q * w))
     assert res.in_scope and not res.uncertified
 
 
-def test_out_of_scope_network_gets_the_union_and_a_flag():
+def test_out_of_scope_networks_get_the_family_shift_band_or_the_union():
     rng = np.random.default_rng(2)
     p = rng.uniform(1, 10, 24)
-    y = 0.5 * p * np.exp(rng.normal(0, 0.02, 24))
-    rows = [CalibrationRow(f"n{i}", f"f{i % 3}", float(y[i]), float(p[i]), 40, {m: 0.1 for m in METRICS},
-                           {"conv2d": 0.8 + 0.01 * (i % 5), "add": 0.2 - 0.01 * (i % 5)}) for i in range(24)]
-    cal = fit_calibration(rows)
+    bias = np.array([1.0, 1.1, 0.9])  # families differ: leave-family-out residuals are larger
+    y = 0.5 * p * bias[np.arange(24) % 3] * np.exp(rng.normal(0, 0.02, 24))
+
+    def rows(families):
+        return [CalibrationRow(f"n{i}", families[i], float(y[i]), float(p[i]), 40, {m: 0.1 for m in METRICS},
+                               {"conv2d": 0.8 + 0.01 * (i % 5), "add": 0.2 - 0.01 * (i % 5)}) for i in range(24)]
+
     ivs = {m: {0.9: (3.0, 20.0)} for m in METRICS}
-    inside = cal.apply(5.0, 40, ivs, {"conv2d": 0.81, "add": 0.19}, [0.9])
-    outside = cal.apply(5.0, 40, ivs, {"resize": 0.7, "conv2d": 0.3}, [0.9])
+    like, unlike = {"conv2d": 0.81, "add": 0.19}, {"resize": 0.7, "conv2d": 0.3}
+    cal = fit_calibration(rows([f"f{i % 3}" for i in range(24)]))
+    inside, outside = cal.apply(5.0, 40, ivs, like, [0.9]), cal.apply(5.0, 40, ivs, unlike, [0.9])
     assert inside.in_scope and not outside.in_scope and outside.nearest
-    f = outside.total_ms / 5.0
-    lo, hi = outside.intervals["CM_LV"][0.9]
-    assert lo == pytest.approx(min(inside.intervals["CM_LV"][0.9][0], 3.0 * f))
-    assert hi == pytest.approx(max(inside.intervals["CM_LV"][0.9][1], 20.0 * f))
-    huge = cal.apply(5000.0, 40, {m: {0.9: (4000.0, 6000.0)} for m in METRICS}, {"conv2d": 0.81, "add": 0.19}, [0.9])
+    w = math.log1p(1.7) + cal.floor["CM_LV"]  # u = (20 - 3) / (2 * 5) = 1.7
+    q_in = conformal_quantile(cal.scores["CM_LV"], 0.9)[0]
+    q_out = conformal_quantile(cal.shift_scores["CM_LV"], 0.9)[0]
+    assert q_out > q_in
+    assert inside.intervals["CM_LV"][0.9] == pytest.approx((inside.total_ms * math.exp(-q_in * w),
+                                                           inside.total_ms * math.exp(q_in * w)))
+    assert outside.intervals["CM_LV"][0.9] == pytest.approx((outside.total_ms * math.exp(-q_out * w),
+                                                            outside.total_ms * math.exp(q_out * w)))
+    # one family: nothing tells how far the correction is off elsewhere: the union with Eq. 8
+    one = fit_calibration(rows(["only"] * 24))
+    assert one.shift_scores is None
+    a, b = one.apply(5.0, 40, ivs, like, [0.9]), one.apply(5.0, 40, ivs, unlike, [0.9])
+    f = b.total_ms / 5.0
+    assert b.intervals["CM_LV"][0.9] == pytest.approx((min(a.intervals["CM_LV"][0.9][0], 3.0 * f),
+                                                      max(a.intervals["CM_LV"][0.9][1], 20.0 * f)))
+    huge = cal.apply(5000.0, 40, {m: {0.9: (4000.0, 6000.0)} for m in METRICS}, like, [0.9])
     assert not huge.in_scope  # the total is far outside the calibration networks' range
 
 

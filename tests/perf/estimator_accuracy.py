@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from estimator import zoo  # noqa: E402
 from estimator.aggregate import COUPLINGS, layer_intervals  # noqa: E402
-from estimator.cmd_model import evaluate_estimates, measure_networks, plot_pred_vs_measured  # noqa: E402
+from estimator.cmd_model import evaluate_estimates, plot_pred_vs_measured, uncalibrated_view  # noqa: E402
 from estimator.models import METRICS, TrainingOptions, prepare_training_data, train_models  # noqa: E402
 from estimator.predict import Estimator, make_layer  # noqa: E402
 from estimator.profile import load_profile  # noqa: E402
@@ -147,15 +147,33 @@ def reuse_measurements(path: str, names: list[str]) -> dict[str, dict[str, Any]]
             for n in names}
 
 
+def measure_zoo(names: list[str], threads: int, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Time zoo networks whole with ONNX Runtime through bench's one whole-network path
+    (:mod:`bench.network_measure`: interleaved rounds, committed to ``--db`` as taken)."""
+    from bench.calibrate import measure
+    from bench.cmd_run import make_runner
+    from bench.network_sources import zoo_specs
+
+    specs = zoo_specs([(n, args.resolution) for n in names])
+    m = measure("estimator-accuracy", make_runner("onnxruntime", {"threads": threads}), specs, fusion=None,
+                db=args.db, rounds=args.rounds, runs=args.runs, warmup=args.warmup, options={"threads": threads},
+                progress=sys.stderr.isatty(), log=lambda text: print(f"  .. {text}", file=sys.stderr))
+    out = {}
+    for n, r in zip(names, m.results):
+        out[n] = {"onnx": r.spec.weightless_onnx, "resolution": r.spec.detail["resolution"], "environment": m.environment,
+                  "measured_ms": r.measured_ms,
+                  "timing": {"rounds": r.rounds, "round_medians_ms": r.round_medians_ms, "spread_pct": r.spread_pct,
+                             "runs": r.runs}}
+    return out
+
+
 def network_level(est: dict[str, Estimator], names: list[str], args: argparse.Namespace) -> dict[str, Any]:
     prof = next(iter(est.values())).profile
     threads = args.threads if args.threads is not None else prof.threads
     if args.measurements:
         meas = reuse_measurements(args.measurements, names)
     else:
-        meas = measure_networks(names, runner="onnxruntime", resolution=args.resolution, warmup=args.warmup,
-                                runs=args.runs, rounds=args.rounds, runner_options={"threads": threads},
-                                progress=sys.stderr.isatty())
+        meas = measure_zoo(names, threads, args)
     results = {}
     runs = dict(est)
     lum = est["lum"]
@@ -163,7 +181,8 @@ def network_level(est: dict[str, Estimator], names: list[str], args: argparse.Na
         if coupling != lum.coupling:
             runs[f"lum_{coupling}"] = Estimator(lum.profile, lum.models, coupling=coupling)
     for target, e in runs.items():
-        estimates = {n: e.estimate_network(meas[n]["onnx"], [0.9], name=n) for n in names}
+        # the per-layer model itself (Eq. 7/8): a calibrated profile's calibration is issue 18's (calibration.py)
+        estimates = {n: uncalibrated_view(e.estimate_network(meas[n]["onnx"], [0.9], name=n)) for n in names}
         results[target] = evaluate_estimates(estimates, {n: meas[n]["measured_ms"] for n in names}, [0.9])
         results[target]["layers"] = {n: {"n_layers": len(x.layers), "n_fallback": x.n_fallback,
                                          "n_out_of_design_space": x.n_out_of_design_space}
@@ -237,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-layers", action="store_true")
     ap.add_argument("--skip-networks", action="store_true")
     ap.add_argument("--out", default=None, help="directory for accuracy.json and the figure")
+    ap.add_argument("--db", default="bench-data/estimator-accuracy.sqlite",
+                    help="benchmark database the network rounds are committed to (a rerun with the same settings "
+                         "reuses them)")
     ap.add_argument("--measurements", default=None, metavar="ACCURACY_JSON",
                     help="reuse the network latencies measured by an earlier run (its --out accuracy.json) instead "
                          "of measuring: compares a changed profile or estimator on the same measurement window")
