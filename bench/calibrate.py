@@ -162,9 +162,8 @@ def write_calibrated_profile(base: Any, name: str, root: str | Path, m: Measured
     root = Path(root)
     dest = root / name
     if dest.exists() and not replace:
-        raise UserError(f"profile {name!r} exists in {root}; give --replace to overwrite it, or another --name")
-    if dest.resolve() == base.path.resolve():
-        raise UserError(f"profile {name!r} is the base profile itself; write the calibration to another name or root")
+        raise UserError(f"profile {name!r} exists in {root}; give --replace to overwrite it (the base profile "
+                        f"itself too: its layer rows stay, its network rows are replaced), or another --name")
     what = "estimated by" if m.kind == "estimated" else "measured on"
     calib = {
         "kind": m.kind,
@@ -185,7 +184,8 @@ def write_calibrated_profile(base: Any, name: str, root: str | Path, m: Measured
         recorded = base.recorded_fingerprint()
         if recorded:
             meta["fingerprint"] = recorded
-    meta["description"] = ((meta.get("description") or "").rstrip() +
+    previous = (meta.get("description") or "").split(" Calibrated on ")[0]  # a recalibration replaces the note
+    meta["description"] = (previous.rstrip() +
                            f" Calibrated on {len(m.results)} whole networks {what} {target_description(m)} "
                            f"(`{command} --device {base.name}`).").strip()
     tmp_root = root / f".calibrate-{name}-{os.getpid()}"

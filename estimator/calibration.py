@@ -32,9 +32,9 @@ Two steps, on a profile's network rows (``networks.csv``, :mod:`estimator.datase
    candidate replaces the current one only if cross-validation on the network rows shows it
    helps: its cross-validated 90 % CM_LV interval (the conformal band of step 2 built from
    out-of-fold predictions, i.e. what the calibrated intervals would be) is at least
-   :data:`ADOPT_GAIN` (10 %) narrower on average. The folds hold out whole families (every
-   sample of one NAS space, one zoo family, one user file: leave-family-out) when the rows
-   come from two or more families, single rows otherwise. Measured on Vela's whole-network
+   :data:`ADOPT_GAIN` (10 %) narrower on average, where the folds hold out whole families
+   (every sample of one NAS space, one zoo family, one user file: leave-family-out). Rows
+   of a single family cannot show that a richer form holds beyond it: they get ``scale``. Measured on Vela's whole-network
    estimates of 40 NAS-space samples (imx93; families: the ``mobilenet`` and ``resnet``
    spaces): ``per-type`` narrows the leave-one-out band (26 -> 22 % of the latency) but
    widens the leave-family-out one (31 -> 86 %: types fitted on one space mispredict the
@@ -367,7 +367,7 @@ def fit_calibration(rows: Sequence[CalibrationRow], info: Mapping[str, Any] | No
     cv_err = {m: _mean_abs_rel(pred, y) for m, pred in cv.items()}
     cv_band = {m: _band(pred, y, u_lv) for m, pred in cv.items()}
     chosen = "scale"
-    for m in METHODS[1:]:
+    for m in METHODS[1:] if scheme == "leave-family-out" else ():
         if cv_band[m] <= (1.0 - ADOPT_GAIN) * cv_band[chosen]:
             chosen = m
     correction = fit_correction(chosen, y, p, n, shares)

@@ -539,7 +539,7 @@ class Estimator:
         return self._calibration
 
     def _fit_calibration(self) -> tuple[Any, dict[str, Any], list[str]]:
-        from .calibration import CalibrationRow, fit_calibration  # noqa: PLC0415
+        from .calibration import fit_calibration  # noqa: PLC0415
         from .profile import ProfileError  # noqa: PLC0415
 
         prof = self.profile
@@ -555,16 +555,10 @@ class Estimator:
         crows = []
         for r in rows:
             try:
-                est, layers, pred = self._estimate(r["onnx_path"], [REFERENCE_CONFIDENCE], [REFERENCE_CONFIDENCE],
-                                                   None, r["name"], None, False)
+                crows.append(self.calibration_row(r["onnx_path"], r["name"], r["family"] or r["name"],
+                                                  r["measured_ms"])[0])
             except UserError as e:
                 raise ProfileError(f"{prof.networks_path}: network {r['name']!r} ({r['onnx']}): {e}") from e
-            total = est.total_ms
-            spread = {m: (per[REFERENCE_CONFIDENCE][1] - per[REFERENCE_CONFIDENCE][0]) / (2 * total) if total > 0
-                      else 0.0 for m, per in est.intervals.items()}
-            crows.append(CalibrationRow(name=r["name"], family=r["family"] or r["name"], measured_ms=r["measured_ms"],
-                                        predicted_ms=total, n_layers=len(layers), spread=spread,
-                                        shares=_type_shares(layers, pred)))
         cal = fit_calibration(crows)
         rep = cal.report
         info = {"applied": True, "method": rep["method"], "formula": rep["correction"]["formula"],
@@ -575,6 +569,23 @@ class Estimator:
                 "cv_mean_abs_error_pct": round(rep["cv_mean_abs_error_pct"][rep["method"]], 2),
                 "uncalibrated_mean_abs_error_pct": round(rep["uncalibrated_mean_abs_error_pct"], 2)}
         return cal, info, []
+
+    def calibration_row(self, network: Any, name: str, family: str, measured_ms: float
+                        ) -> tuple[Any, dict[str, dict[float, tuple[float, float]]]]:
+        """A whole network as network calibration sees it: its
+        :class:`~estimator.calibration.CalibrationRow` (this estimator's uncalibrated Eq. 7
+        total, Eq. 8 spreads and type shares, with ``measured_ms``) and its Eq. 8 intervals
+        at :data:`~estimator.calibration.REFERENCE_CONFIDENCE`."""
+        from .calibration import CalibrationRow  # noqa: PLC0415
+
+        est, layers, pred = self._estimate(network, [REFERENCE_CONFIDENCE], [REFERENCE_CONFIDENCE], None, name,
+                                           None, False)
+        total = est.total_ms
+        spread = {m: (per[REFERENCE_CONFIDENCE][1] - per[REFERENCE_CONFIDENCE][0]) / (2 * total) if total > 0 else 0.0
+                  for m, per in est.intervals.items()}
+        row = CalibrationRow(name=name, family=family, measured_ms=float(measured_ms), predicted_ms=total,
+                             n_layers=len(layers), spread=spread, shares=_type_shares(layers, pred))
+        return row, est.intervals
 
     def calibration_info(self) -> dict[str, Any]:
         """What calibration applies to this device's network estimates (see :meth:`calibration_state`)."""

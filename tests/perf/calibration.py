@@ -87,36 +87,74 @@ def _measure(name: str, runner: str, options: dict[str, Any], specs: list[Any], 
                    progress=sys.stderr.isatty(), log=_log)
 
 
+def _summary(rows: list[dict[str, Any]], label: str) -> dict[str, Any]:
+    errs = [abs(x[label]["err_pct"]) for x in rows]
+    out = {"mean_abs_error_pct": statistics.fmean(errs), "max_abs_error_pct": max(errs),
+           "median_abs_error_pct": statistics.median(errs)}
+    for m in ("CM_TV", "CM_LV", "CM_O"):
+        out[m] = {"covered": sum(x[label][m]["covered"] for x in rows), "n": len(rows),
+                  "mean_rel_width": statistics.fmean(x[label][m]["rel_width"] for x in rows)}
+    return out
+
+
+def _cell(total: float, ivs: dict[str, Any], y: float) -> dict[str, Any]:
+    out: dict[str, Any] = {"pred_ms": total, "err_pct": 100 * (total - y) / y}
+    for m in ("CM_TV", "CM_LV", "CM_O"):
+        lo, hi = ivs[m]
+        out[m] = {"covered": lo <= y <= hi, "rel_width": (hi - lo) / y}
+    return out
+
+
 def _evaluate(est: Any, results: list[Any], conf: float) -> dict[str, Any]:
-    """Calibrated and uncalibrated figures of ``est`` on measured ``results``."""
+    """Calibrated (through the calibrated profile, as a user gets it) and uncalibrated figures."""
     rows = []
     for r in results:
         e = est.estimate_network(r.spec.weightless_onnx, [conf], per_layer=False, name=r.spec.name)
         unc = e.uncalibrated or {"total_ms": e.total_ms, "intervals": e.intervals}
-        row = {"name": r.spec.name, "family": r.spec.family, "measured_ms": r.measured_ms,
-               "spread_pct": r.spread_pct, "in_scope": e.calibration.get("in_scope", True)}
-        for label, total, ivs in (("cal", e.total_ms, e.intervals), ("unc", unc["total_ms"], unc["intervals"])):
-            row[label] = {"pred_ms": total, "err_pct": 100 * (total - r.measured_ms) / r.measured_ms}
-            for m in ("CM_TV", "CM_LV", "CM_O"):
-                lo, hi = ivs[m][conf]
-                row[label][m] = {"covered": lo <= r.measured_ms <= hi, "rel_width": (hi - lo) / r.measured_ms}
-        rows.append(row)
-
-    def summary(label: str) -> dict[str, Any]:
-        errs = [abs(x[label]["err_pct"]) for x in rows]
-        out = {"mean_abs_error_pct": statistics.fmean(errs), "max_abs_error_pct": max(errs),
-               "median_abs_error_pct": statistics.median(errs)}
-        for m in ("CM_TV", "CM_LV", "CM_O"):
-            out[m] = {"covered": sum(x[label][m]["covered"] for x in rows), "n": len(rows),
-                      "mean_rel_width": statistics.fmean(x[label][m]["rel_width"] for x in rows)}
-        return out
-
-    return {"networks": rows, "calibrated": summary("cal"), "uncalibrated": summary("unc"),
+        rows.append({"name": r.spec.name, "family": r.spec.family, "measured_ms": r.measured_ms,
+                     "spread_pct": r.spread_pct, "in_scope": e.calibration.get("in_scope", True),
+                     "cal": _cell(e.total_ms, {m: iv[conf] for m, iv in e.intervals.items()}, r.measured_ms),
+                     "unc": _cell(unc["total_ms"], {m: iv[conf] for m, iv in unc["intervals"].items()},
+                                  r.measured_ms)})
+    return {"networks": rows, "calibrated": _summary(rows, "cal"), "uncalibrated": _summary(rows, "unc"),
             "in_scope": sum(x["in_scope"] for x in rows)}
 
 
+def _leave_zoo_family_out(base_est: Any, cal_results: list[Any], zoo_results: list[Any], conf: float
+                          ) -> dict[str, Any]:
+    """Every zoo network predicted by a calibration on the NAS samples plus every *other* zoo
+    family (estimator.calibration on the same rows the profile would hold)."""
+    from estimator.calibration import REFERENCE_CONFIDENCE, fit_calibration
+
+    def rows_of(results: list[Any]) -> list[tuple[Any, Any, Any]]:
+        out = []
+        for r in results:
+            row, ivs = base_est.calibration_row(r.spec.weightless_onnx, r.spec.name, r.spec.family, r.measured_ms)
+            out.append((r, row, ivs))
+        return out
+
+    nas = rows_of(cal_results)
+    zoo = rows_of(zoo_results)
+    rows = []
+    methods: dict[str, int] = {}
+    for fam in sorted({r.spec.family for r, _, _ in zoo}):
+        cal = fit_calibration([row for _, row, _ in nas] + [row for r, row, _ in zoo if r.spec.family != fam])
+        methods[cal.correction.method] = methods.get(cal.correction.method, 0) + 1
+        for r, row, ivs in zoo:
+            if r.spec.family != fam:
+                continue
+            assert conf == REFERENCE_CONFIDENCE
+            res = cal.apply(row.predicted_ms, row.n_layers, ivs, row.shares, [conf])
+            rows.append({"name": r.spec.name, "family": fam, "measured_ms": r.measured_ms, "in_scope": res.in_scope,
+                         "cal": _cell(res.total_ms, {m: iv[conf] for m, iv in res.intervals.items()}, r.measured_ms),
+                         "unc": _cell(row.predicted_ms, {m: iv[conf] for m, iv in ivs.items()}, r.measured_ms)})
+    return {"networks": rows, "calibrated": _summary(rows, "cal"), "uncalibrated": _summary(rows, "unc"),
+            "in_scope": sum(x["in_scope"] for x in rows), "methods": methods}
+
+
 def _print_eval(title: str, ev: dict[str, Any], conf: float, per_network: bool = True) -> None:
-    print(f"\n{title}: {len(ev['networks'])} networks, {ev['in_scope']} in the calibration's scope")
+    print(f"\n{title}: {len(ev['networks'])} networks, {ev['in_scope']} in the calibration's scope"
+          + (f"; corrections chosen: {ev['methods']}" if ev.get("methods") else ""))
     if per_network:
         print(f"  {'network':<26} {'family':<18} {'meas ms':>9} {'uncal ms':>9} {'err %':>7} {'cal ms':>9} {'err %':>7} "
               f"{'CM_LV cal':>10} {'width':>6}")
@@ -163,14 +201,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                            "bias": {"median_measured_over_predicted": med, "min": lo, "max": hi, "n": n},
                            "calibration": cal.info, "report": cal.report}
     timing = sum(sum(r.round_medians_ms) * m.runs for r in m.results) / 1e3
+    spreads = sorted(r.spread_pct for r in m.results)
     print(f"calibration set: {len(m.results)} networks ({m.seconds:.0f} s wall incl. building and conversion; "
-          f"about {timing:.0f} s of timed runs); {base.name} predicts {abs(1 / med - 1) * 100:.0f} % "
+          f"about {timing:.0f} s of timed runs; round-to-round spread median {statistics.median(spreads):.1f} %, "
+          f"max {spreads[-1]:.1f} %); {base.name} predicts {abs(1 / med - 1) * 100:.0f} % "
           f"{'high' if med < 1 else 'low'} here (median measured/predicted {med:.3f}, range {lo:.3f}-{hi:.3f})")
     if cal.report is not None:
         r = cal.report
         print(f"calibration: {r['method']} ({r['correction']['formula']}); {r['validation']} on the set: mean |error| "
               + ", ".join(f"{k} {v:.1f} %" for k, v in r["cv_mean_abs_error_pct"].items())
-              + f" (uncalibrated {r['uncalibrated_mean_abs_error_pct']:.1f} %)")
+              + f" (uncalibrated {r['uncalibrated_mean_abs_error_pct']:.1f} %); 90 % band "
+              + ", ".join(f"{k} {v:.0f} %" for k, v in r["cv_band_pct"].items()))
 
     held_specs = zoo_specs(parse_zoo(sc["held_out"]))
     nas_held = sc.get("held_out_nas", 0)
@@ -179,21 +220,27 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     held = _measure(held_device, sc["runner"], sc["options"], held_specs, base.fusion_rules(), db, args)
     est = Estimator.from_profile(load_profile(name, root))
     conf = 0.9
-    cal_names = {r.spec.onnx_sha256 for r in m.results}
-    held_results = [r for r in held.results if r.spec.onnx_sha256 not in cal_names]
-    groups = {"held-out zoo families": [r for r in held_results if r.spec.source == "zoo"]}
-    if nas_held:
-        groups = {"held-out NAS-space samples (seed 1)": [r for r in held_results if r.spec.source == "space"],
-                  **groups}
+    cal_digests = {r.spec.onnx_sha256 for r in m.results}
+    held_results = [r for r in held.results if r.spec.onnx_sha256 not in cal_digests]
+    zoo_results = [r for r in held_results if r.spec.source == "zoo"]
     doc["held_out"] = {}
-    for title, res in groups.items():
-        ev = _evaluate(est, res, conf)
-        doc["held_out"][title] = ev
-        _print_eval(title, ev, conf, per_network=len(res) <= 30 or args.verbose)
     if nas_held:
-        ev = _evaluate(est, held_results, conf)
-        doc["held_out"]["all held-out"] = ev
-        _print_eval("all held-out", ev, conf, per_network=False)
+        ev = _evaluate(est, [r for r in held_results if r.spec.source == "space"], conf)
+        doc["held_out"]["nas"] = ev
+        _print_eval(f"held-out NAS-space samples (seed {args.seed + 1}), calibrated on the {len(m.results)} NAS "
+                    f"samples", ev, conf, per_network=args.verbose)
+    ev = _evaluate(est, zoo_results, conf)
+    doc["held_out"]["zoo"] = ev
+    _print_eval(f"held-out zoo families, calibrated on the {len(m.results)} NAS samples (bench calibrate's default "
+                f"sources)", ev, conf, per_network=len(zoo_results) <= 30 or args.verbose)
+    if nas_held:
+        both = _evaluate(est, held_results, conf)
+        doc["held_out"]["all"] = both
+        _print_eval("all held-out", both, conf, per_network=False)
+    ev = _leave_zoo_family_out(Estimator.from_profile(base), m.results, zoo_results, conf)
+    doc["held_out"]["zoo_leave_family_out"] = ev
+    _print_eval("held-out zoo families, each calibrated on the NAS samples plus the OTHER zoo families", ev, conf,
+                per_network=args.verbose)
     if args.scenario == "imx93-vela":
         doc["board"] = board_comparison(base, est)
     return doc
