@@ -22,11 +22,6 @@ Two steps, on a profile's network rows (``networks.csv``, :mod:`estimator.datase
      see: the runtime's call, input and output handling);
    * ``scale+per-layer``: ``yhat = a p + b n + c`` (``n`` estimated layers: a per-node
      dispatch cost that differs between the benchmark's small models and a network);
-   * ``per-type``: ``yhat = sum_t a_t p_t + a p_rest``: one scale per layer type ``t`` that
-     carries at least 5 % of the predicted time of at least 5 rows (``p_t``: its predicted
-     time), the other types at the single ``scale`` factor ``a`` (a per-layer model's error
-     is mostly systematic per type: one kernel family slower in a network than in the
-     benchmark, one schedule effect of a compiler).
 
    Coefficients are non-negative, so a correction never predicts a negative time. A richer
    candidate replaces the current one only if cross-validation on the network rows shows it
@@ -34,12 +29,15 @@ Two steps, on a profile's network rows (``networks.csv``, :mod:`estimator.datase
    out-of-fold predictions, i.e. what the calibrated intervals would be) is at least
    :data:`ADOPT_GAIN` (10 %) narrower on average, where the folds hold out whole families
    (every sample of one NAS space, one zoo family, one user file: leave-family-out). Rows
-   of a single family cannot show that a richer form holds beyond it: they get ``scale``. Measured on Vela's whole-network
+   of a single family cannot show that a richer form holds beyond it: they get ``scale``.
+
+   One scale per layer type was tried and is not a candidate. On Vela's whole-network
    estimates of 40 NAS-space samples (imx93; families: the ``mobilenet`` and ``resnet``
-   spaces): ``per-type`` narrows the leave-one-out band (26 -> 22 % of the latency) but
-   widens the leave-family-out one (31 -> 86 %: types fitted on one space mispredict the
-   other; ridge shrinkage toward the single scale never beat it either), so ``scale`` is
-   used there: a correction that only holds inside the families it saw is not adopted.
+   spaces) it narrowed the leave-one-out band (26 -> 22 % of the latency) but widened the
+   leave-family-out one (31 -> 86 %: types fitted on one space mispredict the other; ridge
+   shrinkage toward the single scale never beat it either), and on LiteRT its non-negative
+   least-squares coefficients went degenerate (types that always occur together traded
+   their time, one at 0, one at 3x), wrecking the zoo networks.
 
 2. **Conformal intervals**, per confidence metric ``m`` (CM_TV, CM_LV, CM_O) and level.
    A network's *uncertainty* is the spread of its Eq. 8 interval at
@@ -102,13 +100,9 @@ MIN_NETWORKS = 20
 #: the Eq. 8 level whose relative half-width measures a network's uncertainty
 REFERENCE_CONFIDENCE = 0.9
 #: bias corrections, simplest first (see the module docstring)
-METHODS = ("scale", "scale+constant", "scale+per-layer", "per-type")
+METHODS = ("scale", "scale+constant", "scale+per-layer")
 #: a richer correction must narrow the cross-validated 90 % CM_LV band by this fraction
 ADOPT_GAIN = 0.10
-#: per-type: a type gets a scale of its own when it carries >= TYPE_SHARE of the predicted
-#: time of >= TYPE_ROWS rows
-TYPE_SHARE = 0.05
-TYPE_ROWS = 5
 _METRICS = ("CM_TV", "CM_LV", "CM_O")
 
 
@@ -127,8 +121,7 @@ class CalibrationRow:
     shares: Mapping[str, float] = field(default_factory=dict)
 
 
-def _columns(method: str, p: np.ndarray, n: np.ndarray, shares: Sequence[Mapping[str, float]],
-             types: tuple[str, ...]) -> np.ndarray:
+def _columns(method: str, p: np.ndarray, n: np.ndarray) -> np.ndarray:
     """The design matrix of ``method`` (rows: networks)."""
     if method == "scale":
         return p[:, None]
@@ -136,9 +129,6 @@ def _columns(method: str, p: np.ndarray, n: np.ndarray, shares: Sequence[Mapping
         return np.stack([p, np.ones_like(p)], axis=1)
     if method == "scale+per-layer":
         return np.stack([p, n, np.ones_like(p)], axis=1)
-    if method == "per-type":
-        own = np.array([[s.get(t, 0.0) for t in types] for s in shares]).reshape(len(p), len(types))
-        return np.hstack([own * p[:, None], (p * np.clip(1.0 - own.sum(axis=1), 0.0, 1.0))[:, None]])
     raise ValueError(f"unknown correction {method!r}; known: {', '.join(METHODS)}")
 
 
@@ -148,29 +138,21 @@ class Correction:
 
     method: str
     coef: tuple[float, ...]
-    #: per-type: the types with a scale of their own (the last coefficient scales the rest)
-    types: tuple[str, ...] = ()
 
-    def predict_many(self, p: np.ndarray, n: np.ndarray, shares: Sequence[Mapping[str, float]]) -> np.ndarray:
-        x = _columns(self.method, np.asarray(p, dtype=float), np.asarray(n, dtype=float), shares, self.types)
+    def predict_many(self, p: np.ndarray, n: np.ndarray) -> np.ndarray:
+        x = _columns(self.method, np.asarray(p, dtype=float), np.asarray(n, dtype=float))
         return x @ np.asarray(self.coef)
 
-    def predict(self, p: float, n: float, shares: Mapping[str, float] | None = None) -> float:
-        return float(self.predict_many(np.array([p]), np.array([n]), [shares or {}])[0])
+    def predict(self, p: float, n: float) -> float:
+        return float(self.predict_many(np.array([p]), np.array([n]))[0])
 
     def describe(self) -> str:
-        if self.method == "per-type":
-            parts = [f"{c:.4g} x {t}" for t, c in zip(self.types, self.coef)]
-            return " + ".join(parts + [f"{self.coef[-1]:.4g} x other types"]) + " (Eq. 7 time per layer type)"
         names = {"scale": ("p",), "scale+constant": ("p", "1"), "scale+per-layer": ("p", "n", "1")}[self.method]
         return " + ".join({"p": f"{c:.4g} x Eq. 7 total", "n": f"{c * 1e3:.4g} us per layer",
                            "1": f"{c:.4g} ms"}[f] for f, c in zip(names, self.coef))
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"method": self.method, "coefficients": list(self.coef), "formula": self.describe()}
-        if self.types:
-            out["types"] = list(self.types)
-        return out
+        return {"method": self.method, "coefficients": list(self.coef), "formula": self.describe()}
 
 
 def _nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -179,33 +161,15 @@ def _nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return nnls(x / y[:, None], np.ones_like(y))[0]
 
 
-def _major_types(shares: Sequence[Mapping[str, float]]) -> tuple[str, ...]:
-    count: dict[str, int] = {}
-    for s in shares:
-        for t, v in s.items():
-            if v >= TYPE_SHARE:
-                count[t] = count.get(t, 0) + 1
-    need = min(TYPE_ROWS, max(1, len(shares) // 4))
-    return tuple(sorted(t for t, k in count.items() if k >= need))
-
-
-def fit_correction(method: str, measured: np.ndarray, predicted: np.ndarray, n_layers: np.ndarray,
-                   shares: Sequence[Mapping[str, float]] | None = None) -> Correction:
+def fit_correction(method: str, measured: np.ndarray, predicted: np.ndarray, n_layers: np.ndarray) -> Correction:
     """Non-negative least squares on relative errors (see the module docstring)."""
     y = np.asarray(measured, dtype=float)
     p = np.asarray(predicted, dtype=float)
     n = np.asarray(n_layers, dtype=float)
-    shares = list(shares) if shares is not None else [{} for _ in y]
     scale = float(np.sum(p / y) / np.sum((p / y) ** 2))
     if method == "scale":
         return Correction("scale", (scale,))
-    if method == "per-type":
-        types = _major_types(shares)
-        x = _columns("per-type", p, n, shares, types)
-        rest = x[:, -1] * scale  # the other types at the single scale factor
-        coef = _nnls(x[:, :-1], y - rest) if types else np.zeros(0)
-        return Correction("per-type", (*map(float, coef), scale), types)
-    coef = _nnls(_columns(method, p, n, shares, ()), y)
+    coef = _nnls(_columns(method, p, n), y)
     if coef[0] <= 0:  # all of the time in the overheads: not a correction of the estimate
         return Correction("scale", (scale,))
     return Correction(method, tuple(float(c) for c in coef))
@@ -227,15 +191,14 @@ def cross_validate(rows: Sequence[CalibrationRow], method: str, folds: list[np.n
     y = np.array([r.measured_ms for r in rows])
     p = np.array([r.predicted_ms for r in rows])
     n = np.array([r.n_layers for r in rows], dtype=float)
-    sh = [r.shares for r in rows]
     folds = folds if folds is not None else _folds([r.family for r in rows], by_family=False)[0]
     out = np.empty_like(y)
     for held in folds:
         train = np.setdiff1d(np.arange(len(rows)), held)
         if train.size == 0:
             raise ValueError("a fold holds every row")
-        c = fit_correction(method, y[train], p[train], n[train], [sh[i] for i in train])
-        out[held] = c.predict_many(p[held], n[held], [sh[i] for i in held])
+        c = fit_correction(method, y[train], p[train], n[train])
+        out[held] = c.predict_many(p[held], n[held])
     return out
 
 
@@ -316,7 +279,7 @@ class NetworkCalibration:
               shares: Mapping[str, float], confidences: Sequence[float]) -> CalibratedTotal:
         """Calibrate one network's Eq. 7 total and Eq. 8 ``intervals`` (which must hold
         :data:`REFERENCE_CONFIDENCE` for every metric) at ``confidences``."""
-        yhat = self.correction.predict(predicted_ms, n_layers, shares)
+        yhat = self.correction.predict(predicted_ms, n_layers)
         factor = yhat / predicted_ms if predicted_ms > 0 else 1.0
         in_scope, nearest, dist = self._scope(predicted_ms, shares)
         out: dict[str, dict[float, tuple[float, float]]] = {}
@@ -370,7 +333,7 @@ def fit_calibration(rows: Sequence[CalibrationRow], info: Mapping[str, Any] | No
     for m in METHODS[1:] if scheme == "leave-family-out" else ():
         if cv_band[m] <= (1.0 - ADOPT_GAIN) * cv_band[chosen]:
             chosen = m
-    correction = fit_correction(chosen, y, p, n, shares)
+    correction = fit_correction(chosen, y, p, n)
     loo = cross_validate(rows, chosen)  # the scores' out-of-fold predictions (jackknife)
     lofo = cv[chosen] if scheme == "leave-family-out" else None
     scores: dict[str, np.ndarray] = {}

@@ -81,24 +81,6 @@ def test_richer_correction_only_when_leave_family_out_says_so():
     assert fit_calibration(_rows(y3, p, ["one"] * 30)).report["validation"] == "leave-one-out"
 
 
-def test_per_type_scales_when_they_transfer_across_families():
-    rng = np.random.default_rng(3)
-    rows = []
-    for i in range(36):
-        p = float(rng.uniform(1, 20))
-        dw = float(rng.uniform(0.1, 0.6))  # the depthwise share varies within every family
-        y = p * (0.5 * (1 - dw) + 1.5 * dw) * float(np.exp(rng.normal(0, 0.01)))
-        rows.append(CalibrationRow(f"n{i}", f"f{i % 3}", y, p, 40, {m: 0.2 for m in METRICS},
-                                   {"conv2d": 1 - dw, "dwconv2d": dw}))
-    cal = fit_calibration(rows)
-    assert cal.correction.method == "per-type" and cal.correction.types == ("conv2d", "dwconv2d")
-    assert cal.correction.coef[:2] == pytest.approx((0.5, 1.5), rel=0.03)
-    # a network of another type mix is corrected type by type; an unseen type at the single scale
-    assert cal.correction.predict(10.0, 40, {"conv2d": 0.5, "dwconv2d": 0.5}) == pytest.approx(10.0, rel=0.03)
-    a = cal.correction.coef[-1]
-    assert cal.correction.predict(10.0, 40, {"resize": 1.0}) == pytest.approx(10 * a)
-
-
 def test_scores_are_out_of_fold_and_intervals_hand_computed():
     p = np.array([1.0, 2.0, 4.0, 8.0] * 5)
     ratios = np.array([0.50, 0.52, 0.48, 0.55, 0.45] * 4)

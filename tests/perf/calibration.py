@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", default="bench-data/calibration", help="databases and calibrated profiles")
     ap.add_argument("--networks", type=int, default=40, help="calibration networks (default 40)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7: round medians move 5-20 %% on these VMs)")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--json", default=None, help="write the figures here")
