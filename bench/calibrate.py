@@ -155,7 +155,8 @@ def write_calibrated_profile(base: Any, name: str, root: str | Path, m: Measured
                              command: str = "bench calibrate") -> Calibrated:
     """Write profile ``name`` under ``root`` (see the module docstring)."""
     from estimator.predict import Estimator  # noqa: PLC0415
-    from estimator.profile import MEASUREMENTS_FILE, load_profile, write_profile_json  # noqa: PLC0415
+    from estimator.profile import (MEASUREMENTS_FILE, NETWORKS_FILE, PROFILE_FILE, load_profile,  # noqa: PLC0415
+                                   write_profile_json)
 
     from .network_measure import write_network_set  # noqa: PLC0415
 
@@ -194,6 +195,9 @@ def write_calibrated_profile(base: Any, name: str, root: str | Path, m: Measured
     try:
         write_profile_json(tmp, meta)
         shutil.copyfile(base.measurements_path, tmp / MEASUREMENTS_FILE)
+        for side in base.measurements_path.parent.iterdir():  # the layer data's side files (bench-provenance.json)
+            if side.is_file() and side.name not in (PROFILE_FILE, MEASUREMENTS_FILE, NETWORKS_FILE):
+                shutil.copyfile(side, tmp / side.name)
         write_network_set(tmp, m.results, runner=m.runner, kind=m.kind)
         new = Estimator.from_profile(load_profile(tmp))
         state = new.calibration_state()
