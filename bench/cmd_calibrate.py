@@ -39,6 +39,8 @@ __all__ = ["register", "DEFAULT_NETWORKS", "DEFAULT_SPACES"]
 #: space samples measured when no source is given (about 3 minutes on a 2-vCPU host at 1 thread)
 DEFAULT_NETWORKS = 40
 DEFAULT_SPACES = "mobilenet,resnet"
+#: interleaved rounds over the networks (a cost model is asked once)
+DEFAULT_ROUNDS = 3
 
 
 def _sources_args(p: argparse.ArgumentParser) -> None:
@@ -54,9 +56,9 @@ def _sources_args(p: argparse.ArgumentParser) -> None:
                    help="ONNX files or directories of them (repeatable)")
     g.add_argument("--seed", type=int, default=0, help="sampling seed of the space samples (default 0)")
     m = p.add_argument_group("measurement")
-    m.add_argument("--rounds", type=int, default=3,
+    m.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS,
                    help="interleaved rounds over all networks; a network's latency is the median of its rounds' "
-                        "medians (default 3; a cost model is asked once)")
+                        f"medians (default {DEFAULT_ROUNDS}; a cost model is asked once)")
     m.add_argument("--runs", type=int, default=20, help="timed runs per network and round (default 20)")
     m.add_argument("--warmup", type=int, default=5, help="untimed runs per network and round (default 5)")
     m.add_argument("--db", default=None, metavar="FILE",

@@ -45,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+from bench.cmd_calibrate import DEFAULT_ROUNDS  # noqa: E402
 from estimator.errors import UserError  # noqa: E402
 
 #: held-out zoo networks of the host targets: every zoo family at its default resolution, and
@@ -78,11 +79,11 @@ def _log(text: str) -> None:
 
 
 def _measure(name: str, runner: str, options: dict[str, Any], specs: list[Any], fusion: Any, db: Path,
-             args: argparse.Namespace) -> Any:
+             args: argparse.Namespace, rounds: int) -> Any:
     from bench.calibrate import measure
     from bench.cmd_run import make_runner
 
-    return measure(name, make_runner(runner, dict(options)), specs, fusion=fusion, db=db, rounds=args.rounds,
+    return measure(name, make_runner(runner, dict(options)), specs, fusion=fusion, db=db, rounds=rounds,
                    runs=args.runs, warmup=args.warmup, precision=options.get("precision"), options=dict(options),
                    progress=sys.stderr.isatty(), log=_log)
 
@@ -188,22 +189,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     base = load_profile(base_ref, args.profiles)
     name = f"{base.name}-{args.scenario}" if args.scenario != "imx93-vela" else "imx93-vela"
     held_device = base.name if args.scenario != "imx93-vela" else "imx93"
-    db = work / (f"{name}.sqlite" if args.scenario != "imx93-vela" else "imx93-vela.sqlite")
+    db = Path(args.db) if args.db else work / f"{name}.sqlite"
     print(f"scenario {args.scenario}: base {base.name} ({base.provenance.kind}: {base.hardware}), target "
           f"{sc['runner']} {sc['options']}")
 
     cal_specs = space_specs(["mobilenet", "resnet"], args.networks, seed=args.seed)
-    m = _measure(name, sc["runner"], sc["options"], cal_specs, base.fusion_rules(), db, args)
+    m = _measure(name, sc["runner"], sc["options"], cal_specs, base.fusion_rules(), db, args, args.cal_rounds)
     med, lo, hi, n = bias(base, m.results)
     cal = write_calibrated_profile(base, name, root, m, replace=True, command="tests/perf/calibration.py")
+    # device time: every round's warm-up and timed runs, at the round's median
+    timing = sum(sum(r.round_medians_ms) * (m.runs + m.warmup) for r in m.results) / 1e3
     doc: dict[str, Any] = {"scenario": args.scenario, "base": base.name, "runner": sc["runner"],
                            "options": sc["options"], "calibration_seconds": m.seconds,
+                           "calibration_device_seconds": timing,
                            "bias": {"median_measured_over_predicted": med, "min": lo, "max": hi, "n": n},
                            "calibration": cal.info, "report": cal.report}
-    timing = sum(sum(r.round_medians_ms) * m.runs for r in m.results) / 1e3
     spreads = sorted(r.spread_pct for r in m.results)
     print(f"calibration set: {len(m.results)} networks ({m.seconds:.0f} s wall incl. building and conversion; "
-          f"about {timing:.0f} s of timed runs; round-to-round spread median {statistics.median(spreads):.1f} %, "
+          f"about {timing:.0f} s of device time in {m.rounds} rounds of {m.warmup} + {m.runs} runs; "
+          f"round-to-round spread median {statistics.median(spreads):.1f} %, "
           f"max {spreads[-1]:.1f} %); {base.name} predicts {abs(1 / med - 1) * 100:.0f} % "
           f"{'high' if med < 1 else 'low'} here (median measured/predicted {med:.3f}, range {lo:.3f}-{hi:.3f})")
     if cal.report is not None:
@@ -217,7 +221,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     nas_held = sc.get("held_out_nas", 0)
     if nas_held:
         held_specs = space_specs(["mobilenet", "resnet"], nas_held, seed=args.seed + 1) + held_specs
-    held = _measure(held_device, sc["runner"], sc["options"], held_specs, base.fusion_rules(), db, args)
+    held = _measure(held_device, sc["runner"], sc["options"], held_specs, base.fusion_rules(), db, args, args.rounds)
     est = Estimator.from_profile(load_profile(name, root))
     conf = 0.9
     cal_digests = {r.spec.onnx_sha256 for r in m.results}
@@ -281,9 +285,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--base", default=None, help="base profile (name or directory; default: the scenario's)")
     ap.add_argument("--profiles", default=None, help="profiles directory of the base (default: the repository's)")
     ap.add_argument("--work", default="bench-data/calibration", help="databases and calibrated profiles")
+    ap.add_argument("--db", default=None, help="the measurements' database (default WORK/<profile>.sqlite); scenarios "
+                                               "with the same target (same-device, another-vm) may share one")
     ap.add_argument("--networks", type=int, default=40, help="calibration networks (default 40)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7: round medians move 5-20 %% on these VMs)")
+    ap.add_argument("--cal-rounds", type=int, default=DEFAULT_ROUNDS,
+                    help=f"interleaved rounds of the calibration networks (default {DEFAULT_ROUNDS}, bench calibrate's)")
+    ap.add_argument("--rounds", type=int, default=7,
+                    help="interleaved rounds of the held-out networks, the truth the figures compare with (default 7: "
+                         "round medians move 5-20 %% on these VMs)")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--json", default=None, help="write the figures here")
