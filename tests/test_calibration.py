@@ -164,6 +164,7 @@ def cal(tmp_path_factory):
     base = tmp_path_factory.mktemp("calibration")
     root = base / "profiles"
     shutil.copytree(ps.root / DEVICE, root / DEVICE)
+    (root / DEVICE / "bench-provenance.json").write_text('{"source": "the layer rows\' bench database"}\n')
     os.environ["CL_CACHE_DIR"] = str(ps.cache)
     rc = _bench(["calibrate", "--device", DEVICE, "--name", "tiny-cal", "--root", str(root), "--networks", "20",
                  "--db", str(base / "cal.sqlite"), *SPACE_ARGS])
@@ -187,6 +188,8 @@ def test_bench_calibrate_writes_a_calibrated_profile(cal, capsys):
     prof = load_profile("tiny-cal", cal["root"])
     base = load_profile(DEVICE, cal["root"])
     assert prof.measurements_path.read_bytes() == base.measurements_path.read_bytes()  # layer rows unchanged
+    side = "bench-provenance.json"  # the layer rows' side files come along
+    assert (prof.path / side).read_bytes() == (base.path / side).read_bytes()
     rows = prof.network_rows()
     assert len(rows) == 20 and all(r["kind"] == "measured" and r["runner"] == "onnxruntime" for r in rows)
     assert all(r["measured_ms"] > 0 and r["rounds"] == 1 and r["runs"] == 3 for r in rows)
