@@ -12,16 +12,17 @@ from .spaces import DEFAULT_SPACE, check_options, resolve_space
 from .trial import SearchSettings
 from .units import parse_budget, parse_duration, parse_option
 
-#: default number of trials of one worker: `nas search --device imx93 --budget 50ms` takes a
-#: few minutes on a laptop-class CPU core
+#: default number of trials: `nas search --device imx93 --budget 50ms` takes about 30 s on one
+#: CPU core of the development VM (plus model training the first time)
 DEFAULT_TRIALS = 100
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "search", help="search architectures under a latency budget",
-        description="Each trial samples an architecture from the search space, builds it in torch, exports it to "
-                    "ONNX, simplifies it with onnxsim, asks the estimation service for its latency with conformal "
+        description="Each trial samples an architecture from the search space, builds it in torch, writes its ONNX "
+                    "graph (built-in spaces: from the description; user spaces: torch export + onnxsim), asks the "
+                    "estimation service for its latency with conformal "
                     "intervals and scores it with the objective. A candidate is feasible when its CM_LV upper bound "
                     "at --confidence is within --budget; the score is penalised for a wide CM_O interval and for "
                     "layers outside the benchmarked design space (docs/nas.md). Running the command again with the "
