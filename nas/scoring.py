@@ -40,7 +40,7 @@ for any objective scale (a NASWOT score in the hundreds, an accuracy in [0, 1]),
 never takes more than all of it: a positive score stays positive, ranks are decided by
 ``score * exp(-W * P)``. A score of exactly 0 is not penalised; ``W = 0`` turns the
 penalty off. Typical values (``imx93``, default space, 100-trial runs): a network CM_O
-0.9-1.3x as wide as its CM_LV at the median, ``P`` 0.76-2.4, so ``W = 0.1`` takes 7-21 %
+0.9-1.3x as wide as its CM_LV at the median, ``P`` 0.76-2.5, so ``W = 0.1`` takes 7-22 %
 off, and each 10 % of layers outside the design space another ~1 %; raise ``W`` to trust
 the estimates' confidence more than the score. In multi-objective mode the penalised score is the first objective and the point
 estimate ``t`` the second.
