@@ -8,20 +8,21 @@ from typing import Any
 from estimator.errors import UserError
 
 from .proxy import resolve_objective
-from .spaces import check_options, resolve_space
+from .spaces import DEFAULT_SPACE, check_options, resolve_space
 from .trial import SearchSettings
 from .units import parse_budget, parse_duration, parse_option
 
-#: default number of trials of one worker: `nas search --device imx93 --budget 50ms` takes a
-#: few minutes on a laptop-class CPU core
+#: default number of trials: `nas search --device imx93 --budget 50ms` takes about 30 s on one
+#: CPU core of the development VM (plus model training the first time)
 DEFAULT_TRIALS = 100
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "search", help="search architectures under a latency budget",
-        description="Each trial samples an architecture from the search space, builds it in torch, exports it to "
-                    "ONNX, simplifies it with onnxsim, asks the estimation service for its latency with conformal "
+        description="Each trial samples an architecture from the search space, builds it in torch, writes its ONNX "
+                    "graph (built-in spaces: from the description; user spaces: torch export + onnxsim), asks the "
+                    "estimation service for its latency with conformal "
                     "intervals and scores it with the objective. A candidate is feasible when its CM_LV upper bound "
                     "at --confidence is within --budget; the score is penalised for a wide CM_O interval and for "
                     "layers outside the benchmarked design space (docs/nas.md). Running the command again with the "
@@ -31,7 +32,7 @@ def register(sub: Any) -> None:
     p.add_argument("--budget", required=True, help="latency budget with a unit: 50ms, 500us, 0.05s")
     p.add_argument("--trials", type=int, default=DEFAULT_TRIALS, help="trials this worker runs")
     p.add_argument("--timeout", default=None, help="stop this worker after this long (seconds, or 90s, 5min, 2h)")
-    p.add_argument("--space", default="mobilenet", help="built-in space (mobilenet, resnet) or MODULE:FUNCTION")
+    p.add_argument("--space", default=DEFAULT_SPACE, help="built-in space (scaled, mobilenet, resnet) or MODULE:FUNCTION")
     p.add_argument("--space-option", action="append", default=[], metavar="KEY=VALUE",
                    help="keyword option of the space, VALUE as JSON (e.g. resolutions=[96,128]); repeatable")
     p.add_argument("--objective", default="naswot",
@@ -74,6 +75,9 @@ def register(sub: Any) -> None:
     p.add_argument("--threads", type=int, default=1,
                    help="torch intra-op threads of this worker: export and onnxsim are single-threaded, and "
                         "several threads only fight over busy cores; run more workers to use more cores")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="local worker processes on this study (--trials is split between them); each is what another "
+                        "machine on a shared --storage would be, with its own in-process service unless --service")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_search)
 
@@ -116,7 +120,8 @@ def cmd_search(args: argparse.Namespace) -> int:
                         study=args.study, out=Path(args.out), patience=args.patience, seed=args.seed,
                         heartbeat_s=args.heartbeat, progress=not args.no_progress,
                         connect_timeout_s=args.connect_timeout, calibrate=args.calibrate,
-                        calibrate_options=_options(args.calibrate_option, "--calibrate-option"))
+                        calibrate_options=_options(args.calibrate_option, "--calibrate-option"),
+                        workers=args.workers)
     import torch  # noqa: PLC0415
 
     threads = torch.get_num_threads()

@@ -24,7 +24,8 @@ from .storage import default_url, open_storage, redact
 from .trial import CandidateError, Evaluator, SearchAborted, SearchSettings, supports_set_constraint
 from .units import format_ms
 
-__all__ = ["SearchRequest", "SearchOutcome", "run_search", "connect", "Patience", "STUDY_KEYS"]
+__all__ = ["SearchRequest", "SearchOutcome", "run_search", "connect", "Patience", "STUDY_KEYS", "worker_shares",
+           "start_workers"]
 
 #: study user attributes that must agree between workers and resumed runs
 STUDY_KEYS = ("device", "budget_ms", "confidence", "penalty_weight", "multi_objective", "space", "space_options",
@@ -53,6 +54,10 @@ class SearchRequest:
     calibrate: int = 0
     #: runner options of that measurement (threads, agent, ...)
     calibrate_options: dict[str, Any] = field(default_factory=dict)
+    #: local worker processes on this study (``--workers``); ``trials`` is split between them
+    workers: int = 1
+    #: write the reports at the end (off in the extra local workers: the first writes them)
+    reports: bool = True
 
 
 @dataclass
@@ -184,6 +189,84 @@ def calibrate_device(req: SearchRequest, err: TextIO) -> Path:
     return cal.path.parent
 
 
+def worker_shares(trials: int, workers: int) -> list[int]:
+    """``trials`` split between ``workers`` local workers (the first ones take the remainder)."""
+    if workers < 1:
+        raise UserError(f"--workers must be >= 1, got {workers}")
+    if workers > trials:
+        raise UserError(f"--workers {workers} is more than --trials {trials}")
+    return [trials // workers + (1 if i < trials % workers else 0) for i in range(workers)]
+
+
+def _worker_main(req: SearchRequest, threads: int) -> None:
+    """An extra local worker (a spawned process): the same search on the same storage and study."""
+    import io  # noqa: PLC0415
+
+    import torch  # noqa: PLC0415
+
+    from .proxy import resolve_objective  # noqa: PLC0415
+    from .spaces import resolve_space  # noqa: PLC0415
+
+    torch.set_num_threads(threads)
+    s = req.settings
+    s.space_fn = resolve_space(s.space)[1]
+    s.objective_fn = resolve_objective(s.objective)[1]
+    try:
+        run_search(req, out=io.StringIO())
+    except UserError as e:
+        print(f"nas: local worker: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
+
+
+def start_workers(req: SearchRequest, url: str, study: str, shares: list[int], err: TextIO) -> list[Any]:
+    """``--workers N``: start N - 1 more processes on this storage and study. Each is what
+    another machine on ``--storage postgresql://...`` would be (its own in-process service
+    unless ``--service``, its own sampler seed, heartbeats), so nothing here is new
+    machinery: the storage shares the study, the constant liar keeps them apart."""
+    import dataclasses  # noqa: PLC0415
+    import multiprocessing  # noqa: PLC0415
+
+    import torch  # noqa: PLC0415
+
+    ctx = multiprocessing.get_context("spawn")  # a clean interpreter: no forked threads or gRPC state
+    procs = []
+    for i, n in enumerate(shares, start=1):
+        s = dataclasses.replace(req.settings, space_fn=None, objective_fn=None)  # resolved again by name
+        child = dataclasses.replace(req, settings=s, trials=n, workers=1, reports=False, progress=False, calibrate=0,
+                                    storage=url, study=study, seed=None if req.seed is None else req.seed + i)
+        p = ctx.Process(target=_worker_main, args=(child, torch.get_num_threads()), name=f"nas-worker-{i + 1}",
+                        daemon=False)
+        p.start()
+        procs.append(p)
+    print(f"nas: {len(shares) + 1} local workers on study {study!r} ({redact(url)})", file=err)
+    return procs
+
+
+class _Joiner:
+    """Waits for the extra local workers (and, on the way out after an error, stops them)."""
+
+    def __init__(self, procs: list[Any]) -> None:
+        self.procs = procs
+
+    def join(self, err: TextIO) -> list[tuple[int, int]]:
+        bad = []
+        for i, p in enumerate(self.procs, start=1):
+            p.join()
+            if p.exitcode:
+                bad.append((i, p.exitcode))
+        return bad
+
+    def close(self) -> None:
+        for p in self.procs:
+            if p.is_alive():
+                p.join(timeout=0.1)
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=5)
+
+
 def _service_name(where: str) -> str:
     return "the in-process estimation service" if where == "in-process" else f"the estimation service at {where}"
 
@@ -278,10 +361,14 @@ def run_search(req: SearchRequest, *, err: TextIO | None = None, out: TextIO | N
         storage = open_storage(url, heartbeat_interval=req.heartbeat_s)
         name = req.study or f"{s.device}-{s.space.rpartition(':')[2]}"
         study = _study(req, storage, name)
+        shares = worker_shares(req.trials, req.workers)
+        extra = start_workers(req, url, name, shares[1:], err) if len(shares) > 1 else []
+        stack.append(_Joiner(extra))
         evaluator = Evaluator(client, s)
         patience = Patience(req.patience, s)
         n_done = [0]
-        bar = tqdm(total=req.trials, desc=f"nas {name}", unit="cand", file=err, disable=not req.progress,
+        bar = tqdm(total=shares[0], desc=f"nas {name}" + (f" (worker 1 of {len(shares)})" if extra else ""),
+                   unit="cand", file=err, disable=not req.progress,
                    dynamic_ncols=True, leave=True)
 
         def progress(study: Any, trial: Any) -> None:
@@ -304,7 +391,7 @@ def run_search(req: SearchRequest, *, err: TextIO | None = None, out: TextIO | N
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 warnings.simplefilter("ignore", FutureWarning)
-                study.optimize(evaluator, n_trials=req.trials, timeout=req.timeout_s, catch=(CandidateError,),
+                study.optimize(evaluator, n_trials=shares[0], timeout=req.timeout_s, catch=(CandidateError,),
                                callbacks=[progress, patience], gc_after_trial=False)
         except SearchAborted as e:
             aborted = e
@@ -313,6 +400,14 @@ def run_search(req: SearchRequest, *, err: TextIO | None = None, out: TextIO | N
         finally:
             bar.close()
         stopped = patience.reason
+        if not req.reports:  # an extra local worker: the first one reports on the whole study
+            if aborted:
+                raise aborted
+            if interrupted:
+                raise KeyboardInterrupt
+            return SearchOutcome(study_name=name, storage=redact(url), summary={}, stopped_reason=stopped,
+                                 trials_run=n_done[0], elapsed_s=time.perf_counter() - t_start)
+        failed_workers = _Joiner(extra).join(err)
         try:
             doc = write_reports(out_dir, study, client=None if aborted else client, space_fn=s.space_fn,
                                 space_options=s.space_options, init_seed=s.init_seed)
@@ -331,8 +426,12 @@ def run_search(req: SearchRequest, *, err: TextIO | None = None, out: TextIO | N
                                 trials_run=n_done[0], elapsed_s=elapsed, files=list(doc.get("files", [])))
         text = (out_dir / "summary.txt").read_text(encoding="utf-8")
         print(text.rstrip("\n"), file=out)
-        print(f"storage: {redact(url)} (study {name!r}); this worker ran {n_done[0]} trials in {elapsed:.1f} s; "
+        who = (f"{len(shares)} local workers ran {sum(shares)} trials" if extra
+               else f"this worker ran {n_done[0]} trials")
+        print(f"storage: {redact(url)} (study {name!r}); {who} in {elapsed:.1f} s; "
               f"{evaluator.n_cache_hits} repeated architectures reused; reports in {out_dir}", file=out)
+        for i, code in failed_workers:
+            print(f"warning: local worker {i + 1} exited with status {code} (its trials are in the study)", file=err)
         if stopped:
             if patience.fatal or doc.get("best") is None:
                 raise UserError(stopped)

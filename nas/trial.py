@@ -4,9 +4,10 @@
 
 1. samples the architecture from the search space and builds the torch module (weights
    initialised from a fixed seed, so one architecture always gets the same weights);
-2. exports it to ONNX and simplifies it with onnxsim (:mod:`nas.export`);
-3. strips the weight data (:func:`service.client.strip_initializers`) and asks the
-   estimation service for the latency at one confidence level, per layer;
+2. writes its weightless ONNX graph from the architecture description (built-in spaces,
+   :mod:`nas.direct`), or exports it to ONNX, simplifies it with onnxsim (:mod:`nas.export`)
+   and strips the weight data (:func:`service.client.strip_initializers`) (user spaces);
+3. asks the estimation service for the latency at one confidence level, per layer;
 4. records in the trial's user attributes: ``worker`` (host:pid), ``arch`` (JSON
    description), ``input_shape``,
    ``estimate`` (point estimate ``latency_ms``, ``intervals`` {CM_TV, CM_LV, CM_O: [lower,
@@ -47,6 +48,7 @@ from estimator.errors import UserError
 from . import export as nas_export
 from .proxy import call_objective
 from .scoring import CONSTRAINT_KEY, Estimate, constraint_value, penalised, penalty
+from .direct import direct_onnx, is_direct_space
 from .spaces import SpaceFn, param_count, sample
 
 __all__ = ["SearchSettings", "Evaluator", "CandidateError", "SearchAborted", "ABORT_CODES", "TIMING_KEYS",
@@ -84,7 +86,7 @@ class SearchSettings:
     confidence: float = 0.9
     penalty_weight: float = 0.1
     multi_objective: bool = False
-    space: str = "mobilenet"
+    space: str = "scaled"
     space_fn: SpaceFn | None = None
     space_options: dict[str, Any] = field(default_factory=dict)
     objective: str = "naswot"
@@ -94,6 +96,8 @@ class SearchSettings:
     deterministic_objective: bool = True
     #: torch seed for weight initialisation (the same architecture gets the same weights)
     init_seed: int = 0
+    #: built-in spaces: send the ONNX written from the description (nas.direct), not the export
+    direct_onnx: bool = True
 
     def study_attrs(self) -> dict[str, Any]:
         """What a study stores so that workers and resumed runs agree (JSON-ready)."""
@@ -121,20 +125,33 @@ class Evaluator:
         self.n_cache_hits = 0
 
     # ------------------------------------------------------------ pieces
-    def estimate(self, arch_module: Any, input_shape: tuple[int, ...], timing: dict[str, float]) -> tuple[Estimate, Any]:
-        """Export, simplify, strip and query; returns the estimate and the simplified model."""
+    def uses_direct(self) -> bool:
+        """Whether candidates are written as ONNX from their description (:mod:`nas.direct`):
+        built-in spaces only, unless ``settings.direct_onnx`` is off."""
+        return self.s.direct_onnx and is_direct_space(self.s.space, self.s.space_fn)
+
+    def estimate(self, arch_module: Any, input_shape: tuple[int, ...], timing: dict[str, float],
+                 description: Any = None) -> tuple[Estimate, Any]:
+        """The candidate's weightless ONNX (written from ``description`` for built-in spaces,
+        else exported, simplified and stripped), queried; returns the estimate and the model
+        sent (the simplified model with weights on the export path)."""
         from service.client import EstimationError, strip_initializers  # noqa: PLC0415
 
         t0 = time.perf_counter()
-        try:
-            raw = nas_export.export_onnx(arch_module, input_shape)
-            t1 = time.perf_counter()
-            simplified = nas_export.simplify(raw)
-        except nas_export.ExportError as e:
-            raise CandidateError(str(e)) from None
-        t2 = time.perf_counter()
-        stripped = strip_initializers(simplified)
-        t3 = time.perf_counter()
+        direct = direct_onnx(description, input_shape) if description is not None and self.uses_direct() else None
+        if direct is not None:
+            simplified = stripped = direct
+            t1 = t2 = t3 = time.perf_counter()
+        else:
+            try:
+                raw = nas_export.export_onnx(arch_module, input_shape)
+                t1 = time.perf_counter()
+                simplified = nas_export.simplify(raw)
+            except nas_export.ExportError as e:
+                raise CandidateError(str(e)) from None
+            t2 = time.perf_counter()
+            stripped = strip_initializers(simplified)
+            t3 = time.perf_counter()
         try:
             result = self.client.estimate_network(stripped, self.s.device, confidence=(self.s.confidence,),
                                                   per_layer=True, strip=False)
@@ -197,7 +214,7 @@ class Evaluator:
             self.n_cache_hits += 1
             est, cached_score = cached
         else:
-            est, _ = self.estimate(arch.module, arch.input_shape, timing)
+            est, _ = self.estimate(arch.module, arch.input_shape, timing, arch.description)
             cached_score = None
         c = constraint_value(est, s.budget_ms)
         feasible = c <= 0

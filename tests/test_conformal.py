@@ -37,6 +37,14 @@ def test_held_out_coverage_matches_confidence(trained, held_out, metric, confide
     true = np.array([r["t_true_ms"] for r in held_out])
     whole = np.mean((lo <= m_lo) & (m_hi <= hi))  # the whole measured interval inside
     truth = np.mean((lo <= true) & (true <= hi))
+    if metric == "CM_O":
+        # CM_O is calibrated on the error at the training point (here the midpoint), not over
+        # the measured interval: the interval's width is measurement, not distance (models.py)
+        mid = (m_lo + m_hi) / 2
+        point = np.mean((lo <= mid) & (mid <= hi))
+        assert confidence - 0.05 <= point <= confidence + 0.07, point
+        assert whole <= point
+        return
     # out-of-bag calibration is close to, not exactly, valid: allow a few points of slack
     assert confidence - 0.05 <= whole <= confidence + 0.07, whole
     # covering the whole measured interval is stricter than covering the true latency

@@ -222,6 +222,40 @@ def test_spaces_build_and_export():
         mobilenet(optuna.trial.FixedTrial(p), kernels=(4,))
 
 
+def test_direct_onnx_matches_the_torch_export(nas_env):
+    """Built-in spaces send the graph written from the description (nas.direct): the same
+    layers and the same estimate as the torch export + onnxsim of the same architecture."""
+    import optuna
+
+    from estimator.predict import Estimator
+    from nas.direct import direct_onnx, is_direct_space
+    from nas.export import to_onnx
+    from nas.spaces import SPACES, mobilenet, resnet, scaled
+    from service.client import strip_initializers
+
+    est = Estimator.from_profile(DEVICE, root=nas_env["root"])
+    cases = [(scaled, {"resolutions": (64, 96), "widths": (0.5, 1.5), "max_depth": 2}),
+             (mobilenet, {"resolutions": (64,), "max_depth": 2, "activations": ("relu6", "relu", "hardswish", "silu")}),
+             (resnet, {"resolutions": (64,), "max_depth": 2})]
+    for fn, opts in cases:
+        study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+        for _ in range(4):
+            t = study.ask()
+            a = fn(t, **opts)
+            study.tell(t, 0.0)
+            direct = direct_onnx(a.description, a.input_shape)
+            exported = strip_initializers(to_onnx(a.module, a.input_shape))
+            nd, nx = est.load_network(direct), est.load_network(exported)
+            assert [(l.type, l.params) for l in nd.layers] == [(l.type, l.params) for l in nx.layers], fn.__name__
+            rd = est.estimate_network(direct, (0.9,))
+            rx = est.estimate_network(exported, (0.9,))
+            assert rd.total_ms == rx.total_ms and rd.intervals == rx.intervals
+            assert [r.to_dict()["type"] for r in rd.layers] == [r.to_dict()["type"] for r in rx.layers]
+    assert direct_onnx({"family": "mine"}, (1, 3, 8, 8)) is None
+    assert all(is_direct_space(n, SPACES[n]) for n in ("scaled", "mobilenet", "resnet"))
+    assert not is_direct_space("mobilenet", kernel_space) and not is_direct_space("tests.test_nas:x", mobilenet)
+
+
 # ------------------------------------------------------------------ end to end
 
 
@@ -421,6 +455,24 @@ def test_objective_that_raises_fails_only_its_trial(nas_env, tmp_path, capsys):
     assert json.loads((out / "summary.json").read_text())["n_failed"] == 2
 
 
+def test_local_workers_share_one_study(nas_env, tmp_path, capsys):
+    """--workers 2: two processes on the study in OUT/nas.db, the trials split between them,
+    one set of reports on the whole study (the mechanism of several machines on one storage)."""
+    out = tmp_path / "out"
+    assert search(nas_env, out, *SMALL, "--workers", "2", "--study", "w2", trials=5, seed=1) == 0
+    captured = capsys.readouterr()
+    trials = load_study(out, "w2").trials
+    assert len(trials) == 5 and all(t.state.name == "COMPLETE" for t in trials)
+    workers = {t.user_attrs["worker"] for t in trials}
+    assert len(workers) == 2
+    assert sorted(sum(t.user_attrs["worker"] == w for t in trials) for w in workers) == [2, 3]
+    assert json.loads((out / "summary.json").read_text())["n_trials"] == 5
+    assert "2 local workers ran 5 trials" in captured.out
+    assert "2 local workers on study 'w2'" in captured.err
+    assert search(nas_env, out, "--workers", "3", trials=2) == 2
+    assert "--workers 3 is more than --trials 2" in capsys.readouterr().err
+
+
 def test_objective_that_always_raises_stops_with_patience(nas_env, tmp_path, capsys):
     rc = search(nas_env, tmp_path / "out", "--space", "tests.test_nas:kernel_space", "--objective",
                 "tests.test_nas:broken_objective", "--patience", "3", trials=10)
@@ -444,7 +496,7 @@ def test_infeasible_budget_stops_with_advice(nas_env, tmp_path, capsys):
 
 def test_bad_space_and_objective_names(nas_env, tmp_path, capsys):
     assert nas_main(["search", "--device", DEVICE, "--budget", "5ms", "--space", "nope", "--out", str(tmp_path)]) == 2
-    assert "unknown search space 'nope'; built-in: mobilenet, resnet" in capsys.readouterr().err
+    assert "unknown search space 'nope'; built-in: mobilenet, resnet, scaled" in capsys.readouterr().err
     assert nas_main(["search", "--device", DEVICE, "--budget", "5ms", "--objective", "no.such.module:f",
                      "--out", str(tmp_path)]) == 2
     assert "cannot import module 'no.such.module'" in capsys.readouterr().err

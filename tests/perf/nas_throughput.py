@@ -1,10 +1,11 @@
 """NAS throughput: candidates per second end to end, and where the time goes.
 
 Runs the real search loop (``nas.trial.Evaluator`` inside ``study.optimize``: sample,
-build, torch.onnx export, onnxsim, strip, gRPC query to the in-process estimation
-service, NASWOT proxy, CM_O penalty, SQLite storage with heartbeats) on MobileNet-sized
-candidates of the default ``mobilenet`` space, with a random sampler so that no
-architecture repeats (no cache hits), and prints
+build, the candidate's ONNX written from its description (``nas.direct``; ``--export``:
+torch.onnx export, onnxsim and strip, as user spaces do), gRPC query to the in-process
+estimation service, NASWOT proxy, CM_O penalty, SQLite storage with heartbeats) on
+candidates of the default ``scaled`` space (``--space mobilenet``, ``resnet``), with a
+random sampler so that no architecture repeats (no cache hits), and prints
 
 * candidates/s (wall clock) and CPU seconds per candidate (process CPU time, the
   in-process server's threads included: on a busy, shared machine wall time overstates
@@ -52,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--space-option", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (nas search's default: 1)")
+    ap.add_argument("--space", default="scaled", help="built-in space (default: nas search's default, scaled)")
+    ap.add_argument("--export", action="store_true",
+                    help="send the torch export + onnxsim, as before issue 17 (and as user spaces do)")
     args = ap.parse_args(argv)
 
     import optuna
@@ -59,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from nas import export as E
     from nas.proxy import naswot
-    from nas.spaces import mobilenet, rebuild
+    from nas.direct import direct_onnx
+    from nas.spaces import SPACES, mobilenet, rebuild
     from nas.storage import open_storage
     from nas.trial import Evaluator, SearchSettings
     from nas.units import parse_option
@@ -85,8 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op threads, "
           f"CPUs usable {len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()}")
 
-    s = SearchSettings(device=device, budget_ms=1e9, space="mobilenet", space_fn=mobilenet, space_options=opts,
-                       objective="naswot", objective_fn=naswot, deterministic_objective=True)
+    space_fn = SPACES[args.space]
+    s = SearchSettings(device=device, budget_ms=1e9, space=args.space, space_fn=space_fn, space_options=opts,
+                       objective="naswot", objective_fn=naswot, deterministic_objective=True,
+                       direct_onnx=not args.export)
     storage = open_storage(f"sqlite:///{tmp / 'perf.db'}", heartbeat_interval=10)
     study = optuna.create_study(storage=storage, study_name="perf", direction="maximize",
                                 sampler=optuna.samplers.RandomSampler(seed=args.seed))
@@ -94,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     # warm-up outside the measurement: first export/onnxsim/RPC pay one-off initialisation
     warm = rebuild(mobilenet, {"resolution": 96, "width": 0.5, **{f"s{i}_{k}": v for i in range(5) for k, v in
                                                                    (("depth", 1), ("expansion", 3), ("kernel", 3),
-                                                                    ("se", False), ("act", "relu"))}}, opts)
+                                                                    ("se", False), ("act", "relu"))}})
     client.estimate_network(strip_initializers(E.to_onnx(warm.module, warm.input_shape)), device, strip=False)
 
     t0 = time.perf_counter()
@@ -104,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     cpu = time.process_time() - c0
     trials = [t for t in study.trials if t.state.name == "COMPLETE"]
     n = len(trials)
-    print(f"\n{n}/{args.n} candidates completed; {ev.n_cache_hits} repeats")
+    print(f"\n{n}/{args.n} candidates completed; {ev.n_cache_hits} repeats; space {args.space}, "
+          f"{'torch export + onnxsim' if args.export else 'ONNX written from the description'}")
     if not n:
         for t in study.trials:
             print(t.number, t.state.name, t.user_attrs.get("fail_reason"))
@@ -128,8 +136,8 @@ def main(argv: list[str] | None = None) -> int:
           f"heartbeat, callbacks)")
 
     # per-phase CPU time on the same architectures, measured directly
-    cpu_t: dict[str, list[float]] = {k: [] for k in ("build", "fold+export", "simplify", "strip", "estimate",
-                                                      "naswot")}
+    cpu_t: dict[str, list[float]] = {k: [] for k in ("build", "direct", "fold+export", "simplify", "strip",
+                                                      "estimate", "naswot")}
     for t in trials[: min(n, 10)]:
         def clock(k: str, f):  # noqa: ANN001
             c = time.process_time()
@@ -139,10 +147,13 @@ def main(argv: list[str] | None = None) -> int:
 
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
-            arch = clock("build", lambda: rebuild(mobilenet, t.params, opts))
+            arch = clock("build", lambda: rebuild(space_fn, t.params, opts))
+        st = clock("direct", lambda: direct_onnx(arch.description, arch.input_shape))
         raw = clock("fold+export", lambda: E.export_onnx(arch.module, arch.input_shape))
         simp = clock("simplify", lambda: E.simplify(raw))
-        st = clock("strip", lambda: strip_initializers(simp))
+        st_x = clock("strip", lambda: strip_initializers(simp))
+        if args.export:
+            st = st_x
         st.graph.name = f"perf-{time.time_ns()}"  # new bytes: not answered from the server's cache
         clock("estimate", lambda: client.estimate_network(st, device, confidence=(0.9,), strip=False))
 
@@ -150,11 +161,14 @@ def main(argv: list[str] | None = None) -> int:
             user_attrs = {"input_shape": list(arch.input_shape)}
 
         clock("naswot", lambda: naswot(arch.module, _T()))
-    tot = sum(statistics.fmean(v) for v in cpu_t.values())
-    print(f"\nper-phase CPU time on {len(cpu_t['build'])} of these architectures (s):")
+    used = [k for k in cpu_t if k not in (("direct",) if args.export else ("fold+export", "simplify", "strip"))]
+    tot = sum(statistics.fmean(cpu_t[k]) for k in used)
+    print(f"\nper-phase CPU time on {len(cpu_t['build'])} of these architectures (s; phases in parentheses are "
+          f"not on this run's path):")
     for k, v in cpu_t.items():
-        print(f"  {k:11s} {statistics.fmean(v):.4f}  {100 * statistics.fmean(v) / tot:5.1f} %")
-    print(f"  {'sum':11s} {tot:.4f}  -> {1 / tot:.2f} candidates/s without storage and sampler")
+        name = k if k in used else f"({k})"
+        print(f"  {name:13s} {statistics.fmean(v):.4f}  {100 * statistics.fmean(v) / tot:5.1f} %")
+    print(f"  {'sum':13s} {tot:.4f}  -> {1 / tot:.2f} candidates/s without storage and sampler")
     client.close()
     srv.stop(0.5)
     return 0
