@@ -58,9 +58,9 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import grpc
 import numpy as np
 
-from estimator.accel import describe_loaded
 from estimator.errors import NotFoundError, TooLargeError, UserError
 from estimator.layers import LAYER_TYPES, LayerSpecError
+from estimator.onnx_import import native_core
 from estimator.predict import METRICS, Estimator, LayerEstimate, NetworkEstimate, make_layer, parse_confidence
 from estimator.profile import default_root, list_profiles, load_profile
 from proto import estimation_pb2 as pb2
@@ -544,7 +544,7 @@ class EstimationServicer(pb2_grpc.EstimationServicer):
             first = not self.loaded.is_set()
             self.loaded.set()
             _event(logging.INFO, "profiles loaded" if first else "profiles reloaded", generation=new.generation,
-                   devices=list(new.devices), errors=list(new.errors), modules=describe_loaded(),
+                   devices=list(new.devices), errors=list(new.errors), native_importer=native_core() is not None,
                    duration_ms=round((time.perf_counter() - t0) * 1e3, 1))
             return new
 
