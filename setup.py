@@ -40,7 +40,8 @@ class OptionalBuildExt(build_ext):
     def _fallback(self, e: Exception) -> None:
         if not self._noted:
             self._noted = True
-            reason = " ".join(str(e).split())[:200]
+            reason = " ".join(str(e).split())
+            reason = reason if len(reason) <= 160 else reason[:157] + "..."
             print(f"{NOTE} ({type(e).__name__}: {reason})", flush=True)
 
 
