@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import importlib.util
 import json
 import logging
 import math
@@ -60,7 +61,6 @@ import numpy as np
 
 from estimator.errors import NotFoundError, TooLargeError, UserError
 from estimator.layers import LAYER_TYPES, LayerSpecError
-from estimator.onnx_import import native_core
 from estimator.predict import METRICS, Estimator, LayerEstimate, NetworkEstimate, make_layer, parse_confidence
 from estimator.profile import default_root, list_profiles, load_profile
 from proto import estimation_pb2 as pb2
@@ -512,6 +512,12 @@ def _release_gc(holder: object) -> None:
                 gc.unfreeze()
 
 
+def _native_built() -> bool:
+    """Whether pip built the native ONNX importer (found without importing the ONNX front end,
+    which the first request imports)."""
+    return importlib.util.find_spec("estimator.native_import") is not None
+
+
 class EstimationServicer(pb2_grpc.EstimationServicer):
     """``estimation.v1.Estimation`` over a swappable :class:`Registry` of estimators."""
 
@@ -544,7 +550,7 @@ class EstimationServicer(pb2_grpc.EstimationServicer):
             first = not self.loaded.is_set()
             self.loaded.set()
             _event(logging.INFO, "profiles loaded" if first else "profiles reloaded", generation=new.generation,
-                   devices=list(new.devices), errors=list(new.errors), native_importer=native_core() is not None,
+                   devices=list(new.devices), errors=list(new.errors), native_importer=_native_built(),
                    duration_ms=round((time.perf_counter() - t0) * 1e3, 1))
             return new
 
