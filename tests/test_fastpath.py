@@ -20,7 +20,7 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 
-from estimator import onnx_import, zoo
+from estimator import fastpath, onnx_import, zoo
 from estimator.aggregate import SLOT_BLOCK, DistBatch, Family, SampleBank, aggregate
 from estimator.fastpath import FastKNN, FlatForests
 from estimator.models import METRICS, DeviceModels, TrainingOptions, train_models
@@ -94,7 +94,7 @@ def zoo_models() -> dict[str, bytes]:
 # --------------------------------------------------------------------------- forests
 
 
-def test_flat_forest_equals_sklearn_predict_bit_for_bit(est: Estimator) -> None:
+def test_flat_forest_equals_sklearn_predict_bit_for_bit(est: Estimator, monkeypatch) -> None:
     rng = np.random.default_rng(3)
     types = sorted(est.models.types)
     forests = FlatForests.from_forests({t: est.models.types[t].forest for t in types})
@@ -117,10 +117,12 @@ def test_flat_forest_equals_sklearn_predict_bit_for_bit(est: Estimator) -> None:
                         for e in est.models.types[t].forest.estimators_])
         np.testing.assert_array_equal(P, ref)
         np.testing.assert_array_equal(P, np.stack([e.predict(X) for e in est.models.types[t].forest.estimators_]))
-    # large batches walk too
-    big = np.repeat(parts[0][1], 3, axis=0)
-    (Pb,) = forests.tree_predictions([(parts[0][0], big)])
-    np.testing.assert_array_equal(Pb, np.stack([e.predict(big) for e in est.models.types[parts[0][0]].forest.estimators_]))
+    # large batches walk in blocks of trees and rows (and small parts in groups): the same numbers
+    for lanes in (1, 7 * 30, 31 * 30 + 5):
+        monkeypatch.setattr(fastpath, "WALK_LANES", lanes)
+        big = [(t, np.repeat(X, 3, axis=0)) for t, X in parts[:3]] + [(parts[3][0], parts[3][1][:2])]
+        for (t, X), P in zip(big, forests.tree_predictions(big)):
+            np.testing.assert_array_equal(P, np.stack([e.predict(X) for e in est.models.types[t].forest.estimators_]))
     # the model set's own arrays (what the cache stores) are these
     for t in types:
         np.testing.assert_array_equal(est.models.forests.roots[t], forests.roots[t])
