@@ -2,8 +2,13 @@
 reference path (scikit-learn forests, crepes difficulty estimators, one call per type),
 without their per-call overhead.
 
-What is precomputed (at training time, stored as arrays in the model cache)
--------------------------------------------------------------------------
+What is precomputed
+-------------------
+The flattened forests (:class:`FlatForests`) and the k-NN data (:class:`FastKNN`) are made
+at training time and stored as plain arrays in the model cache (:mod:`estimator.cache`), so a
+warm start reads them without scikit-learn or crepes; the k-d trees are built from them on
+first use (``scipy.spatial``), the feature-row statistics as requests come.
+
 * **Forests.** The trees of every type's forest are flattened into four arrays shared by
   all types: split feature, threshold, index of the left child (the right child is the
   next node: nodes are renumbered breadth-first so that siblings are adjacent; a leaf is
