@@ -1,12 +1,22 @@
 """The local model cache: the only place pickles are ever read from.
 
-Trained device models are pickled to ``<cache dir>/models/<key>.pkl`` where ``<key>`` is a
-SHA-256 over everything that determines the trained object (see :func:`cache_key`):
+A trained model set is stored under ``<cache dir>/models/`` as two files named by ``<key>``,
+a SHA-256 over everything that determines the trained object (see :func:`cache_key`):
+
+* ``<key>.npz``: what estimates evaluate (flattened forests, k-NN data, conformal scores,
+  the model's numbers and report as JSON), plain arrays read with ``allow_pickle=False``
+  (:func:`load_arrays`, :func:`store_arrays`). A warm start reads only this file and
+  imports neither scikit-learn, crepes, pandas nor scipy;
+* ``<key>.pkl``: the scikit-learn and crepes objects, read only when the reference path
+  (``fast=False``) asks for them (:func:`load`, :func:`store`).
+
+The key covers:
 
 * the bytes of the profile's ``measurements.csv`` (its data hash),
 * the training options and the training target (``lum`` or ``single``),
 * :data:`estimator.models.MODEL_CODE_VERSION` (a hash of the training code's sources),
-* the versions of Python, numpy, scikit-learn and crepes.
+* the versions of Python, numpy, scikit-learn and crepes (from the installed packages'
+  metadata, without importing them).
 
 Cache directory: ``$CL_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/confident-latency``, else
 ``~/.cache/confident-latency``. It is created with mode 0700.
@@ -15,11 +25,13 @@ Safety rules (pickles execute code when loaded):
 
 * :func:`load` takes a *key*, never a path; the file it opens is always
   ``<cache dir>/models/<key>.pkl`` with ``key`` checked to be 64 hex digits, so no pickle
-  is loaded from a profile directory, the repository or anywhere else.
+  is loaded from a profile directory, the repository or anywhere else. Arrays are read
+  with ``allow_pickle=False``.
 * On POSIX, a cache file that is not owned by the current user, or is writable by group
   or others, is refused (treated as a miss and reported).
 * Writes go to a temporary file in the same directory and are renamed into place, so a
-  crash never leaves a half-written pickle under a valid key.
+  crash never leaves a half-written file under a valid key (the pickle is written before
+  the arrays, so arrays under a key mean its pickle was written too).
 """
 from __future__ import annotations
 
@@ -35,7 +47,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["ENV_CACHE", "cache_dir", "cache_key", "library_versions", "load", "store", "path_for", "CacheWarning"]
+__all__ = ["ENV_CACHE", "cache_dir", "cache_key", "library_versions", "load", "store", "load_arrays", "store_arrays",
+           "path_for", "CacheWarning"]
 
 ENV_CACHE = "CL_CACHE_DIR"
 _KEY_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -54,22 +67,27 @@ def cache_dir() -> Path:
     return base / "confident-latency"
 
 
-def library_versions() -> dict[str, str]:
-    import crepes  # noqa: PLC0415
-    import numpy  # noqa: PLC0415
-    import sklearn  # noqa: PLC0415
+def _version(dist: str, module: str) -> str:
+    """An installed package's version from its metadata (no import); its ``__version__`` where
+    the metadata is missing."""
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
 
     try:
-        from importlib.metadata import version  # noqa: PLC0415
+        return version(dist)
+    except PackageNotFoundError:  # pragma: no cover - metadata missing
+        import importlib  # noqa: PLC0415
 
-        crepes_v = version("crepes")
-    except Exception:  # pragma: no cover - metadata missing
-        crepes_v = getattr(crepes, "__version__", "unknown")
+        return str(getattr(importlib.import_module(module), "__version__", "unknown"))
+
+
+def library_versions() -> dict[str, str]:
+    import numpy  # noqa: PLC0415
+
     return {
         "python": platform.python_version(),
         "numpy": numpy.__version__,
-        "scikit-learn": sklearn.__version__,
-        "crepes": crepes_v,
+        "scikit-learn": _version("scikit-learn", "sklearn"),
+        "crepes": _version("crepes", "crepes"),
     }
 
 
@@ -85,10 +103,12 @@ def cache_key(data_hash: str, options: Mapping[str, Any], code_version: str,
     return hashlib.sha256(blob).hexdigest()
 
 
-def path_for(key: str, root: Path | None = None) -> Path:
+def path_for(key: str, root: Path | None = None, suffix: str = ".pkl") -> Path:
     if not _KEY_RE.match(key):
         raise ValueError(f"invalid cache key {key!r}")
-    return (root or cache_dir()) / "models" / f"{key}.pkl"
+    if suffix not in (".pkl", ".npz"):
+        raise ValueError(f"invalid cache file suffix {suffix!r}")
+    return (root or cache_dir()) / "models" / f"{key}{suffix}"
 
 
 def _trusted(p: Path) -> bool:
@@ -122,13 +142,39 @@ def load(key: str, root: Path | None = None) -> Any | None:
     return obj
 
 
+def load_arrays(key: str, root: Path | None = None) -> dict[str, Any] | None:
+    """The arrays stored for ``key`` (name -> numpy array, read without unpickling), or None
+    on a miss (or an unreadable/untrusted file)."""
+    import numpy as np  # noqa: PLC0415
+
+    p = path_for(key, root, ".npz")
+    if not p.is_file() or not _trusted(p):
+        return None
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            return {name: z[name] for name in z.files}
+    except Exception as e:  # a corrupt entry is a miss, not a crash
+        warnings.warn(f"ignoring unreadable cache file {p}: {type(e).__name__}: {e}", CacheWarning, stacklevel=2)
+        return None
+
+
+def store_arrays(key: str, arrays: Mapping[str, Any], root: Path | None = None) -> Path:
+    """Store ``arrays`` (name -> numpy array, none of dtype object) for ``key`` (uncompressed npz)."""
+    import numpy as np  # noqa: PLC0415
+
+    return _write(path_for(key, root, ".npz"), lambda f: np.savez(f, **arrays))
+
+
 def store(key: str, obj: Any, root: Path | None = None) -> Path:
-    p = path_for(key, root)
+    return _write(path_for(key, root), lambda f: pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _write(p: Path, write: Any) -> Path:
     p.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pkl", dir=p.parent)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=p.suffix, dir=p.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
+            write(f)
         os.chmod(tmp, 0o600)
         os.replace(tmp, p)
     except BaseException:

@@ -152,16 +152,20 @@ log-width of the ratios' spread, and the 90 % interval reaches at least a factor
 from __future__ import annotations
 
 import hashlib
+import json
 import math
+import threading
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from .aggregate import DistBatch, Family, conformal_index, layer_intervals
+from .fastpath import FastKNN, FlatForests
 from .errors import UserError
 from .layers import SPECS, Layer, LayerSpecError, LayerType, bench_params, describe, feature_names, feature_vector
 
@@ -174,6 +178,8 @@ __all__ = [
     "TypeModel",
     "FallbackModel",
     "DeviceModels",
+    "ReferenceModel",
+    "ReferenceParts",
     "BatchPrediction",
     "TrainingData",
     "prepare_training_data",
@@ -183,19 +189,19 @@ __all__ = [
 ]
 
 #: The sources that determine a trained model (the training code, the layer vocabulary's
-#: features, the pickled predictive-distribution families).
-_TRAINING_SOURCES = ("models.py", "layers.py", "aggregate.py")
+#: features, the predictive-distribution families, the flattened forests and k-NN arrays).
+_TRAINING_SOURCES = ("models.py", "layers.py", "aggregate.py", "fastpath.py")
 
 
 def _code_version() -> str:
     h = hashlib.sha256()
     for name in _TRAINING_SOURCES:
         h.update(Path(__file__).with_name(name).read_bytes())
-    return f"models-7:{h.hexdigest()[:16]}"
+    return f"models-8:{h.hexdigest()[:16]}"
 
 
 #: Part of the model cache key: a hash of :data:`_TRAINING_SOURCES`, so any change to the
-#: training code retrains instead of loading a pickle made by other code.
+#: training code retrains instead of loading cached models made by other code.
 MODEL_CODE_VERSION = _code_version()
 METRICS: tuple[str, ...] = ("CM_TV", "CM_LV", "CM_O")
 TARGETS: tuple[str, ...] = ("lum", "single")
@@ -475,26 +481,83 @@ def _model_features(layer_type: str, X: np.ndarray) -> tuple[tuple[str, ...], np
 
 
 @dataclass
+class ReferenceModel:
+    """The scikit-learn and crepes objects of one layer type: what the reference path
+    (``fast=False``) evaluates. Kept in the cache's pickle, loaded only when asked for."""
+
+    forest: Any  # sklearn RandomForestRegressor
+    var_de: Any  # crepes DifficultyEstimator (variance, oob)
+    knn_de: Any  # crepes DifficultyEstimator (k-NN, oob / leave-one-out)
+    regressors: dict[str, Any]  # metric -> crepes ConformalRegressor
+
+
+@dataclass
+class ReferenceParts:
+    """Every type's :class:`ReferenceModel` of one model set (the cache's pickle)."""
+
+    cache_key: str
+    types: dict[str, ReferenceModel]
+
+
+@dataclass
 class TypeModel:
-    """The forest and the three conformal regressors of one layer type."""
+    """One layer type's model: its numbers and k-NN arrays (plain data, what the model cache
+    stores as arrays; the flattened forest is in :attr:`DeviceModels.forests`), and its
+    scikit-learn forest and crepes objects (:attr:`reference`, loaded when first asked for)."""
 
     layer_type: str
     feature_names: tuple[str, ...]
     n_rows: int
     t_scale: float  # ms per op that the forest's target is divided by
     log_target: bool  # the forest predicts log(t_op / t_scale)
-    forest: Any  # sklearn RandomForestRegressor
     hyperparams: dict[str, Any]
     grid: list[dict[str, Any]]
-    var_de: Any  # crepes DifficultyEstimator (variance, oob)
     betas: dict[str, float]  # difficulty floors (see _sigmas)
-    knn_de: Any  # crepes DifficultyEstimator (k-NN, oob / leave-one-out)
+    knn: FastKNN  # the k-NN difficulty's training matrix and scaling
     knn_threshold: float
     feat_min: np.ndarray
     feat_max: np.ndarray
-    regressors: dict[str, Any]  # metric -> crepes ConformalRegressor
     families: dict[str, Family]
     report: dict[str, Any]
+    #: the ReferenceModel, or a function that loads it (called once, when first needed)
+    reference_source: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def reference(self) -> ReferenceModel:
+        src = self.reference_source
+        if not isinstance(src, ReferenceModel):
+            if src is None:
+                raise ModelError(f"{self.layer_type}: no reference model (scikit-learn/crepes objects)")
+            src = self.reference_source = src()
+        return src
+
+    forest = property(lambda self: self.reference.forest, doc="scikit-learn's forest (reference path)")
+    var_de = property(lambda self: self.reference.var_de, doc="crepes' variance difficulty estimator")
+    knn_de = property(lambda self: self.reference.knn_de, doc="crepes' k-NN difficulty estimator")
+    regressors = property(lambda self: self.reference.regressors, doc="metric -> crepes ConformalRegressor")
+
+    _SCALARS = ("feature_names", "n_rows", "t_scale", "log_target", "hyperparams", "grid", "betas", "knn_threshold",
+                "report")
+
+    def arrays(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """``(JSON-ready numbers, plain arrays)`` for the model cache (:meth:`from_arrays`)."""
+        p = f"type.{self.layer_type}."
+        meta = {k: getattr(self, k) for k in self._SCALARS}
+        meta["feature_names"] = list(self.feature_names)
+        meta["families"] = {m: [f.kind, f.name] for m, f in self.families.items()}
+        arr = {p + "feat_min": self.feat_min, p + "feat_max": self.feat_max, **self.knn.arrays(p + "knn.")}
+        arr.update({f"{p}scores.{m}": f.scores for m, f in self.families.items()})
+        return meta, arr
+
+    @classmethod
+    def from_arrays(cls, t: str, meta: Mapping[str, Any], a: Mapping[str, np.ndarray],
+                    reference_source: Any) -> "TypeModel":
+        p = f"type.{t}."
+        kw = {k: meta[k] for k in cls._SCALARS}
+        kw["feature_names"] = tuple(meta["feature_names"])
+        fams = {m: Family(kind, a[f"{p}scores.{m}"], name=name) for m, (kind, name) in meta["families"].items()}
+        return cls(layer_type=t, knn=FastKNN.from_arrays(a, p + "knn."), feat_min=a[p + "feat_min"],
+                   feat_max=a[p + "feat_max"], families=fams, reference_source=reference_source, **kw)
 
     # -- training
     @classmethod
@@ -583,11 +646,12 @@ class TypeModel:
         families = {m: Family("sym", np.asarray(cr.alphas, dtype=float), name=f"{t}:{m}")
                     for m, cr in regressors.items()}
 
-        model = cls(t, names, n, t_scale, log_target, forest,
+        ref = ReferenceModel(forest, var_de, knn_de, regressors)
+        model = cls(t, names, n, t_scale, log_target,
                     {"max_features": mf, "min_samples_leaf": msl, "n_estimators": options.n_estimators,
                      "target_transform": options.target_transform},
-                    grid, var_de, betas, knn_de, float(d_loo.max()),
-                    X.min(axis=0), X.max(axis=0), regressors, families, {})
+                    grid, betas, FastKNN.from_estimator(knn_de), float(d_loo.max()),
+                    X.min(axis=0), X.max(axis=0), families, {}, ref)
         model.report = model._oob_report(data, oob, sig)
         return model
 
@@ -743,6 +807,19 @@ class FallbackModel:
         return {"pred_ms": pred, "base_ms": base,
                 "dist": {m: (pred, base) for m in METRICS}}
 
+    def arrays(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """``(JSON-ready numbers, plain arrays)`` for the model cache (:meth:`from_arrays`)."""
+        meta = {k: getattr(self, k) for k in ("peak_ops_per_ms", "peak_bytes_per_ms", "overhead_ms", "median_ratio",
+                                              "lam", "n_rows")}
+        meta["families"] = {m: [f.kind, f.name] for m, f in self.families.items()}
+        return meta, {f"fallback.scores.{m}": f.scores for m, f in self.families.items()}
+
+    @classmethod
+    def from_arrays(cls, meta: Mapping[str, Any], a: Mapping[str, np.ndarray]) -> "FallbackModel":
+        fams = {m: Family(kind, a[f"fallback.scores.{m}"], name=name) for m, (kind, name) in meta["families"].items()}
+        return cls(meta["peak_ops_per_ms"], meta["peak_bytes_per_ms"], meta["overhead_ms"], meta["median_ratio"],
+                   meta["lam"], meta["n_rows"], fams)
+
     def describe(self) -> dict[str, Any]:
         return {"peak_gops_per_s": self.peak_ops_per_ms / 1e6, "peak_gbytes_per_s": self.peak_bytes_per_ms / 1e6,
                 "overhead_us": 1e3 * self.overhead_ms, "median_ratio": self.median_ratio, "cm_o_log_width_factor": self.lam, "n_rows": self.n_rows}
@@ -766,7 +843,8 @@ class BatchPrediction:
 
 @dataclass
 class DeviceModels:
-    """Everything trained from one profile (what the cache stores)."""
+    """Everything trained from one profile (what the cache stores: :meth:`arrays` as an
+    ``.npz``, the scikit-learn and crepes objects as a pickle read when first needed)."""
 
     cache_key: str
     profile_name: str
@@ -779,12 +857,43 @@ class DeviceModels:
     versions: dict[str, str]
     code_version: str
     report: dict[str, Any]
+    forests: FlatForests  # every type's trees, flattened (the fast path walks these)
     loaded_from_cache: bool = False
 
-    def __getstate__(self) -> dict[str, Any]:
-        s = dict(self.__dict__)
-        s["loaded_from_cache"] = False
-        return s
+    #: version of the array layout (:meth:`arrays`); another one is a cache miss
+    ARRAY_FORMAT = 1
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The model set as plain arrays (numbers and report as JSON in ``meta``), no objects."""
+        types_meta, arr = {}, {}
+        for t, m in sorted(self.types.items()):
+            types_meta[t], a = m.arrays()
+            arr.update(a)
+        fb_meta, a = self.fallback.arrays()
+        arr.update(a)
+        arr.update(self.forests.arrays())
+        meta = {"format": self.ARRAY_FORMAT, "cache_key": self.cache_key, "profile_name": self.profile_name,
+                "target": self.target, "options": self.options.to_dict(), "elem_bytes": self.elem_bytes,
+                "data_hash": self.data_hash, "versions": self.versions, "code_version": self.code_version,
+                "report": self.report, "types": types_meta, "fallback": fb_meta}
+        arr["meta"] = np.frombuffer(json.dumps(meta, default=_json_default).encode(), dtype=np.uint8)
+        return arr
+
+    @classmethod
+    def from_arrays(cls, a: Mapping[str, np.ndarray], reference: Callable[[], ReferenceParts]) -> "DeviceModels":
+        """The inverse of :meth:`arrays`; ``reference`` loads the scikit-learn/crepes objects
+        (called once, when the reference path first needs one)."""
+        meta = json.loads(a["meta"].tobytes())
+        if meta.get("format") != cls.ARRAY_FORMAT:
+            raise ValueError(f"array format {meta.get('format')!r}, expected {cls.ARRAY_FORMAT}")
+        lazy = _LazyReference(reference)
+        types = {t: TypeModel.from_arrays(t, m, a, partial(lazy.get, t)) for t, m in meta["types"].items()}
+        return cls(meta["cache_key"], meta["profile_name"], meta["target"], TrainingOptions.from_dict(meta["options"]),
+                   meta["elem_bytes"], types, FallbackModel.from_arrays(meta["fallback"], a), meta["data_hash"],
+                   meta["versions"], meta["code_version"], meta["report"], FlatForests.from_arrays(a))
+
+    def reference_parts(self) -> ReferenceParts:
+        return ReferenceParts(self.cache_key, {t: m.reference for t, m in self.types.items()})
 
     @property
     def modelled_types(self) -> list[str]:
@@ -881,6 +990,30 @@ class DeviceModels:
 # ------------------------------------------------------------------ train / cache
 
 
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+class _LazyReference:
+    """Loads a model set's :class:`ReferenceParts` once, when a type first asks for its part."""
+
+    def __init__(self, load: Callable[[], ReferenceParts]) -> None:
+        self._load = load
+        self._parts: ReferenceParts | None = None
+        self._lock = threading.Lock()
+
+    def get(self, layer_type: str) -> ReferenceModel:
+        if self._parts is None:
+            with self._lock:
+                if self._parts is None:
+                    self._parts = self._load()
+        return self._parts.types[layer_type]
+
+
 def train_models(rows: Iterable[Mapping[str, Any]], *, profile_name: str, precision: str = "fp32",
                  target: str = "lum", options: TrainingOptions | None = None, n_jobs: int = 1,
                  cache_key: str = "", data_hash: str = "",
@@ -917,8 +1050,9 @@ def train_models(rows: Iterable[Mapping[str, Any]], *, profile_name: str, precis
         "fallback": fallback.describe(),
         "train_seconds": time.perf_counter() - t0,
     }
+    forests = FlatForests.from_forests({t: m.forest for t, m in sorted(types.items())})
     return DeviceModels(cache_key, profile_name, target, options, eb, types, fallback, data_hash,
-                        library_versions(), MODEL_CODE_VERSION, report)
+                        library_versions(), MODEL_CODE_VERSION, report, forests)
 
 
 def get_models(profile: Any, *, target: str = "lum", cache_root: Any = None, retrain: bool = False,
@@ -927,7 +1061,9 @@ def get_models(profile: Any, *, target: str = "lum", cache_root: Any = None, ret
     """The trained models of a :class:`~estimator.profile.Profile`, from the cache or trained now.
 
     The cache key covers the measurements' bytes, the training options and target, the
-    training code version and the library versions (:mod:`estimator.cache`).
+    training code version and the library versions (:mod:`estimator.cache`). A cache hit
+    reads the arrays only; the scikit-learn and crepes objects come from the cache's pickle
+    when the reference path first needs them (retrained, deterministically, if that is gone).
     """
     from . import cache  # noqa: PLC0415
 
@@ -937,12 +1073,31 @@ def get_models(profile: Any, *, target: str = "lum", cache_root: Any = None, ret
     data_hash = profile.data_hash()
     key = cache.cache_key(data_hash, {"options": opts.to_dict(), "target": target, "precision": profile.precision},
                           MODEL_CODE_VERSION)
+
+    def train() -> DeviceModels:
+        models = train_models(profile.rows(), profile_name=profile.name, precision=profile.precision, target=target,
+                              options=opts, n_jobs=n_jobs, cache_key=key, data_hash=data_hash, progress=progress)
+        cache.store(key, models.reference_parts(), cache_root)  # the pickle first: arrays imply it
+        cache.store_arrays(key, models.arrays(), cache_root)
+        return models
+
+    def reference() -> ReferenceParts:
+        parts = cache.load(key, cache_root)
+        if isinstance(parts, ReferenceParts):
+            return parts
+        return train().reference_parts()
+
     if not retrain:
-        hit = cache.load(key, cache_root)
-        if isinstance(hit, DeviceModels):
-            hit.loaded_from_cache = True
-            return hit
-    models = train_models(profile.rows(), profile_name=profile.name, precision=profile.precision, target=target,
-                          options=opts, n_jobs=n_jobs, cache_key=key, data_hash=data_hash, progress=progress)
-    cache.store(key, models, cache_root)
-    return models
+        arrays = cache.load_arrays(key, cache_root)
+        if arrays is not None:
+            try:
+                hit = DeviceModels.from_arrays(arrays, reference)
+            except Exception as e:  # an incompatible or damaged entry is a miss, not a crash
+                warnings.warn(f"ignoring cache entry {key}: {type(e).__name__}: {e}", cache.CacheWarning, stacklevel=2)
+            else:
+                if hit.cache_key == key:
+                    hit.loaded_from_cache = True
+                    return hit
+                warnings.warn(f"ignoring cache entry {key}: its content was written under another key",
+                              cache.CacheWarning, stacklevel=2)
+    return train()

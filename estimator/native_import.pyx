@@ -1,6 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""Native fast path of :func:`estimator.onnx_import.load_network` (typed Cython, built by
-``estimator accel build``; see :data:`estimator.accel.NATIVE`).
+"""Native fast path of :func:`estimator.onnx_import.load_network` (typed Cython, an optional
+extension that ``pip install`` builds where a C compiler exists: setup.py; found by
+:func:`estimator.onnx_import.native_core`).
 
 :func:`extract` decodes the ONNX protobuf wire format itself, maps tensor names to integer
 ids once, and runs the importer's per-node work on typed arrays: the validation checks,

@@ -34,6 +34,14 @@ Pipeline of :func:`load_network`
    as the ``HardSwish`` op or ``Mul(x, HardSigmoid(x))``; both are recognised as one
    activation.
 
+Native core
+-----------
+Where ``pip install`` found a C compiler, it built :mod:`estimator.native_import` (setup.py),
+a typed Cython twin of steps 4-6 for stripped MobileNet-class graphs: ``load_network`` of
+MobileNetV2 in 0.43 ms against 2.9-3.4 ms in Python (README, "Service speed"). It gives up
+on anything it does not reproduce exactly, and this module's Python code answers; that code
+is the truth (tests/test_native_import.py holds the twin to it field by field).
+
 Simplification timeout
 ----------------------
 onnxsim is C++; a thread running it cannot be stopped, and it may hold the GIL. So by
@@ -106,7 +114,6 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import TensorProto, numpy_helper
 
-from . import accel
 from .errors import NotFoundError, UserError
 from .fusion import FusionRules
 from .layers import FUSED_ACT_TYPES, Layer, LayerSpecError, LayerType, conv_out, describe, hwc
@@ -122,6 +129,7 @@ __all__ = [
     "ImpossibleShapeError",
     "load_model",
     "load_network",
+    "native_core",
     "clear_counts_cache",
     "parse_input_shape",
     "DEFAULT_SIMPLIFY_TIMEOUT_S",
@@ -463,7 +471,7 @@ def load_network(
     :func:`_already_simple`). ``fast=False`` is the reference path. Both give the same layers.
 
     On the fast path, with ``simplify`` on and no ``input_shapes``, bytes or a path go to the
-    native core (:mod:`estimator.native_import`, when built: ``estimator accel build``) first;
+    native core (:mod:`estimator.native_import`, where pip built it: see :func:`native_core`) first;
     it returns nothing for whatever it does not reproduce exactly, and the Python importer
     runs as without it.
     """
@@ -556,10 +564,30 @@ def _network(layers: list[Layer], inputs: dict[str, Shape], outputs: dict[str, S
                    _unprepared=unprepared)
 
 
+_UNSET: Any = object()
+#: estimator.native_import once looked up (None: not built); tests set it to compare the two paths
+_native: Any = _UNSET
+
+
+def native_core() -> Any:
+    """:mod:`estimator.native_import`, the typed Cython twin of this importer's hot path, or
+    None where it is not built. ``pip install`` builds it where a C compiler exists (setup.py;
+    ``python setup.py build_ext --inplace`` rebuilds it in a checkout). Looked up once per
+    process, on first use (it imports this module)."""
+    global _native
+    if _native is _UNSET:
+        try:
+            from . import native_import as mod  # noqa: PLC0415
+        except ImportError:
+            mod = None
+        _native = mod
+    return _native
+
+
 def _load_native(src: ModelSource, rules: FusionRules) -> Network | None:
     """:func:`load_network` (fast path, simplify on, no input shapes) by the native core, or
     None where it does not reproduce the Python importer exactly (then the caller runs it)."""
-    mod = accel.native("estimator.native_import")  # (looked up once per process)
+    mod = native_core()
     if mod is None:
         return None
     try:
@@ -841,7 +869,24 @@ def _write(fd, data):
 _STRIP_BYTES = %d
 out = os.dup(1)
 os.dup2(2, 1)  # anything onnxsim prints goes to stderr, never into the protocol
-import onnx, onnxsim
+# onnxsim 0.8's package imports torch and sympy for tools the simplifier does not use (both
+# optional there): 1.4 of the worker's 1.7 s of CPU to start. They are hidden while onnxsim
+# imports (the 14 zoo networks simplify to the same bytes), and importable again afterwards.
+_HIDDEN = ("torch", "sympy")
+for _m in _HIDDEN:
+    sys.modules.setdefault(_m, None)
+try:
+    import onnx, onnxsim
+except ImportError:  # an onnxsim that needs them after all
+    for _m in [m for m in sys.modules if m.split(".")[0] == "onnxsim"]:
+        del sys.modules[_m]
+    for _m in _HIDDEN:
+        if sys.modules.get(_m, 0) is None:
+            del sys.modules[_m]
+    import onnx, onnxsim
+for _m in _HIDDEN:
+    if sys.modules.get(_m, 0) is None:
+        del sys.modules[_m]
 _write(out, b"R")
 while True:
     head = _read(0, 16)

@@ -282,9 +282,12 @@ class Estimator:
         return pool[1]
 
     def warm_up(self) -> None:
-        """Build the fast evaluators and draw the first Monte Carlo sample block of every
-        family now, so that the first requests do not pay for it (the service calls this)."""
+        """Build the fast evaluators and their k-d trees and draw the first Monte Carlo sample
+        block of every family now, so that the first requests do not pay for it (the service
+        calls this)."""
         fm = self.fast_models()
+        for te in fm.types.values():
+            te.knn._kdtree()  # (imports scipy.spatial, 0.2 s)
         fams = [f for t in fm.types.values() for f in t.model.families.values()]
         fams += list(self.models.fallback.families.values())
         for k, m in enumerate(METRICS):

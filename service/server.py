@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import importlib.util
 import json
 import logging
 import math
@@ -58,7 +59,6 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import grpc
 import numpy as np
 
-from estimator.accel import describe_loaded
 from estimator.errors import NotFoundError, TooLargeError, UserError
 from estimator.layers import LAYER_TYPES, LayerSpecError
 from estimator.predict import METRICS, Estimator, LayerEstimate, NetworkEstimate, make_layer, parse_confidence
@@ -512,6 +512,12 @@ def _release_gc(holder: object) -> None:
                 gc.unfreeze()
 
 
+def _native_built() -> bool:
+    """Whether pip built the native ONNX importer (found without importing the ONNX front end,
+    which the first request imports)."""
+    return importlib.util.find_spec("estimator.native_import") is not None
+
+
 class EstimationServicer(pb2_grpc.EstimationServicer):
     """``estimation.v1.Estimation`` over a swappable :class:`Registry` of estimators."""
 
@@ -544,7 +550,7 @@ class EstimationServicer(pb2_grpc.EstimationServicer):
             first = not self.loaded.is_set()
             self.loaded.set()
             _event(logging.INFO, "profiles loaded" if first else "profiles reloaded", generation=new.generation,
-                   devices=list(new.devices), errors=list(new.errors), modules=describe_loaded(),
+                   devices=list(new.devices), errors=list(new.errors), native_importer=_native_built(),
                    duration_ms=round((time.perf_counter() - t0) * 1e3, 1))
             return new
 

@@ -20,10 +20,10 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 
-from estimator import onnx_import, zoo
+from estimator import fastpath, onnx_import, zoo
 from estimator.aggregate import SLOT_BLOCK, DistBatch, Family, SampleBank, aggregate
-from estimator.fastpath import PER_TREE_ROWS, FastKNN, FlatForests
-from estimator.models import METRICS, TrainingOptions, train_models
+from estimator.fastpath import FastKNN, FlatForests
+from estimator.models import METRICS, DeviceModels, TrainingOptions, train_models
 from estimator.onnx_import import ImpossibleShapeError, OnnxImportError, load_network
 from estimator.onnx_shapes import propagate_shapes
 from estimator.predict import Estimator, make_layer
@@ -56,8 +56,16 @@ def est() -> Estimator:
     rng = np.random.default_rng(0)
     rows = [rs[i] for t, rs in sorted(by.items()) for i in rng.choice(len(rs), min(len(rs), 200), replace=False)]
     opts = TrainingOptions(n_estimators=30, grid_estimators=20, grid_max_features=(0.6,), grid_min_samples_leaf=(1,))
-    models = train_models(rows, profile_name=prof.name, precision=prof.precision, options=opts)
-    assert {"conv2d", "dwconv2d", "add", "fc", "globalpool", "maxpool", "concat", "resize"} <= set(models.types)
+    trained = train_models(rows, profile_name=prof.name, precision=prof.precision, options=opts)
+    assert {"conv2d", "dwconv2d", "add", "fc", "globalpool", "maxpool", "concat", "resize"} <= set(trained.types)
+    # as the model cache stores and loads them: the arrays through an .npz, read without
+    # unpickling; the scikit-learn/crepes objects (the reference path) handed over when asked
+    buf = io.BytesIO()
+    np.savez(buf, **trained.arrays())
+    buf.seek(0)
+    with np.load(buf, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    models = DeviceModels.from_arrays(arrays, trained.reference_parts)
     return Estimator(prof, models, n_samples=2000)
 
 
@@ -86,10 +94,10 @@ def zoo_models() -> dict[str, bytes]:
 # --------------------------------------------------------------------------- forests
 
 
-def test_flat_forest_equals_sklearn_predict_bit_for_bit(est: Estimator) -> None:
+def test_flat_forest_equals_sklearn_predict_bit_for_bit(est: Estimator, monkeypatch) -> None:
     rng = np.random.default_rng(3)
     types = sorted(est.models.types)
-    forests = FlatForests({t: est.models.types[t].forest for t in types})
+    forests = FlatForests.from_forests({t: est.models.types[t].forest for t in types})
     parts = []
     for t in types:
         m = est.models.types[t]
@@ -109,17 +117,23 @@ def test_flat_forest_equals_sklearn_predict_bit_for_bit(est: Estimator) -> None:
                         for e in est.models.types[t].forest.estimators_])
         np.testing.assert_array_equal(P, ref)
         np.testing.assert_array_equal(P, np.stack([e.predict(X) for e in est.models.types[t].forest.estimators_]))
-    # the compiled per-tree path for large batches gives the same numbers too
-    big = np.repeat(parts[0][1], PER_TREE_ROWS // len(parts[0][1]) + 1, axis=0)
-    (Pb,) = forests.tree_predictions([(parts[0][0], big)])
-    np.testing.assert_array_equal(Pb, np.stack([e.predict(big) for e in est.models.types[parts[0][0]].forest.estimators_]))
+    # large batches walk in blocks of trees and rows (and small parts in groups): the same numbers
+    for lanes in (1, 7 * 30, 31 * 30 + 5):
+        monkeypatch.setattr(fastpath, "WALK_LANES", lanes)
+        big = [(t, np.repeat(X, 3, axis=0)) for t, X in parts[:3]] + [(parts[3][0], parts[3][1][:2])]
+        for (t, X), P in zip(big, forests.tree_predictions(big)):
+            np.testing.assert_array_equal(P, np.stack([e.predict(X) for e in est.models.types[t].forest.estimators_]))
+    # the model set's own arrays (what the cache stores) are these
+    for t in types:
+        np.testing.assert_array_equal(est.models.forests.roots[t], forests.roots[t])
+    np.testing.assert_array_equal(est.models.forests.nodes.view(np.int64), forests.nodes.view(np.int64))
 
 
 def test_knn_difficulty_is_crepes_bit_for_bit(est: Estimator) -> None:
     rng = np.random.default_rng(4)
     for t, m in sorted(est.models.types.items()):
-        knn = FastKNN(m.knn_de)
-        assert knn.exact, t
+        knn = FastKNN.from_estimator(m.knn_de)
+        np.testing.assert_array_equal(knn.Y, m.knn.Y)
         train = (m.knn_de.nn._fit_X - knn.min) / knn.scale  # the benchmarked feature vectors
         X = train[rng.integers(0, len(train), 300)]
         X[100:200] *= 1 + 0.05 * rng.standard_normal((100, X.shape[1]))

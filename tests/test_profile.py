@@ -10,7 +10,7 @@ import pytest
 
 from estimator import cache
 from estimator.errors import NotFoundError, UserError
-from estimator.models import DeviceModels, get_models
+from estimator.models import DeviceModels, ReferenceParts, get_models
 from estimator.profile import ProfileError, default_root, list_profiles, load_profile, write_profile_json
 from tests import synthetic
 
@@ -140,8 +140,8 @@ def test_cache_hit_and_miss_keyed_by_data(root, cache_root):
     prof = load_profile("dev-a", root)
     m1 = get_models(prof)
     assert not m1.loaded_from_cache
-    files = list((cache_root / "models").glob("*.pkl"))
-    assert [f.stem for f in files] == [m1.cache_key]
+    files = sorted((cache_root / "models").iterdir())
+    assert [f.name for f in files] == [m1.cache_key + ".npz", m1.cache_key + ".pkl"]
     m2 = get_models(prof)
     assert m2.loaded_from_cache and m2.cache_key == m1.cache_key
     # changed data misses
@@ -149,7 +149,7 @@ def test_cache_hit_and_miss_keyed_by_data(root, cache_root):
     synthetic.write_profile(root, "dev-a", rows)
     m3 = get_models(load_profile("dev-a", root))
     assert not m3.loaded_from_cache and m3.cache_key != m1.cache_key
-    assert len(list((cache_root / "models").glob("*.pkl"))) == 2
+    assert len(list((cache_root / "models").glob("*.npz"))) == 2
     # the training target is part of the key
     m4 = get_models(load_profile("dev-a", root), target="single")
     assert m4.cache_key != m3.cache_key and m4.target == "single"
@@ -192,8 +192,11 @@ def test_pickles_are_only_loaded_from_the_cache_dir(root, cache_root, monkeypatc
     get_models(prof)
     m = get_models(prof)
     assert m.loaded_from_cache
+    assert opened == []  # a warm start reads the arrays only
+    t = m.modelled_types[0]
+    assert m.types[t].forest is not None  # the reference path reads the cache's pickle
     assert _LOADED == []
-    assert opened and all(p.is_relative_to(cache_root.resolve()) for p in opened)
+    assert opened == [cache.path_for(m.cache_key).resolve()]
     with pytest.raises(ValueError):
         cache.path_for("../../etc/passwd")
 
@@ -202,24 +205,36 @@ def test_pickles_are_only_loaded_from_the_cache_dir(root, cache_root, monkeypatc
 def test_untrusted_cache_files_are_refused(root, cache_root):
     prof = load_profile("dev-a", root)
     m = get_models(prof)
-    p = cache.path_for(m.cache_key)
-    assert (p.stat().st_mode & 0o777) == 0o600
+    p, pkl = cache.path_for(m.cache_key, suffix=".npz"), cache.path_for(m.cache_key)
+    assert (p.stat().st_mode & 0o777) == 0o600 and (pkl.stat().st_mode & 0o777) == 0o600
     os.chmod(p, 0o666)
     with pytest.warns(cache.CacheWarning, match="writable by group/others"):
-        assert cache.load(m.cache_key) is None
+        assert cache.load_arrays(m.cache_key) is None
     with pytest.warns(cache.CacheWarning):
         again = get_models(prof)  # retrains and rewrites the entry safely
     assert not again.loaded_from_cache
     assert (p.stat().st_mode & 0o777) == 0o600
+    os.chmod(pkl, 0o666)
+    warm = get_models(prof)
+    assert warm.loaded_from_cache
+    with pytest.warns(cache.CacheWarning, match="writable by group/others"):
+        warm.types[warm.modelled_types[0]].forest  # the reference path retrains rather than read it
+    assert (pkl.stat().st_mode & 0o777) == 0o600
 
 
 def test_corrupt_cache_entry_is_a_miss(root, cache_root):
     prof = load_profile("dev-a", root)
     m = get_models(prof)
-    cache.path_for(m.cache_key).write_bytes(b"not a pickle")
+    cache.path_for(m.cache_key, suffix=".npz").write_bytes(b"not an npz")
     with pytest.warns(cache.CacheWarning, match="unreadable"):
         m2 = get_models(prof)
     assert isinstance(m2, DeviceModels) and not m2.loaded_from_cache
+    cache.path_for(m.cache_key).write_bytes(b"not a pickle")
+    m3 = get_models(prof)
+    assert m3.loaded_from_cache
+    with pytest.warns(cache.CacheWarning, match="unreadable"):
+        forest = m3.types[m3.modelled_types[0]].forest  # retrained (deterministic) and stored again
+    assert forest is not None and isinstance(cache.load(m.cache_key), ReferenceParts)
 
 
 # ------------------------------------------------------------------ estimator API
@@ -268,3 +283,42 @@ def test_meta_from_bench_provenance():
                                   "date": "2025-03-01T10:00:00+00:00"}
     with pytest.raises(ProfileError, match="lists 2 environments"):
         meta_from_bench_provenance("d", {"environments": [env, env]}, source="x")
+
+
+_WARM_ESTIMATE = r"""
+import json, sys
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+from estimator.predict import Estimator, make_layer
+
+root = sys.argv[1]
+w = numpy_helper.from_array(np.zeros((64, 32, 3, 3), dtype=np.float32), "w")
+g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+                       helper.make_node("Relu", ["c"], ["y"])], "g",
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 16, 16])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 16, 16])], [w])
+model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+est = Estimator.from_profile("dev-a", root=root)
+net = est.estimate_network(model.SerializeToString(), confidence=0.9)
+rows = est.estimate_layers([make_layer("conv2d", dict(h=16, w=16, c_in=32, c_out=64, k_h=3, k_w=3))])
+heavy = sorted(m for m in ("sklearn", "crepes", "pandas") if m in sys.modules)
+print(json.dumps({"cached": est.models.loaded_from_cache, "total": net.total_ms, "row": rows[0].prediction_ms,
+                  "heavy": heavy}))
+"""
+
+
+def test_warm_estimate_imports_no_sklearn_crepes_pandas(root, cache_root):
+    """With a warm model cache an estimate reads the cached arrays only: scikit-learn, crepes and
+    pandas stay unimported (the reference path would load them)."""
+    import subprocess
+    import sys
+
+    get_models(load_profile("dev-a", root))  # warm the cache
+    repo = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "CL_CACHE_DIR": str(cache_root),
+           "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", _WARM_ESTIMATE, str(root)], capture_output=True, text=True,
+                         env=env, timeout=300, check=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["cached"] and got["total"] > 0 and got["row"] > 0
+    assert got["heavy"] == []

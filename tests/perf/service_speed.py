@@ -269,9 +269,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"device {device} at {address}")
             fast_single = section_single(client, device, args, mbv2)
             if args.address is None:  # (the in-process servers run this process's modules)
-                from estimator.accel import describe_loaded
+                from estimator.onnx_import import native_core
 
-                print(f"  modules: {describe_loaded()}")
+                print(f"  native importer: {'built' if native_core() else 'not built (pure Python)'}")
             else:
                 section_cached(client, device, args, mbv2)
             fast_rate = section_stream(client, device, args, nets)
