@@ -234,6 +234,8 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
         print(f"calibrated on {r['n_networks']} networks: {r['method']} ({r['correction']['formula']}); "
               f"{r['validation']} mean |error| {cv[r['method']]:.1f} % against "
               f"{r['uncalibrated_mean_abs_error_pct']:.1f} % uncalibrated (candidates: {alt})")
+        if r.get("warning"):
+            print(f"warning: {r['warning']}", file=sys.stderr)
     else:
         print(f"warning: {a.name} is not calibrated: {out.info.get('reason')}", file=sys.stderr)
     print(f"wrote profile {a.name} ({out.path}): {base.name}'s layer rows + {len(m.results)} network rows")

@@ -571,7 +571,11 @@ class Estimator:
                 "date": c.get("date", ""), "validation": rep["validation"],
                 "cv_mean_abs_error_pct": round(rep["cv_mean_abs_error_pct"][rep["method"]], 2),
                 "uncalibrated_mean_abs_error_pct": round(rep["uncalibrated_mean_abs_error_pct"], 2)}
-        return cal, info, []
+        warns = []
+        if rep.get("warning"):
+            info["warning"] = rep["warning"]
+            warns.append(f"calibration of {self.device}: {rep['warning']}")
+        return cal, info, warns
 
     def calibration_row(self, network: Any, name: str, family: str, measured_ms: float
                         ) -> tuple[Any, dict[str, dict[float, tuple[float, float]]]]:

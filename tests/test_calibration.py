@@ -81,6 +81,24 @@ def test_richer_correction_only_when_leave_family_out_says_so():
     assert fit_calibration(_rows(y3, p, ["one"] * 30)).report["validation"] == "leave-one-out"
 
 
+def test_families_that_disagree_about_the_bias_warn():
+    rng = np.random.default_rng(2)
+    p = rng.uniform(0.3, 30.0, 30)
+    fams = [f"f{i % 2}" for i in range(30)]
+    noise = np.exp(rng.normal(0, 0.02, 30))
+    agree = fit_calibration(_rows(1.5 * p * noise, p, fams)).report
+    assert "warning" not in agree
+    assert all(abs(f["shift"]) < 0.05 for f in agree["families"].values())
+    # f1 runs 1.8x what f0 does: each family, predicted by the scale fitted on the other, is off by 80 % / -44 %
+    y = np.where(np.array(fams) == "f1", 2.7, 1.5) * p * noise
+    rep = fit_calibration(_rows(y, p, fams)).report
+    assert rep["families"]["f1"]["shift"] == pytest.approx(math.log(1.8), abs=0.05)
+    assert rep["families"]["f0"]["shift"] == pytest.approx(-math.log(1.8), abs=0.05)
+    assert "families disagree" in rep["warning"] and "f1 +" in rep["warning"] and "f0 -4" in rep["warning"]
+    # one family: no leave-family-out, no shift, no warning
+    assert "warning" not in fit_calibration(_rows(y, p, ["one"] * 30)).report
+
+
 def test_scores_are_out_of_fold_and_intervals_hand_computed():
     p = np.array([1.0, 2.0, 4.0, 8.0] * 5)
     ratios = np.array([0.50, 0.52, 0.48, 0.55, 0.45] * 4)
