@@ -190,8 +190,6 @@ def _layer_types(spec: str | None) -> list[str]:
 
 def cmd_run(a: argparse.Namespace) -> int:
     from .sampling import limits_for, make_plan
-    from .smartpad import SmartPad, default_precision
-    from .storage import Store
 
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", a.device):
         raise UserError(f"--device {a.device!r}: use letters, digits, '.', '_' and '-' only")
@@ -223,20 +221,13 @@ def cmd_run(a: argparse.Namespace) -> int:
         plan = make_plan(types, a.samples, prior_samples=prior, seed=a.seed, limits=limits)
         what = f"{a.samples} + {prior} prior per type"
     try:
-        env = runner.environment()
-        precision = a.precision or default_precision(runner.model_format)
-        settings = {"protocol": PROTOCOL, "warmup": a.warmup, "runs": a.runs, "weights_seed": 0,
-                    "model_format": runner.model_format, "precision": precision, "bench_version": _version()}
-        with Store(path) as store, _exclusive(path):
-            env_id = store.environment_id(a.device, env, settings)
-            bench = SmartPad(runner, store, env_id, warmup=a.warmup, runs=a.runs, precision=precision)
-            print(f"bench: {len(plan)} configurations ({', '.join(types)}; {what}, seed {a.seed}, "
-                  f"max ops {limits.max_ops:.3g}) on {a.device} with {a.runner} -> {path} (env {env_id})",
-                  file=sys.stderr)
-            stats = _run_with_progress(bench, plan, a)
-            total = store.count(env_id)
-    except RunnerError as e:
-        raise UserError(f"runner {a.runner!r}: {e}") from e
+        stats, env_id, total = measure_plan(
+            runner, path, a.device, plan, warmup=a.warmup, runs=a.runs, precision=a.precision,
+            retry_failed=a.retry_failed, progress=not a.no_progress,
+            announce=lambda env_id: print(
+                f"bench: {len(plan)} configurations ({', '.join(types)}; {what}, seed {a.seed}, "
+                f"max ops {limits.max_ops:.3g}) on {a.device} with {a.runner} -> {path} (env {env_id})",
+                file=sys.stderr))
     finally:
         runner.close()
     dt = time.monotonic() - t0
@@ -246,6 +237,41 @@ def cmd_run(a: argparse.Namespace) -> int:
     print(f"data: {path} (env_id {env_id}, {total} rows for this environment)")
     print(f"next: bench show {path}; bench export {path} --csv {path.with_suffix('.csv')}")
     return 1 if stats.failed and not stats.measured and not stats.already else 0
+
+
+def layer_settings(runner: Any, *, warmup: int, runs: int, precision: str | None = None) -> dict[str, Any]:
+    """The measurement settings of smart-padding rows (part of their environment's identity)."""
+    from .smartpad import default_precision
+
+    return {"protocol": PROTOCOL, "warmup": warmup, "runs": runs, "weights_seed": 0,
+            "model_format": runner.model_format, "precision": precision or default_precision(runner.model_format),
+            "bench_version": _version()}
+
+
+def measure_plan(runner: Any, path: Path, device: str, plan: Sequence[Any], *, warmup: int, runs: int,
+                 precision: str | None = None, retry_failed: bool = False, progress: bool = True,
+                 announce: Any = None, stop: Any = None) -> tuple[Any, int, int]:
+    """Measure ``plan`` with smart padding on ``runner`` into the database ``path`` (one
+    bench process per database, every row committed as it is taken, what is there skipped),
+    with a progress bar: the one layer-measuring path of ``bench run`` and ``bench refine``.
+    ``announce(env_id)`` is called before measuring; ``stop()`` True ends the run early
+    (:meth:`~bench.smartpad.SmartPad.run`). Returns (:class:`~bench.smartpad.RunStats`,
+    env_id, rows of the environment). The runner stays open (the caller closes it)."""
+    from .smartpad import SmartPad
+    from .storage import Store
+
+    try:
+        env = runner.environment()
+        settings = layer_settings(runner, warmup=warmup, runs=runs, precision=precision)
+        with Store(path) as store, _exclusive(path):
+            env_id = store.environment_id(device, env, settings)
+            bench = SmartPad(runner, store, env_id, warmup=warmup, runs=runs, precision=settings["precision"])
+            if announce is not None:
+                announce(env_id)
+            stats = _run_with_progress(bench, plan, retry_failed=retry_failed, no_progress=not progress, stop=stop)
+            return stats, env_id, store.count(env_id)
+    except RunnerError as e:
+        raise UserError(f"runner {runner.name!r}: {e}") from e
 
 
 def _network_plan(a: argparse.Namespace, limits: Any) -> tuple[list[Any], str]:
@@ -290,13 +316,14 @@ def _exclusive(path: Path) -> Iterator[None]:
         lock.close()
 
 
-def _run_with_progress(bench: Any, plan: Sequence[Any], a: argparse.Namespace) -> Any:
+def _run_with_progress(bench: Any, plan: Sequence[Any], *, retry_failed: bool, no_progress: bool,
+                       stop: Any = None) -> Any:
     from tqdm import tqdm
 
     bars: list[Any] = []
 
     def total(n: int) -> None:
-        bars.append(tqdm(total=n, unit="meas", disable=a.no_progress or n == 0, file=sys.stderr,
+        bars.append(tqdm(total=n, unit="meas", disable=no_progress or n == 0, file=sys.stderr,
                          dynamic_ncols=True, mininterval=0.5, smoothing=0.05))
 
     def progress(n: int) -> None:
@@ -307,7 +334,8 @@ def _run_with_progress(bench: Any, plan: Sequence[Any], a: argparse.Namespace) -
             bars[-1].set_description(text)
 
     try:
-        return bench.run(plan, retry_failed=a.retry_failed, progress=progress, on_total=total, describe=describe)
+        return bench.run(plan, retry_failed=retry_failed, progress=progress, on_total=total, describe=describe,
+                         stop=stop)
     finally:
         for b in bars:
             b.close()

@@ -83,6 +83,19 @@ def _layer_configs(path: Path, fusion: Any) -> list[tuple[str, str, dict[str, An
     return out
 
 
+def network_layer_configs(path: str | Path, *, fusion: Any = None) -> list[tuple[str, str, dict[str, Any] | None]]:
+    """``(type, config key, benchmark params)`` of every layer of one ONNX network, as the
+    estimator imports it with ``fusion`` (params None: a type without a benchmark)."""
+    return _layer_configs(Path(path), fusion)
+
+
+def held_out_keys(exclude: Sequence[str | Path], *, fusion: Any = None) -> set[str]:
+    """The configuration keys that the networks in ``exclude`` (files or directories) use:
+    what ``--exclude-onnx`` keeps out of a plan."""
+    return {key for f in (onnx_files(exclude, "--exclude-onnx") if exclude else [])
+            for _, key, params in _layer_configs(f, fusion) if params is not None}
+
+
 def network_plan(paths: Sequence[str | Path], *, fusion: Any = None, limits: Limits = Limits(),
                  exclude: Sequence[str | Path] = ()) -> tuple[list[Config], NetworkPlanReport]:
     """One :class:`~bench.sampling.Config` per distinct benchable layer of the networks, in the
@@ -91,8 +104,7 @@ def network_plan(paths: Sequence[str | Path], *, fusion: Any = None, limits: Lim
     Configurations that a network in ``exclude`` uses are left out (held-out validation
     networks stay unseen at the layer level too)."""
     report = NetworkPlanReport()
-    held_out = {key for f in (onnx_files(exclude, "--exclude-onnx") if exclude else [])
-                for _, key, params in _layer_configs(f, fusion) if params is not None}
+    held_out = held_out_keys(exclude, fusion=fusion)
     plan: dict[str, Config] = {}
     refused: set[str] = set()
     for f in onnx_files(paths):

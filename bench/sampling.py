@@ -66,7 +66,7 @@ from estimator.layers import ACTIVATION_KINDS, LayerSpecError, LayerType, descri
 from .modelgen import BENCHABLE_TYPES, lum_io_shapes, same_pads
 
 __all__ = ["Config", "Limits", "DEFAULT_LIMITS", "limits_for", "config_key", "canonical_params",
-           "sample_type", "make_plan", "in_space", "SPACE_MAX", "SAMPLED_TYPES"]
+           "sample_type", "make_plan", "in_space", "neighbours", "SPACE_MAX", "SAMPLED_TYPES"]
 
 
 @dataclass(frozen=True)
@@ -534,3 +534,76 @@ def make_plan(layer_types: Sequence[str], samples: int, *, prior_samples: int = 
     plan = list(seen.values())
     order = np.random.default_rng([int(seed), 7]).permutation(len(plan))
     return [plan[i] for i in order]
+
+
+# ------------------------------------------------------------------------ neighbours
+
+#: Raw params that are channel counts (``concat``'s ``channels`` list moves as a whole).
+_CHANNEL_KEYS = ("c", "c_in", "c_out", "c_in1", "c_in2")
+
+
+def _ladder_step(v: int, ladder: Sequence[int], up: bool) -> int | None:
+    """The next value of ``ladder`` above (``up``) or below ``v``, or None at its end."""
+    cands = [x for x in ladder if (x > v if up else x < v)]
+    return (min(cands) if up else max(cands)) if cands else None
+
+
+def _resized(p: Mapping[str, Any], h: int, w: int) -> dict[str, Any]:
+    """``p`` at input size ``h`` x ``w``: SAME pads follow the size, fixed pads stay, a
+    resize keeps its scale."""
+    q = dict(p)
+    q["h"], q["w"] = h, w
+    if "h_out" in p:
+        q["h_out"], q["w_out"] = max(1, int(p["h_out"]) * h // int(p["h"])), max(1, int(p["w_out"]) * w // int(p["w"]))
+    if all(k in p for k in ("p_t", "p_l", "p_b", "p_r")) and "k_h" in p:
+        k_h, k_w, s_h, s_w = (int(p[k]) for k in ("k_h", "k_w", "s_h", "s_w"))
+        d_h, d_w = int(p.get("d_h") or 1), int(p.get("d_w") or 1)
+        (t, b), (l, r) = same_pads(int(p["h"]), k_h, s_h, d_h), same_pads(int(p["w"]), k_w, s_w, d_w)
+        if (p["p_t"], p["p_l"], p["p_b"], p["p_r"]) == (t, l, b, r) != (0, 0, 0, 0):
+            (t, b), (l, r) = same_pads(h, k_h, s_h, d_h), same_pads(w, k_w, s_w, d_w)
+            q.update(p_t=t, p_l=l, p_b=b, p_r=r)
+    return q
+
+
+def neighbours(layer_type: str, params: Mapping[str, Any], limits: Limits = Limits()) -> list[Config]:
+    """The configurations one ladder step from ``params``: the spatial size one step up and
+    down the network prior's feature-map sizes (:data:`_PRIOR_HW`; square sizes move
+    together, SAME pads follow, a resize keeps its scale) and each channel count one step up
+    and down its channel ladder (:data:`_PRIOR_C`; a grouped convolution keeps its group
+    width). Only those :func:`in_space` within ``limits`` are kept, in that order, distinct
+    and without ``params`` itself: what ``bench refine`` measures around a configuration
+    whose estimates are uncertain."""
+    p = dict(params)
+    out: dict[str, Config] = {}
+    own = config_key(layer_type, p)
+    cands: list[dict[str, Any]] = []
+    if "h" in p and "w" in p:
+        h, w = int(p["h"]), int(p["w"])
+        for up in (False, True):
+            nh = _ladder_step(h, _PRIOR_HW, up)
+            nw = nh if h == w else _ladder_step(w, _PRIOR_HW, up)
+            if nh is not None and nw is not None:
+                cands.append(_resized(p, nh, nw))
+    for key in _CHANNEL_KEYS:
+        if key not in p:
+            continue
+        for up in (False, True):
+            c = _ladder_step(int(p[key]), _PRIOR_C, up)
+            if c is None:
+                continue
+            q = dict(p)
+            q[key] = c
+            g = int(p.get("groups") or 1)
+            if g > 1 and key in ("c_in", "c_out"):  # the same group width: groups follow c_in
+                q["groups"] = max(1, g * int(q["c_in"]) // int(p["c_in"]))
+            cands.append(q)
+    if "channels" in p:
+        for up in (False, True):
+            chans = [_ladder_step(int(c), _PRIOR_C, up) for c in p["channels"]]
+            if all(c is not None for c in chans):
+                cands.append({**p, "channels": chans})
+    for q in cands:
+        cfg = _within(layer_type, q, limits)
+        if cfg is not None and cfg.key != own:
+            out.setdefault(cfg.key, cfg)
+    return list(out.values())

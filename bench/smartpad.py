@@ -176,11 +176,13 @@ class SmartPad:
 
     def run(self, plan: Sequence[Config], *, retry_failed: bool = False,
             progress: Callable[[int], Any] | None = None, on_total: Callable[[int], Any] | None = None,
-            describe: Callable[[str], Any] | None = None) -> RunStats:
+            describe: Callable[[str], Any] | None = None, stop: Callable[[], bool] | None = None) -> RunStats:
         """Algorithm 1 over ``plan``, skipping what the store already holds.
 
         ``on_total(n)`` is told the number of measurements left (padding pairs + configs),
         ``progress(1)`` is called after each, ``describe(text)`` names the current phase.
+        ``stop()`` is asked before each measurement: True ends the run there (what was
+        measured is committed; a time budget, ``bench refine --minutes``).
         """
         st = RunStats(planned=len(plan))
         done = self.store.done_keys(self.env_id)
@@ -209,6 +211,8 @@ class SmartPad:
             describe("padding pairs")
         bad_keys: dict[HWC, str] = {}
         for k in missing:
+            if stop is not None and stop():
+                return st
             try:
                 lut[k] = self.measure_padding(k)
                 st.padding_measured += 1
@@ -220,6 +224,8 @@ class SmartPad:
         if describe:
             describe("layers")
         for c in todo:
+            if stop is not None and stop():
+                break
             try:
                 keys = padding_keys(c.layer_type, c.params).all()
                 bad = [k for k in keys if k in bad_keys]

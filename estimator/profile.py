@@ -50,6 +50,17 @@ calibrate the network totals (:mod:`estimator.calibration`).
         "fingerprint": {...},                  //   the host and runtime they were timed on
         "base": "host-cpu",                    //   the profile whose layer rows this one copies (optional)
         "date": "2026-11-24T10:00:00+00:00"
+      },
+      "refined": {                             // optional: layer rows added by `bench refine`
+        "base": "host-cpu",                    //   the profile whose layer rows come first
+        "targets": [{"name": "onnx:resnet18", "sha256": "..."}],  // the networks refined toward
+        "excluded": [{"name": ..., "sha256": ...}],  // held-out networks whose configurations were kept out
+        "rounds": [{...}],                     //   per round: configurations measured, device seconds, widths
+        "configurations": 42,                  //   layer rows added to the base's
+        "device_seconds": 61.5,                //   measuring time of those rows (this run)
+        "runner": "onnxruntime", "runner_options": {...},
+        "database": "bench-data/host-cpu-refine.sqlite",
+        "date": "2026-11-24T10:00:00+00:00"
       }
     }
 
@@ -108,9 +119,11 @@ ENV_ROOT = "CL_PROFILES"
 
 _PROVENANCE_KINDS = ("measured", "estimated")
 _TOP_KEYS = {"schema", "name", "description", "hardware", "runner", "precision", "threads", "provenance",
-             "fusion", "op_mapping", "training", "fingerprint", "calibration"}
+             "fusion", "op_mapping", "training", "fingerprint", "calibration", "refined"}
 _PROV_KEYS = {"kind", "source", "host", "versions", "date"}
 _CAL_KEYS = {"kind", "source", "runner", "runner_options", "fingerprint", "base", "date"}
+_REF_KEYS = {"base", "targets", "excluded", "rounds", "configurations", "device_seconds", "runner", "runner_options",
+             "database", "date", "source"}
 
 
 class ProfileError(UserError):
@@ -158,6 +171,8 @@ class Profile:
     fingerprint: dict[str, Any] = field(default_factory=dict)
     #: where the network rows were measured (empty without ``networks.csv``)
     calibration: dict[str, Any] = field(default_factory=dict)
+    #: what ``bench refine`` added to the layer rows (empty if nothing)
+    refined: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -251,6 +266,8 @@ class Profile:
             d["fingerprint"] = dict(self.fingerprint)
         if self.calibration:
             d["calibration"] = dict(self.calibration)
+        if self.refined:
+            d["refined"] = dict(self.refined)
         d.update(self.extra)
         return d
 
@@ -460,6 +477,18 @@ def parse_profile_dict(meta: Any, path: Path, *, where: str | None = None) -> Pr
             if not isinstance(calibration.get(key, {}), dict):
                 raise ProfileError(f"{cw}: {key!r} must be an object")
 
+    refined = _opt_dict(meta, "refined", where)
+    if refined:
+        rw = f"{where}: refined"
+        unknown = sorted(set(refined) - _REF_KEYS)
+        if unknown:
+            raise ProfileError(f"{rw}: unknown keys {unknown} (allowed: {sorted(_REF_KEYS)})")
+        _req_str(refined, "base", rw)
+        _check_date(_req_str(refined, "date", rw), rw)
+        for key in ("targets", "excluded", "rounds"):
+            if not isinstance(refined.get(key, []), list):
+                raise ProfileError(f"{rw}: {key!r} must be a list")
+
     return Profile(
         name=name,
         path=path,
@@ -474,6 +503,7 @@ def parse_profile_dict(meta: Any, path: Path, *, where: str | None = None) -> Pr
         training=training,
         fingerprint=fingerprint,
         calibration=calibration,
+        refined=refined,
         extra={k: v for k, v in meta.items() if k not in _TOP_KEYS},
     )
 

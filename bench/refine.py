@@ -1,0 +1,356 @@
+"""Refinement: measure the layer configurations that widen the target networks' intervals most.
+
+The library behind ``bench refine`` (the CLI is :mod:`bench.cmd_refine`). Each round:
+
+1. estimates the target networks with the current profile (Eq. 7/8, uncalibrated: the layer
+   models' own widths, which is what new layer rows can shrink);
+2. ranks layer configurations by :func:`rank` (below);
+3. measures, down the ranking, each configuration not measured yet and up to ``neighbours``
+   of it not measured yet (:func:`bench.sampling.neighbours`: one ladder step in size or
+   channels, within the sampling limits), until ``top`` ranked configurations have added
+   something, with smart padding through ``bench run``'s one measuring path
+   (:func:`bench.cmd_run.measure_plan`: every row committed as it is taken, resumable);
+4. writes profile NAME (:func:`write_refined_profile`): BASE's layer rows, then the refine
+   database's rows, BASE's network rows and side files unchanged, and ``refined`` in
+   ``profile.json`` (base, targets, excluded networks, rounds, rows added, device seconds,
+   date); trains it (the model cache is keyed by the data's hash) and estimates again.
+
+It stops after ``rounds`` rounds, when the device-time budget is spent (checked before each
+measurement), when nothing is left to measure, or when the targets' mean CM_LV width (each
+relative to its width before refining, :func:`mean_lv`) shrank by less than ``min_gain``
+(default :data:`MIN_GAIN`; 0: never) in a round.
+
+Ranking. A layer's score is ``((hi_O - lo_O) + (hi_LV - lo_LV)) / network total`` at 0.9
+confidence: its two per-layer interval widths (CM_O for coverage, large far from the
+measured rows; CM_LV for variance) as a share of its network's latency. Summed over a
+network's layers this is the network's two relative widths added (exactly so under
+comonotone coupling, an upper bound under the others), so a layer's score is what it adds
+to them, and a configuration's score (summed over every layer of every target that uses it)
+treats each target alike whatever its latency. Configurations
+outside the sampling limits (:func:`bench.sampling.in_space`) or used by an excluded network
+are not ranked; ones already measured (BASE's rows or the database's) or failed before are
+ranked but not measured again: their neighbours are.
+
+What it does not know yet: how much accuracy a device-minute buys (no accuracy-vs-minutes
+curve has been measured), and BASE's own rows are kept as they are, so networks held out
+with ``exclude`` are unseen only by the rows refinement adds.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import statistics
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from estimator.errors import UserError
+
+__all__ = ["Target", "TargetWidth", "Round", "load_targets", "estimate_targets", "rank", "round_plan",
+           "write_refined_profile", "refine", "mean_lv", "MIN_GAIN", "CONFIDENCE"]
+
+#: stop when the targets' mean CM_LV width (:func:`mean_lv`) shrank by less than this in a round
+MIN_GAIN = 0.02
+#: the confidence of the widths that rank and are reported
+CONFIDENCE = 0.9
+
+
+@dataclass
+class Target:
+    name: str
+    sha256: str  # of the ONNX bytes the network was built as
+    net: Any  # the imported network (estimator.onnx_import), fused with BASE's rules
+
+
+@dataclass
+class TargetWidth:
+    name: str
+    total_ms: float
+    lv: tuple[float, float]
+    o: tuple[float, float]
+
+    @property
+    def lv_width(self) -> float:
+        return self.lv[1] - self.lv[0]
+
+    @property
+    def o_width(self) -> float:
+        return self.o[1] - self.o[0]
+
+    def to_dict(self) -> dict[str, float]:
+        return {"total_ms": self.total_ms, "CM_LV_width_ms": self.lv_width, "CM_O_width_ms": self.o_width}
+
+
+@dataclass
+class Round:
+    round: int
+    measured: int
+    failed: int
+    device_seconds: float  # all rounds so far, this run
+    widths: list[TargetWidth] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"round": self.round, "measured": self.measured, "failed": self.failed,
+                "device_seconds": round(self.device_seconds, 3),
+                "widths": {w.name: w.to_dict() for w in self.widths}}
+
+
+def load_targets(specs: Sequence[Any], fusion: Any) -> list[Target]:
+    """Build and import each :class:`~bench.network_sources.NetworkSpec` once (one line
+    naming the network if the estimator cannot read it)."""
+    from estimator.onnx_import import load_network  # noqa: PLC0415
+
+    out = []
+    for s in specs:
+        model = s.build()
+        try:
+            net = load_network(model, fusion=fusion)
+        except UserError as e:
+            raise UserError(f"{s.name}: {e}") from None
+        if not net.layers:
+            raise UserError(f"{s.name}: the network has no layers to estimate")
+        out.append(Target(s.name, hashlib.sha256(model).hexdigest(), net))
+    return out
+
+
+def estimate_targets(est: Any, targets: Sequence[Target]) -> list[tuple[Target, Any]]:
+    """Each target's uncalibrated estimate with per-layer rows at :data:`CONFIDENCE`."""
+    return [(t, est.estimate_network(t.net, [CONFIDENCE], name=t.name, calibrate=False)) for t in targets]
+
+
+def widths(estimates: Sequence[tuple[Target, Any]]) -> list[TargetWidth]:
+    return [TargetWidth(t.name, e.total_ms, e.interval("CM_LV"), e.interval("CM_O")) for t, e in estimates]
+
+
+def mean_lv(ws: Sequence[TargetWidth], start: Sequence[TargetWidth]) -> float:
+    """The targets' mean CM_LV width, each as a share of its width before refining (so that
+    targets of any latency count alike, and a prediction that moves does not look like a
+    narrower interval)."""
+    ref = {w.name: w.lv_width for w in start}
+    return statistics.fmean(w.lv_width / ref[w.name] if ref.get(w.name, 0) > 0 else 1.0 for w in ws)
+
+
+def rank(estimates: Sequence[tuple[Target, Any]], *, exclude: set[str], limits: Any) -> list[tuple[Any, float]]:
+    """``(Config, score)`` of every configuration of the targets inside the sampling limits
+    and not in ``exclude``, best first (see the module docstring). Measured ones stay in the
+    ranking: their neighbours are what can still narrow a wide interval there."""
+    from estimator.layers import layer_bench_params  # noqa: PLC0415
+
+    from .modelgen import BENCHABLE_TYPES  # noqa: PLC0415
+    from .sampling import Config, config_key, in_space  # noqa: PLC0415
+
+    scores: dict[str, float] = {}
+    configs: dict[str, Any] = {}
+    refused: set[str] = set(exclude)
+    for t, e in estimates:
+        if e.total_ms <= 0:
+            continue
+        by_name = {l.name: l for l in t.net.layers}
+        for row in e.layers:
+            layer = by_name.get(row.name)
+            if layer is None or layer.type not in BENCHABLE_TYPES:
+                continue
+            params = layer_bench_params(layer.type, layer.params)
+            key = config_key(layer.type, params)
+            if key in refused:
+                continue
+            if key not in configs:
+                if not in_space(layer.type, params, limits):
+                    refused.add(key)
+                    continue
+                configs[key] = Config.make(layer.type, params)
+            (lo_o, hi_o), (lo_lv, hi_lv) = row.interval("CM_O"), row.interval("CM_LV")
+            scores[key] = scores.get(key, 0.0) + ((hi_o - lo_o) + (hi_lv - lo_lv)) / e.total_ms
+    order = sorted(scores, key=lambda k: (-scores[k], k))
+    return [(configs[k], scores[k]) for k in order]
+
+
+def round_plan(ranked: Sequence[tuple[Any, float]], *, top: int, neighbours: int, skip: set[str],
+               limits: Any) -> list[Any]:
+    """Down the ranking: each configuration not in ``skip`` (measured, failed or excluded)
+    and up to ``neighbours`` of its :func:`bench.sampling.neighbours` not in ``skip``, until
+    ``top`` ranked configurations have added something."""
+    from .sampling import neighbours as near  # noqa: PLC0415
+
+    plan: dict[str, Any] = {}
+    used = 0
+    for cfg, _ in ranked:
+        if used >= top:
+            break
+        n0 = len(plan)
+        if cfg.key not in skip:
+            plan.setdefault(cfg.key, cfg)
+        n = 0
+        for nb in near(cfg.layer_type, cfg.params, limits):
+            if n >= neighbours:
+                break
+            if nb.key in skip or nb.key in plan:
+                continue
+            plan[nb.key] = nb
+            n += 1
+        used += len(plan) > n0
+    return list(plan.values())
+
+
+def _base_keys(base: Any) -> set[str]:
+    from .sampling import config_key  # noqa: PLC0415
+
+    return {config_key(r["layer_type"], r["params"]) for r in base.rows()}
+
+
+def write_refined_profile(base: Any, name: str, root: str | Path, rows: Sequence[dict[str, Any]],
+                          refined: dict[str, Any]) -> Path:
+    """Write profile ``name``: BASE's ``measurements.csv`` bytes followed by ``rows`` (those
+    not in BASE already), BASE's other files (network rows, side files) unchanged,
+    ``refined`` in ``profile.json``. Written aside and moved into place: whole or not at all."""
+    from estimator.dataset import write_measurements  # noqa: PLC0415
+    from estimator.profile import MEASUREMENTS_FILE, PROFILE_FILE, write_profile_json  # noqa: PLC0415
+
+    root = Path(root)
+    dest = root / name
+    meta = base.to_dict()
+    meta["name"] = name
+    meta["refined"] = refined
+    previous = (meta.get("description") or "").split(" Refined by ")[0]
+    meta["description"] = (previous.rstrip() + f" Refined by `bench refine --device {base.name}`: "
+                           f"{refined['configurations']} layer rows added toward "
+                           f"{', '.join(t['name'] for t in refined['targets'])}.").strip()
+    tmp_root = root / f".refine-{name}-{os.getpid()}"
+    shutil.rmtree(tmp_root, ignore_errors=True)
+    tmp = tmp_root / name
+    try:
+        write_profile_json(tmp, meta)
+        for side in base.path.iterdir():
+            if side.name in (PROFILE_FILE, MEASUREMENTS_FILE):
+                continue
+            (shutil.copytree if side.is_dir() else shutil.copyfile)(side, tmp / side.name)
+        data = base.measurements_path.read_bytes()
+        if rows:
+            extra = tmp_root / "rows.csv"
+            write_measurements(extra, list(rows))
+            body = extra.read_bytes().split(b"\n", 1)[1]
+            data = data + (b"" if data.endswith(b"\n") else b"\r\n") + body
+        (tmp / MEASUREMENTS_FILE).write_bytes(data)
+        if dest.exists():
+            trash = root / f".replaced-{name}-{os.getpid()}"
+            os.replace(dest, trash)
+            os.replace(tmp, dest)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.replace(tmp, dest)
+    finally:
+        shutil.rmtree(tmp_root, ignore_errors=True)
+    return dest
+
+
+@dataclass
+class Refined:
+    path: Path
+    rounds: list[Round]  # round 0: the estimates before this run measured anything
+    added: int  # refine rows in the profile
+    device_seconds: float
+    stopped: str  # why it stopped
+
+
+def _db_state(runner: Any, db: Path, device: str, settings: dict[str, Any], base_keys: set[str]
+              ) -> tuple[list[dict[str, Any]], set[str]]:
+    """The refine database's rows of this environment not in BASE, and every key it holds
+    (measured or failed)."""
+    from .sampling import config_key  # noqa: PLC0415
+    from .storage import Store  # noqa: PLC0415
+
+    if not db.exists():
+        return [], set()
+    with Store(db) as store:
+        env_id = store.environment_id(device, runner.environment(), settings)
+        rows = store.export_rows(env_id)
+        keys = store.done_keys(env_id) | store.failed_keys(env_id)
+    fresh = [r for r in rows if config_key(r["layer_type"], json.loads(r["params"])) not in base_keys]
+    return fresh, keys
+
+
+def refine(base: Any, name: str, root: str | Path, targets: Sequence[Target], runner: Any, *, db: str | Path,
+           limits: Any, rounds: int = 3, minutes: float | None = None, top: int = 20, neighbours: int = 2,
+           exclude_keys: set[str] = frozenset(), excluded: Sequence[dict[str, str]] = (), warmup: int = 5,
+           runs: int = 20, precision: str | None = None, options: dict[str, Any] | None = None,
+           min_gain: float = MIN_GAIN, progress: bool = False, report: Callable[[Round], None] | None = None,
+           log: Callable[[str], None] | None = None) -> Refined:
+    """Refine ``base`` toward ``targets`` on ``runner`` (closed afterwards) and write profile
+    ``name`` under ``root`` after every round (see the module docstring)."""
+    from estimator.predict import Estimator  # noqa: PLC0415
+    from estimator.profile import load_profile  # noqa: PLC0415
+
+    from .cmd_run import layer_settings, measure_plan  # noqa: PLC0415
+
+    db = Path(db)
+    db.parent.mkdir(parents=True, exist_ok=True)
+    settings = layer_settings(runner, warmup=warmup, runs=runs, precision=precision)
+    base_keys = _base_keys(base)
+    history: list[Round] = []
+    seconds = 0.0
+    opts = {k: v for k, v in dict(options or {}).items() if k != "token"}
+
+    def write(rows: list[dict[str, Any]], train: bool = True) -> Any:
+        prov = {"base": base.name, "targets": [{"name": t.name, "sha256": t.sha256} for t in targets],
+                "excluded": list(excluded), "rounds": [r.to_dict() for r in history], "configurations": len(rows),
+                "device_seconds": round(seconds, 3), "runner": runner.name, "runner_options": opts,
+                "database": str(db), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "source": f"`bench refine --device {base.name}`: smart-padding rows of the layer configurations "
+                          f"that widened the targets' CM_O and CM_LV intervals most, and their neighbours"}
+        write_refined_profile(base, name, root, rows, prov)
+        return Estimator.from_profile(load_profile(name, root)) if train else None
+
+    try:
+        rows, known = _db_state(runner, db, base.name, settings, base_keys)
+        est = Estimator.from_profile(base) if not rows else write(rows)
+        first = Round(0, 0, 0, 0.0, widths(estimates := estimate_targets(est, targets)))
+        history.append(first)
+        if report:
+            report(first)
+        stopped = f"{rounds} round(s) done"
+        deadline = None if minutes is None else minutes * 60.0
+        for r in range(1, rounds + 1):
+            if deadline is not None and seconds >= deadline:
+                stopped = f"the {minutes:g}-minute budget is spent"
+                break
+            skip = base_keys | known | set(exclude_keys)
+            plan = round_plan(rank(estimates, exclude=set(exclude_keys), limits=limits), top=top,
+                              neighbours=neighbours, skip=skip, limits=limits)
+            if not plan:
+                stopped = "no configuration of the targets is left to measure"
+                break
+            t0 = time.monotonic()
+            stop = None if deadline is None else (lambda t0=t0: seconds + time.monotonic() - t0 >= deadline)
+            stats, _, _ = measure_plan(runner, db, base.name, plan, warmup=warmup, runs=runs, precision=precision,
+                                       progress=progress, stop=stop,
+                                       announce=lambda env_id: log and log(
+                                           f"round {r}: measuring {len(plan)} configurations -> {db} (env {env_id})"))
+            seconds += time.monotonic() - t0
+            rows, known = _db_state(runner, db, base.name, settings, base_keys)
+            history.append(Round(r, stats.measured, stats.failed, seconds))
+            est = write(rows)
+            estimates = estimate_targets(est, targets)
+            history[-1].widths = widths(estimates)
+            write(rows, train=False)  # the round's widths in the provenance
+            if report:
+                report(history[-1])
+            before, after = mean_lv(history[-2].widths, first.widths), mean_lv(history[-1].widths, first.widths)
+            if deadline is not None and seconds >= deadline:
+                stopped = f"the {minutes:g}-minute budget is spent"
+                break
+            if stats.measured == 0 and stats.failed == 0:
+                stopped = "nothing was measured"
+                break
+            if min_gain > 0 and before > 0 and (before - after) / before < min_gain:
+                stopped = (f"the targets' mean CM_LV width shrank by less than {min_gain:.0%} in round {r} "
+                           f"({before:.3f} -> {after:.3f} of its width before refining)")
+                break
+        if len(history) == 1:  # nothing measured in this run: the profile still says what it holds
+            write(rows, train=False)
+    finally:
+        runner.close()
+    return Refined(Path(root) / name, history, len(rows), seconds, stopped)
