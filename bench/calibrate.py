@@ -156,7 +156,7 @@ def write_calibrated_profile(base: Any, name: str, root: str | Path, m: Measured
     """Write profile ``name`` under ``root`` (see the module docstring)."""
     from estimator.predict import Estimator  # noqa: PLC0415
     from estimator.profile import (MEASUREMENTS_FILE, NETWORKS_FILE, PROFILE_FILE, load_profile,  # noqa: PLC0415
-                                   write_profile_json)
+                                   move_into_place, write_profile_json)
 
     from .network_measure import write_network_set  # noqa: PLC0415
 
@@ -202,13 +202,7 @@ def write_calibrated_profile(base: Any, name: str, root: str | Path, m: Measured
         new = Estimator.from_profile(load_profile(tmp))
         state = new.calibration_state()
         info, report = dict(state[1]), (state[0].report if state[0] is not None else None)
-        if dest.exists():
-            trash = root / f".replaced-{name}-{os.getpid()}"
-            os.replace(dest, trash)
-            os.replace(tmp, dest)
-            shutil.rmtree(trash, ignore_errors=True)
-        else:
-            os.replace(tmp, dest)
+        move_into_place(tmp, dest)
     finally:
         shutil.rmtree(tmp_root, ignore_errors=True)
     return Calibrated(dest, info, report)

@@ -208,7 +208,7 @@ def write_refined_profile(base: Any, name: str, root: str | Path, rows: Sequence
     not in BASE already), BASE's other files (network rows, side files) unchanged,
     ``refined`` in ``profile.json``. Written aside and moved into place: whole or not at all."""
     from estimator.dataset import write_measurements  # noqa: PLC0415
-    from estimator.profile import MEASUREMENTS_FILE, PROFILE_FILE, write_profile_json  # noqa: PLC0415
+    from estimator.profile import MEASUREMENTS_FILE, PROFILE_FILE, move_into_place, write_profile_json  # noqa: PLC0415
 
     root = Path(root)
     dest = root / name
@@ -235,13 +235,7 @@ def write_refined_profile(base: Any, name: str, root: str | Path, rows: Sequence
             body = extra.read_bytes().split(b"\n", 1)[1]
             data = data + (b"" if data.endswith(b"\n") else b"\r\n") + body
         (tmp / MEASUREMENTS_FILE).write_bytes(data)
-        if dest.exists():
-            trash = root / f".replaced-{name}-{os.getpid()}"
-            os.replace(dest, trash)
-            os.replace(tmp, dest)
-            shutil.rmtree(trash, ignore_errors=True)
-        else:
-            os.replace(tmp, dest)
+        move_into_place(tmp, dest)
     finally:
         shutil.rmtree(tmp_root, ignore_errors=True)
     return dest

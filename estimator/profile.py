@@ -106,6 +106,7 @@ __all__ = [
     "default_root",
     "list_profiles",
     "load_profile",
+    "move_into_place",
     "read_network_set",
     "write_profile_json",
 ]
@@ -662,3 +663,20 @@ def create_profile(root: str | Path, name: str, measurements_csv: str | Path, *,
 
 # keep the column tuple importable from here for profile writers
 MEASUREMENT_COLUMNS = COLUMNS
+
+
+def move_into_place(tmp: str | Path, dest: str | Path) -> None:
+    """Put the profile directory written at ``tmp`` where ``dest`` is, replacing ``dest`` if it
+    exists: two renames in the same profiles root, so ``dest`` is the old profile or the new
+    one whole, never half of each (the writers build ``tmp`` beside ``dest``)."""
+    import os  # noqa: PLC0415
+    import shutil  # noqa: PLC0415
+
+    tmp, dest = Path(tmp), Path(dest)
+    if dest.exists():
+        trash = dest.parent / f".replaced-{dest.name}-{os.getpid()}"
+        os.replace(dest, trash)
+        os.replace(tmp, dest)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(tmp, dest)
