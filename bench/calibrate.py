@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import os
 import shutil
 import statistics
 import time
@@ -156,7 +155,7 @@ def write_calibrated_profile(base: Any, name: str, root: str | Path, m: Measured
     """Write profile ``name`` under ``root`` (see the module docstring)."""
     from estimator.predict import Estimator  # noqa: PLC0415
     from estimator.profile import (MEASUREMENTS_FILE, NETWORKS_FILE, PROFILE_FILE, load_profile,  # noqa: PLC0415
-                                   move_into_place, write_profile_json)
+                                   staged_profile, write_profile_json)
 
     from .network_measure import write_network_set  # noqa: PLC0415
 
@@ -189,20 +188,14 @@ def write_calibrated_profile(base: Any, name: str, root: str | Path, m: Measured
     meta["description"] = (previous.rstrip() +
                            f" Calibrated on {len(m.results)} whole networks {what} {target_description(m)} "
                            f"(`{command} --device {base.name}`).").strip()
-    tmp_root = root / f".calibrate-{name}-{os.getpid()}"
-    shutil.rmtree(tmp_root, ignore_errors=True)
-    tmp = tmp_root / name
-    try:
+    with staged_profile(root, name, "calibrate") as tmp:
         write_profile_json(tmp, meta)
         shutil.copyfile(base.measurements_path, tmp / MEASUREMENTS_FILE)
-        for side in base.measurements_path.parent.iterdir():  # the layer data's side files (bench-provenance.json)
+        for side in base.path.iterdir():  # the layer data's side files (bench-provenance.json)
             if side.is_file() and side.name not in (PROFILE_FILE, MEASUREMENTS_FILE, NETWORKS_FILE):
                 shutil.copyfile(side, tmp / side.name)
         write_network_set(tmp, m.results, runner=m.runner, kind=m.kind)
         new = Estimator.from_profile(load_profile(tmp))
         state = new.calibration_state()
         info, report = dict(state[1]), (state[0].report if state[0] is not None else None)
-        move_into_place(tmp, dest)
-    finally:
-        shutil.rmtree(tmp_root, ignore_errors=True)
     return Calibrated(dest, info, report)

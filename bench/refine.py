@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import statistics
 import time
@@ -202,16 +201,8 @@ def _base_keys(base: Any) -> set[str]:
     return {config_key(r["layer_type"], r["params"]) for r in base.rows()}
 
 
-def write_refined_profile(base: Any, name: str, root: str | Path, rows: Sequence[dict[str, Any]],
-                          refined: dict[str, Any]) -> Path:
-    """Write profile ``name``: BASE's ``measurements.csv`` bytes followed by ``rows`` (those
-    not in BASE already), BASE's other files (network rows, side files) unchanged,
-    ``refined`` in ``profile.json``. Written aside and moved into place: whole or not at all."""
-    from estimator.dataset import write_measurements  # noqa: PLC0415
-    from estimator.profile import MEASUREMENTS_FILE, PROFILE_FILE, move_into_place, write_profile_json  # noqa: PLC0415
-
-    root = Path(root)
-    dest = root / name
+def _refined_meta(base: Any, name: str, refined: dict[str, Any]) -> dict[str, Any]:
+    """``profile.json`` of the refined profile: BASE's, renamed, with ``refined`` and a note."""
     meta = base.to_dict()
     meta["name"] = name
     meta["refined"] = refined
@@ -219,26 +210,32 @@ def write_refined_profile(base: Any, name: str, root: str | Path, rows: Sequence
     meta["description"] = (previous.rstrip() + f" Refined by `bench refine --device {base.name}`: "
                            f"{refined['configurations']} layer rows added toward "
                            f"{', '.join(t['name'] for t in refined['targets'])}.").strip()
-    tmp_root = root / f".refine-{name}-{os.getpid()}"
-    shutil.rmtree(tmp_root, ignore_errors=True)
-    tmp = tmp_root / name
-    try:
-        write_profile_json(tmp, meta)
+    return meta
+
+
+def write_refined_profile(base: Any, name: str, root: str | Path, rows: Sequence[dict[str, Any]],
+                          refined: dict[str, Any]) -> Path:
+    """Write profile ``name``: BASE's ``measurements.csv`` bytes followed by ``rows`` (those
+    not in BASE already), BASE's other files (network rows, side files) unchanged,
+    ``refined`` in ``profile.json``. Written aside and moved into place: whole or not at all
+    (:func:`estimator.profile.staged_profile`)."""
+    from estimator.dataset import write_measurements  # noqa: PLC0415
+    from estimator.profile import MEASUREMENTS_FILE, PROFILE_FILE, staged_profile, write_profile_json  # noqa: PLC0415
+
+    with staged_profile(root, name, "refine") as tmp:
+        write_profile_json(tmp, _refined_meta(base, name, refined))
         for side in base.path.iterdir():
             if side.name in (PROFILE_FILE, MEASUREMENTS_FILE):
                 continue
             (shutil.copytree if side.is_dir() else shutil.copyfile)(side, tmp / side.name)
         data = base.measurements_path.read_bytes()
         if rows:
-            extra = tmp_root / "rows.csv"
+            extra = tmp.parent / "rows.csv"
             write_measurements(extra, list(rows))
             body = extra.read_bytes().split(b"\n", 1)[1]
             data = data + (b"" if data.endswith(b"\n") else b"\r\n") + body
         (tmp / MEASUREMENTS_FILE).write_bytes(data)
-        move_into_place(tmp, dest)
-    finally:
-        shutil.rmtree(tmp_root, ignore_errors=True)
-    return dest
+    return Path(root) / name
 
 
 @dataclass
@@ -276,7 +273,7 @@ def refine(base: Any, name: str, root: str | Path, targets: Sequence[Target], ru
     """Refine ``base`` toward ``targets`` on ``runner`` (closed afterwards) and write profile
     ``name`` under ``root`` after every round (see the module docstring)."""
     from estimator.predict import Estimator  # noqa: PLC0415
-    from estimator.profile import load_profile  # noqa: PLC0415
+    from estimator.profile import load_profile, write_profile_json  # noqa: PLC0415
 
     from .cmd_run import layer_settings, measure_plan  # noqa: PLC0415
 
@@ -288,14 +285,16 @@ def refine(base: Any, name: str, root: str | Path, targets: Sequence[Target], ru
     seconds = 0.0
     opts = {k: v for k, v in dict(options or {}).items() if k != "token"}
 
-    def write(rows: list[dict[str, Any]], train: bool = True) -> Any:
-        prov = {"base": base.name, "targets": [{"name": t.name, "sha256": t.sha256} for t in targets],
+    def provenance(rows: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"base": base.name, "targets": [{"name": t.name, "sha256": t.sha256} for t in targets],
                 "excluded": list(excluded), "rounds": [r.to_dict() for r in history], "configurations": len(rows),
                 "device_seconds": round(seconds, 3), "runner": runner.name, "runner_options": opts,
                 "database": str(db), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "source": f"`bench refine --device {base.name}`: smart-padding rows of the layer configurations "
                           f"that widened the targets' CM_O and CM_LV intervals most, and their neighbours"}
-        write_refined_profile(base, name, root, rows, prov)
+
+    def write(rows: list[dict[str, Any]], train: bool = True) -> Any:
+        write_refined_profile(base, name, root, rows, provenance(rows))
         return Estimator.from_profile(load_profile(name, root)) if train else None
 
     try:
@@ -329,7 +328,8 @@ def refine(base: Any, name: str, root: str | Path, targets: Sequence[Target], ru
             est = write(rows)
             estimates = estimate_targets(est, targets)
             history[-1].widths = widths(estimates)
-            write(rows, train=False)  # the round's widths in the provenance
+            # the round's widths in the provenance: profile.json only (the rows are written)
+            write_profile_json(Path(root) / name, _refined_meta(base, name, provenance(rows)))
             if report:
                 report(history[-1])
             before, after = mean_lv(history[-2].widths, first.widths), mean_lv(history[-1].widths, first.widths)

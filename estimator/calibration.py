@@ -103,9 +103,8 @@ import numpy as np
 from .aggregate import conformal_index
 
 __all__ = ["MIN_NETWORKS", "REFERENCE_CONFIDENCE", "METHODS", "ADOPT_GAIN", "FAMILY_SHIFT_WARN", "CalibrationRow",
-           "Correction",
-           "NetworkCalibration", "CalibratedTotal", "fit_calibration", "fit_correction", "cross_validate",
-           "conformal_quantile"]
+           "Correction", "NetworkCalibration", "CalibratedTotal", "fit_calibration", "fit_correction", "cross_validate",
+           "conformal_quantile", "family_warning"]
 
 #: fewer network rows than this leave a profile uncalibrated (with a warning)
 MIN_NETWORKS = 20

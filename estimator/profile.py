@@ -85,7 +85,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
@@ -106,7 +108,7 @@ __all__ = [
     "default_root",
     "list_profiles",
     "load_profile",
-    "move_into_place",
+    "staged_profile",
     "read_network_set",
     "write_profile_json",
 ]
@@ -665,18 +667,25 @@ def create_profile(root: str | Path, name: str, measurements_csv: str | Path, *,
 MEASUREMENT_COLUMNS = COLUMNS
 
 
-def move_into_place(tmp: str | Path, dest: str | Path) -> None:
-    """Put the profile directory written at ``tmp`` where ``dest`` is, replacing ``dest`` if it
-    exists: two renames in the same profiles root, so ``dest`` is the old profile or the new
-    one whole, never half of each (the writers build ``tmp`` beside ``dest``)."""
-    import os  # noqa: PLC0415
-    import shutil  # noqa: PLC0415
-
-    tmp, dest = Path(tmp), Path(dest)
-    if dest.exists():
-        trash = dest.parent / f".replaced-{dest.name}-{os.getpid()}"
-        os.replace(dest, trash)
-        os.replace(tmp, dest)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.replace(tmp, dest)
+@contextmanager
+def staged_profile(root: str | Path, name: str, tag: str) -> Iterator[Path]:
+    """A directory to write profile ``name`` in, beside ``root/name``; when the block ends
+    without an exception it replaces ``root/name`` by two renames in the same root (the
+    profile there is the old one or the new one whole, never half of each), and the staging
+    folder is removed either way. ``tag`` names the writer in the staging folder's name."""
+    root = Path(root)
+    dest = root / name
+    tmp_root = root / f".{tag}-{name}-{os.getpid()}"
+    shutil.rmtree(tmp_root, ignore_errors=True)
+    tmp = tmp_root / name
+    try:
+        yield tmp
+        if dest.exists():
+            trash = root / f".replaced-{name}-{os.getpid()}"
+            os.replace(dest, trash)
+            os.replace(tmp, dest)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.replace(tmp, dest)
+    finally:
+        shutil.rmtree(tmp_root, ignore_errors=True)
