@@ -115,25 +115,34 @@ def _space_options(items: list[str], spaces: list[str]) -> dict[str, dict[str, A
     return out
 
 
-def _specs(a: argparse.Namespace) -> list[Any]:
+def source_specs(a: argparse.Namespace, *, default_spaces: str | None, default_networks: int) -> list[Any]:
+    """The networks named by ``--space/--space-option/--networks/--seed``, ``--zoo`` and
+    ``--onnx`` (:mod:`bench.network_sources`); ``default_spaces`` when none is given, or a
+    one-line error where there is no default (``bench refine``)."""
     from .network_sources import onnx_specs, parse_zoo, space_specs, zoo_specs  # noqa: PLC0415
 
     spaces = [s.strip() for s in (a.space or "").split(",") if s.strip()]
     if not spaces and not a.zoo and not a.onnx:
-        spaces = DEFAULT_SPACES.split(",")
+        if not default_spaces:
+            raise UserError("give the target networks: --onnx PATH, --zoo NAME or --space NAME")
+        spaces = default_spaces.split(",")
     if a.networks is not None and not spaces:
         raise UserError("--networks counts space samples: give --space too")
     if a.space_option and not spaces:
         raise UserError("--space-option goes with --space")
     specs = []
     if spaces:
-        specs += space_specs(spaces, a.networks if a.networks is not None else DEFAULT_NETWORKS, seed=a.seed,
+        specs += space_specs(spaces, a.networks if a.networks is not None else default_networks, seed=a.seed,
                              options=_space_options(a.space_option, spaces))
     if a.zoo:
         specs += zoo_specs(parse_zoo(a.zoo))
     if a.onnx:
         specs += onnx_specs(a.onnx)
     return specs
+
+
+def _specs(a: argparse.Namespace) -> list[Any]:
+    return source_specs(a, default_spaces=DEFAULT_SPACES, default_networks=DEFAULT_NETWORKS)
 
 
 # ------------------------------------------------------------------------ networks

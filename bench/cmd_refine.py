@@ -1,6 +1,6 @@
 """``bench refine``: measure the layer configurations that widen the target networks' intervals most.
 
-``bench refine --device BASE (--onnx PATH ... | --space S [--networks N])`` estimates the
+``bench refine --device BASE (--onnx PATH | --zoo NAME | --space S [--networks N])`` estimates the
 target networks on BASE, measures the layer configurations that add most to their CM_O and
 CM_LV widths (and a few neighbours of each) with smart padding, writes profile NAME (default
 ``BASE-refined``: BASE's rows plus the new ones, ``refined`` in ``profile.json``), retrains
@@ -24,7 +24,7 @@ from typing import Any
 
 from estimator.errors import UserError
 
-from .cmd_calibrate import _check_name, _space_options
+from .cmd_calibrate import _check_name, source_specs
 from .cmd_run import DEFAULT_OUT, add_runner_options, given_runner_options, make_runner
 from .refine import MIN_GAIN
 from .runners.base import RUNNERS
@@ -32,6 +32,7 @@ from .runners.base import RUNNERS
 __all__ = ["register"]
 
 DEFAULT_ROUNDS = 3
+DEFAULT_NETWORKS = 10
 DEFAULT_TOP = 20
 DEFAULT_NEIGHBOURS = 2
 
@@ -48,14 +49,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="profiles directory to read DEVICE from and write NAME to (default: $CL_PROFILES or profiles/)")
     p.add_argument("--replace", action="store_true", help="replace profile NAME if it exists and is not a refinement "
                                                           "of DEVICE")
-    g = p.add_argument_group("target networks (one of --onnx, --space)")
+    g = p.add_argument_group("target networks (--onnx, --zoo, --space: at least one)")
     g.add_argument("--onnx", action="append", default=None, metavar="PATH",
                    help="ONNX files or directories of them (repeatable)")
     g.add_argument("--space", default=None, metavar="NAME[,NAME]",
                    help="sample architectures of these nas search spaces")
     g.add_argument("--space-option", action="append", default=[], metavar="[SPACE:]KEY=VALUE",
                    help="an option of the search space(s), as for nas search (repeatable)")
-    g.add_argument("--networks", type=int, default=10, metavar="N", help="space samples in all (default 10)")
+    g.add_argument("--networks", type=int, default=None, metavar="N",
+                   help=f"space samples in all (default {DEFAULT_NETWORKS})")
+    g.add_argument("--zoo", default=None, metavar="NAME[@RES],...|all", help="estimator.zoo networks")
     g.add_argument("--seed", type=int, default=0, help="sampling seed of the space samples (default 0)")
     g.add_argument("--exclude-onnx", action="append", default=None, metavar="PATH",
                    help="never measure a layer configuration these (held-out) networks use (a file or a directory; "
@@ -86,19 +89,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_runner_options(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_refine)
-
-
-def _specs(a: argparse.Namespace) -> list[Any]:
-    from .network_sources import onnx_specs, space_specs  # noqa: PLC0415
-
-    spaces = [s.strip() for s in (a.space or "").split(",") if s.strip()]
-    if bool(spaces) == bool(a.onnx):
-        raise UserError("give the target networks: --onnx PATH or --space NAME (one of them)")
-    if a.space_option and not spaces:
-        raise UserError("--space-option goes with --space")
-    if spaces:
-        return space_specs(spaces, a.networks, seed=a.seed, options=_space_options(a.space_option, spaces))
-    return onnx_specs(a.onnx)
 
 
 def _fmt(w: Any) -> str:
@@ -135,7 +125,7 @@ def cmd_refine(a: argparse.Namespace) -> int:
             raise UserError(f"profile {name!r} exists in {root} and is not a refinement of {base.name}; give "
                             f"--replace to overwrite it, or another --name")
     fusion = base.fusion_rules()
-    targets = load_targets(_specs(a), fusion)
+    targets = load_targets(source_specs(a, default_spaces=None, default_networks=DEFAULT_NETWORKS), fusion)
     excluded = [{"name": f"onnx:{f.stem}", "path": str(f.resolve())} for f in onnx_files(a.exclude_onnx or (),
                                                                                         "--exclude-onnx")]
     exclude_keys = held_out_keys(a.exclude_onnx or (), fusion=fusion)

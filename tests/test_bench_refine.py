@@ -164,6 +164,8 @@ def test_minutes_budget_stops_within_the_round(ref, tmp_path, capsys):
     (["--device", "nosuch", "--onnx", "NETS"], "nosuch"),
     (["--device", DEVICE, "--onnx", "EMPTY_DIR"], "holds no .onnx file"),
     (["--device", DEVICE], "give the target networks"),
+    (["--device", DEVICE, "--zoo", "nosuchnet"], "--zoo: unknown network 'nosuchnet'"),
+    (["--device", DEVICE, "--onnx", "NETS", "--networks", "3"], "--networks counts space samples"),
     (["--device", DEVICE, "--onnx", "NETS", "--name", DEVICE], "cannot replace its base"),
 ])
 def test_bad_input_is_one_line(ref, tmp_path, capsys, argv, msg):
