@@ -1,18 +1,27 @@
 """The local model cache: the only place pickles are ever read from.
 
-A trained model set is stored under ``<cache dir>/models/`` as two files named by ``<key>``,
-a SHA-256 over everything that determines the trained object (see :func:`cache_key`):
+Three kinds of entry live under ``<cache dir>/<kind>/``, each named by ``<key>``, a SHA-256
+over everything that determines its content (see :func:`cache_key`):
 
-* ``<key>.npz``: what estimates evaluate (flattened forests, k-NN data, conformal scores,
-  the model's numbers and report as JSON), plain arrays read with ``allow_pickle=False``
+* ``models/<key>.npz``: a trained model set (:class:`estimator.models.DeviceModels`):
+  what estimates evaluate (flattened forests, k-NN data, conformal scores, the model's
+  numbers and report as JSON), plain arrays read with ``allow_pickle=False``
   (:func:`load_arrays`, :func:`store_arrays`). A warm start reads only this file and
-  imports neither scikit-learn, crepes, pandas nor scipy;
-* ``<key>.pkl``: the scikit-learn and crepes objects, read only when the reference path
-  (``fast=False``) asks for them (:func:`load`, :func:`store`).
+  imports neither scikit-learn, crepes, pandas nor scipy. Its key covers the bytes of
+  the profile's ``measurements.csv``; it names the type entries it was assembled from.
+* ``types/<key>.npz`` and ``types/<key>.pkl``: one layer type's trained model, keyed by
+  a hash of that type's training rows (and its hyperparameters), so that a profile whose
+  rows changed for some types only (``bench refine``) retrains those and reuses the
+  others. The ``.npz`` holds its arrays (as above), the ``.pkl`` its scikit-learn and
+  crepes objects, read only when the reference path (``fast=False``) asks for them
+  (:func:`load`, :func:`store`).
+* ``grids/<key>.npz``: the out-of-bag hyperparameter grid search of one type, keyed by
+  the rows it searched (:func:`estimator.models.grid_rows` says which).
 
-The key covers:
+The keys cover:
 
-* the bytes of the profile's ``measurements.csv`` (its data hash),
+* the data: the bytes of ``measurements.csv`` (model sets), or the arrays of one type's
+  training rows (type and grid entries),
 * the training options and the training target (``lum`` or ``single``),
 * :data:`estimator.models.MODEL_CODE_VERSION` (a hash of the training code's sources),
 * the versions of Python, numpy, scikit-learn and crepes (from the installed packages'
@@ -23,15 +32,15 @@ Cache directory: ``$CL_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/confident-late
 
 Safety rules (pickles execute code when loaded):
 
-* :func:`load` takes a *key*, never a path; the file it opens is always
-  ``<cache dir>/models/<key>.pkl`` with ``key`` checked to be 64 hex digits, so no pickle
-  is loaded from a profile directory, the repository or anywhere else. Arrays are read
-  with ``allow_pickle=False``.
+* :func:`load` takes a *key* and a kind, never a path; the file it opens is always
+  ``<cache dir>/<kind>/<key>.pkl`` with ``key`` checked to be 64 hex digits and ``kind``
+  one of :data:`KINDS`, so no pickle is loaded from a profile directory, the repository
+  or anywhere else. Arrays are read with ``allow_pickle=False``.
 * On POSIX, a cache file that is not owned by the current user, or is writable by group
   or others, is refused (treated as a miss and reported).
 * Writes go to a temporary file in the same directory and are renamed into place, so a
-  crash never leaves a half-written file under a valid key (the pickle is written before
-  the arrays, so arrays under a key mean its pickle was written too).
+  crash never leaves a half-written file under a valid key (a type's pickle is written
+  before its arrays, and a model set after the type entries it names).
 """
 from __future__ import annotations
 
@@ -47,11 +56,13 @@ import warnings
 from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["ENV_CACHE", "cache_dir", "cache_key", "library_versions", "load", "store", "load_arrays", "store_arrays",
+__all__ = ["ENV_CACHE", "KINDS", "cache_dir", "cache_key", "library_versions", "load", "store", "load_arrays", "store_arrays",
            "path_for", "CacheWarning"]
 
 ENV_CACHE = "CL_CACHE_DIR"
 _KEY_RE = re.compile(r"^[0-9a-f]{64}$")
+#: entry kinds, one subdirectory each: model sets, per-type models, per-type grid searches
+KINDS = ("models", "types", "grids")
 
 
 class CacheWarning(UserWarning):
@@ -103,12 +114,14 @@ def cache_key(data_hash: str, options: Mapping[str, Any], code_version: str,
     return hashlib.sha256(blob).hexdigest()
 
 
-def path_for(key: str, root: Path | None = None, suffix: str = ".pkl") -> Path:
+def path_for(key: str, root: Path | None = None, suffix: str = ".npz", kind: str = "models") -> Path:
     if not _KEY_RE.match(key):
         raise ValueError(f"invalid cache key {key!r}")
     if suffix not in (".pkl", ".npz"):
         raise ValueError(f"invalid cache file suffix {suffix!r}")
-    return (root or cache_dir()) / "models" / f"{key}{suffix}"
+    if kind not in KINDS:
+        raise ValueError(f"invalid cache entry kind {kind!r}")
+    return (root or cache_dir()) / kind / f"{key}{suffix}"
 
 
 def _trusted(p: Path) -> bool:
@@ -124,9 +137,9 @@ def _trusted(p: Path) -> bool:
     return True
 
 
-def load(key: str, root: Path | None = None) -> Any | None:
+def load(key: str, root: Path | None = None, kind: str = "types") -> Any | None:
     """The cached object for ``key``, or None on a miss (or an unreadable/untrusted file)."""
-    p = path_for(key, root)
+    p = path_for(key, root, ".pkl", kind)
     if not p.is_file() or not _trusted(p):
         return None
     try:
@@ -142,12 +155,12 @@ def load(key: str, root: Path | None = None) -> Any | None:
     return obj
 
 
-def load_arrays(key: str, root: Path | None = None) -> dict[str, Any] | None:
+def load_arrays(key: str, root: Path | None = None, kind: str = "models") -> dict[str, Any] | None:
     """The arrays stored for ``key`` (name -> numpy array, read without unpickling), or None
     on a miss (or an unreadable/untrusted file)."""
     import numpy as np  # noqa: PLC0415
 
-    p = path_for(key, root, ".npz")
+    p = path_for(key, root, ".npz", kind)
     if not p.is_file() or not _trusted(p):
         return None
     try:
@@ -158,15 +171,15 @@ def load_arrays(key: str, root: Path | None = None) -> dict[str, Any] | None:
         return None
 
 
-def store_arrays(key: str, arrays: Mapping[str, Any], root: Path | None = None) -> Path:
+def store_arrays(key: str, arrays: Mapping[str, Any], root: Path | None = None, kind: str = "models") -> Path:
     """Store ``arrays`` (name -> numpy array, none of dtype object) for ``key`` (uncompressed npz)."""
     import numpy as np  # noqa: PLC0415
 
-    return _write(path_for(key, root, ".npz"), lambda f: np.savez(f, **arrays))
+    return _write(path_for(key, root, ".npz", kind), lambda f: np.savez(f, **arrays))
 
 
-def store(key: str, obj: Any, root: Path | None = None) -> Path:
-    return _write(path_for(key, root), lambda f: pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL))
+def store(key: str, obj: Any, root: Path | None = None, kind: str = "types") -> Path:
+    return _write(path_for(key, root, ".pkl", kind), lambda f: pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def _write(p: Path, write: Any) -> Path:

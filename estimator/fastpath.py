@@ -147,6 +147,32 @@ class FlatForests:
         nodes.imag = ((left << _FEATURE_BITS) | feature).view(np.float64)
         return cls(nodes, cat(vals, np.float64), roots, depths)
 
+    @classmethod
+    def concat(cls, parts: Sequence["FlatForests"]) -> "FlatForests":
+        """The forests of ``parts`` (distinct types) in one set, bit for bit what
+        :meth:`from_forests` makes of all their forests at once (the model cache assembles a
+        model set from per-type entries this way)."""
+        nodes, values, roots, depths = [], [], {}, {}
+        off = 0
+        for part in parts:
+            bits = np.ascontiguousarray(part.nodes.imag).view(np.int64)
+            left = (bits >> _FEATURE_BITS) + off
+            if part.nodes.size and int(left.max()) >= 1 << (62 - _FEATURE_BITS):
+                raise ValueError("forest too large to flatten")
+            n = np.empty(part.nodes.size, dtype=np.complex128)
+            n.real = part.nodes.real
+            n.imag = ((left << _FEATURE_BITS) | (bits & ((1 << _FEATURE_BITS) - 1))).view(np.float64)
+            nodes.append(n)
+            values.append(part.value)
+            for t, r in part.roots.items():
+                if t in roots:
+                    raise ValueError(f"type {t!r} in two parts")
+                roots[t] = r + off
+                depths[t] = part.depth[t]
+            off += part.nodes.size
+        cat = (lambda xs, dt: np.concatenate(xs).astype(dt, copy=False) if xs else np.zeros(0, dtype=dt))
+        return cls(cat(nodes, np.complex128), cat(values, np.float64), roots, depths)
+
     def arrays(self, prefix: str = "forest.") -> dict[str, np.ndarray]:
         """Plain arrays (for the model cache); :meth:`from_arrays` reads them back."""
         out = {prefix + "nodes": self.nodes, prefix + "value": self.value}
