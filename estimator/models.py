@@ -17,7 +17,31 @@ CPU benchmark: held-out RMSPE 0.6-2 with log vs 2-1900 with the raw target, per 
 (below the timing resolution) are trained on half the type's smallest positive latency;
 their calibration residuals use the measured interval as it is. The hyperparameters
 (``max_features`` x ``min_samples_leaf``) are chosen from a small grid by the out-of-bag
-RMSPE of ``t_op``; every forest uses a fixed seed, so training is deterministic.
+RMSPE of ``t_op`` over the type's first :func:`grid_rows` rows (below); every forest uses a
+fixed seed, so training is deterministic.
+
+Incremental retraining
+----------------------
+``bench refine`` appends rows for a few types per round and retrains. The model cache
+(:mod:`estimator.cache`) therefore keeps each type's trained model under a key over that
+type's training rows (:meth:`TrainingData.digest`, with the options, target, precision,
+code and library versions), and a model set is assembled from them
+(:class:`_TypeCache`): only the types whose rows changed are trained again. The fallback is
+fitted on every row each time (about 15 ms on 24k rows).
+
+The grid search (9 forests of ``grid_estimators`` trees, about 85 % of a type's training
+time) sees only the type's first ``grid_rows(n)`` rows: the largest checkpoint at or below
+``n`` of the series ``min_rows``, ``x grid_growth`` (1.25 by default: 20, 25, 31, ..., 1616,
+2020, ...), and is cached under a key over those rows. Rows appended to a type reuse its
+search until the type grows past the next checkpoint, i.e. by up to 25 %; then it runs
+again, on more rows. The choice is a function of the rows alone, never of what the cache
+held: a model set assembled from cached parts is bit for bit the one a cold cache trains
+from the same ``measurements.csv`` (``tests/test_profile.py``). The search's rows are a
+prefix (at least 80 %) of the type's, in the measurements' order, so rows appended after
+it do not change it; a profile whose rows were reordered searches again. ``grid_growth``
+1 makes every row count a checkpoint (the search sees all rows: no reuse); ``estimator
+train --retrain`` reads no cache entry at all. The retraining cost is printed by
+``tests/perf/retrain.py``.
 
 Confidence (crepes, out-of-bag calibration, no data split)
 ----------------------------------------------------------
@@ -185,6 +209,7 @@ __all__ = [
     "prepare_training_data",
     "train_models",
     "get_models",
+    "grid_rows",
     "elem_bytes_for",
 ]
 
@@ -228,6 +253,9 @@ class TrainingOptions:
     fallback_peak_quantile: float = 0.95
     fallback_o_min_factor: float = 4.0
     target_transform: str = "log"  # "log": forest on log(t_op) (default); "linear": on t_op itself
+    # the grid search sees a type's first grid_rows(n) rows: the last checkpoint of the series
+    # min_rows, x grid_growth, ... at or below n (1.0: all rows; see the module docstring)
+    grid_growth: float = 1.25
     # the pad-in conv's share alpha of a padding pair: smart-padding rows train on
     # T_c - alpha * T_b1 - (1 - alpha) * T_b2 (0.5: Eq. 4's midpoint; see the module docstring)
     padding_split: float = 0.5
@@ -256,6 +284,8 @@ class TrainingOptions:
             raise bad(f"fallback_peak_quantile must be in [0.5, 1], got {self.fallback_peak_quantile}")
         if self.fallback_o_min_factor < 1.0:
             raise bad(f"fallback_o_min_factor must be >= 1, got {self.fallback_o_min_factor}")
+        if not (1.0 <= self.grid_growth <= 100.0):  # also refuses NaN
+            raise bad(f"grid_growth must be in [1, 100] (1: the grid search sees every row), got {self.grid_growth!r}")
         if self.target_transform not in ("log", "linear"):
             raise bad(f"target_transform must be 'log' or 'linear', got {self.target_transform!r}")
         if not (0.0 <= self.padding_split <= 1.0):  # also refuses NaN
@@ -339,6 +369,21 @@ class TrainingData:
     hi: np.ndarray
     mid: np.ndarray  # (n,) training point, ms, in [lo, hi]: the midpoint unless padding_split != 0.5
     params: list[dict[str, Any]] = field(default_factory=list)
+
+    def head(self, n: int) -> "TrainingData":
+        """The first ``n`` rows (in the measurements' order)."""
+        if n >= self.X.shape[0]:
+            return self
+        return TrainingData(self.layer_type, self.X[:n], self.ops[:n], self.bytes[:n], self.lo[:n], self.hi[:n],
+                            self.mid[:n], self.params[:n])
+
+    def digest(self) -> str:
+        """SHA-256 of what training reads (type, shapes and arrays): part of the type's and
+        its grid search's cache keys."""
+        h = hashlib.sha256(f"{self.layer_type}:{self.X.shape}".encode())
+        for a in (self.X, self.ops, self.bytes, self.lo, self.hi, self.mid):
+            h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
+        return h.hexdigest()
 
 
 def _interval(row: Mapping[str, Any], target: str) -> tuple[float, float] | None:
@@ -426,6 +471,29 @@ def prepare_training_data(rows: Iterable[Mapping[str, Any]], target: str = "lum"
 
 
 # ------------------------------------------------------------------- type models
+
+
+def grid_rows(n: int, options: TrainingOptions) -> int:
+    """How many of a type's ``n`` rows (the first ones, in the measurements' order) its
+    hyperparameter grid search sees: the largest checkpoint ``c <= n`` of the series
+    ``c_0 = min_rows``, ``c_{k+1} = max(c_k + 1, floor(c_k * grid_growth))`` (20, 25, 31, 38,
+    47, ... for the defaults); ``n`` itself below ``min_rows`` or with ``grid_growth`` 1."""
+    g = options.grid_growth
+    if g <= 1.0 or n <= options.min_rows:
+        return n
+    c = options.min_rows
+    while True:
+        nxt = max(c + 1, int(math.floor(c * g)))
+        if nxt > n:
+            return c
+        c = nxt
+
+
+def grid_data(data: TrainingData, options: TrainingOptions) -> TrainingData:
+    """The rows a type's grid search sees (:func:`grid_rows`; all of them if those first
+    rows have no positive latency)."""
+    head = data.head(grid_rows(data.X.shape[0], options))
+    return head if np.any(head.mid > 0) else data
 
 
 def _rmspe(pred: np.ndarray, true: np.ndarray) -> float:
@@ -560,13 +628,12 @@ class TypeModel:
                    feat_max=a[p + "feat_max"], families=fams, reference_source=reference_source, **kw)
 
     # -- training
-    @classmethod
-    def fit(cls, data: TrainingData, options: TrainingOptions, n_jobs: int = 1) -> "TypeModel":
-        from crepes import ConformalRegressor  # noqa: PLC0415
-        from crepes.extras import DifficultyEstimator  # noqa: PLC0415
-
+    @staticmethod
+    def _targets(data: TrainingData, options: TrainingOptions
+                 ) -> tuple[tuple[str, ...], np.ndarray, float, np.ndarray, np.ndarray, bool]:
+        """``(feature names, X, t_scale, y, y_fit, log_target)``: the model's features, the
+        target ``y = t_op / t_scale`` and what the forest fits (``log(y)`` by default)."""
         t = data.layer_type
-        n = data.X.shape[0]
         names, X = _model_features(t, data.X)
         ops = data.ops
         t_op = data.mid / ops
@@ -575,34 +642,68 @@ class TypeModel:
             raise ModelError(f"{t}: no positive measured latency")
         t_scale = float(np.median(pos))
         y = t_op / t_scale
-        y_lo, y_hi = data.lo / ops / t_scale, data.hi / ops / t_scale
         log_target = options.target_transform == "log"
         if log_target:  # rows measured at <= 0 ms train on half the type's smallest positive latency
             floor_ms = 0.5 * float(data.mid[data.mid > 0].min())
             y_fit = np.log(np.maximum(data.mid, floor_ms) / ops / t_scale)
         else:
             y_fit = y
+        return names, X, t_scale, y, y_fit, log_target
 
-        def to_top(v: np.ndarray) -> np.ndarray:
-            return np.exp(v) if log_target else np.asarray(v, dtype=float)
-
-        # hyperparameters by out-of-bag RMSPE over a small grid
+    @classmethod
+    def grid_search(cls, data: TrainingData, options: TrainingOptions, n_jobs: int = 1) -> list[dict[str, Any]]:
+        """The out-of-bag RMSPE of ``t_op`` of every grid cell (``grid_estimators`` trees),
+        fitted on all of ``data`` (:meth:`fit` passes the first :func:`grid_rows`)."""
+        _, X, _, y, y_fit, log_target = cls._targets(data, options)
         grid: list[dict[str, Any]] = []
-        best: tuple[float, float, int] | None = None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "Some inputs do not have OOB scores"
             for mf in options.grid_max_features:
                 for msl in options.grid_min_samples_leaf:
                     rf = _forest(options.grid_estimators, mf, msl, options.seed, n_jobs).fit(X, y_fit)
-                    oob = to_top(rf.oob_prediction_)
+                    oob = np.exp(rf.oob_prediction_) if log_target else np.asarray(rf.oob_prediction_, dtype=float)
                     score = _rmspe(oob, y)
                     if not math.isfinite(score):
                         score = float(np.sqrt(np.nanmean((oob - y) ** 2)))
-                    grid.append({"max_features": mf, "min_samples_leaf": msl, "oob_rmspe": score})
-                    if best is None or score < best[0] - 1e-12:
-                        best = (score, mf, msl)
-            assert best is not None
-            _, mf, msl = best
+                    grid.append({"max_features": mf, "min_samples_leaf": msl, "oob_rmspe": score,
+                                 "rows": int(X.shape[0])})
+        return grid
+
+    @staticmethod
+    def best_cell(grid: Sequence[Mapping[str, Any]]) -> tuple[float, int]:
+        """``(max_features, min_samples_leaf)`` of the grid's lowest score (the first on ties)."""
+        best: tuple[float, float, int] | None = None
+        for g in grid:
+            if best is None or g["oob_rmspe"] < best[0] - 1e-12:
+                best = (g["oob_rmspe"], float(g["max_features"]), int(g["min_samples_leaf"]))
+        if best is None:
+            raise ModelError("empty hyperparameter grid")
+        return best[1], best[2]
+
+    @classmethod
+    def fit(cls, data: TrainingData, options: TrainingOptions, n_jobs: int = 1,
+            grid: Sequence[Mapping[str, Any]] | None = None) -> "TypeModel":
+        """Train one type's model. The hyperparameters are the best cell of ``grid``, by default
+        :meth:`grid_search` over the type's first :func:`grid_rows` rows; a ``grid`` given (the
+        cached search of those rows) skips the search and gives the same model."""
+        from crepes import ConformalRegressor  # noqa: PLC0415
+        from crepes.extras import DifficultyEstimator  # noqa: PLC0415
+
+        t = data.layer_type
+        n = data.X.shape[0]
+        if grid is None:
+            grid = cls.grid_search(grid_data(data, options), options, n_jobs)
+        grid = [dict(g) for g in grid]
+        mf, msl = cls.best_cell(grid)
+        names, X, t_scale, y, y_fit, log_target = cls._targets(data, options)
+        ops = data.ops
+        y_lo, y_hi = data.lo / ops / t_scale, data.hi / ops / t_scale
+
+        def to_top(v: np.ndarray) -> np.ndarray:
+            return np.exp(v) if log_target else np.asarray(v, dtype=float)
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "Some inputs do not have OOB scores"
             forest = _forest(options.n_estimators, mf, msl, options.seed, n_jobs).fit(X, y_fit)
         oob = to_top(np.asarray(forest.oob_prediction_, dtype=float))
         if not np.all(np.isfinite(oob)):
@@ -653,6 +754,7 @@ class TypeModel:
                     grid, betas, FastKNN.from_estimator(knn_de), float(d_loo.max()),
                     X.min(axis=0), X.max(axis=0), families, {}, ref)
         model.report = model._oob_report(data, oob, sig)
+        model.report["grid_rows"] = int(grid[0].get("rows", n))
         return model
 
     def _oob_report(self, data: TrainingData, oob: np.ndarray, sigmas: Mapping[str, np.ndarray]) -> dict[str, Any]:
@@ -858,10 +960,12 @@ class DeviceModels:
     code_version: str
     report: dict[str, Any]
     forests: FlatForests  # every type's trees, flattened (the fast path walks these)
+    #: type -> the key of its entry in the model cache (empty when trained without the cache)
+    type_keys: dict[str, str] = field(default_factory=dict)
     loaded_from_cache: bool = False
 
     #: version of the array layout (:meth:`arrays`); another one is a cache miss
-    ARRAY_FORMAT = 1
+    ARRAY_FORMAT = 2
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The model set as plain arrays (numbers and report as JSON in ``meta``), no objects."""
@@ -875,22 +979,27 @@ class DeviceModels:
         meta = {"format": self.ARRAY_FORMAT, "cache_key": self.cache_key, "profile_name": self.profile_name,
                 "target": self.target, "options": self.options.to_dict(), "elem_bytes": self.elem_bytes,
                 "data_hash": self.data_hash, "versions": self.versions, "code_version": self.code_version,
-                "report": self.report, "types": types_meta, "fallback": fb_meta}
+                "report": self.report, "types": types_meta, "fallback": fb_meta, "type_keys": self.type_keys}
         arr["meta"] = np.frombuffer(json.dumps(meta, default=_json_default).encode(), dtype=np.uint8)
         return arr
 
     @classmethod
-    def from_arrays(cls, a: Mapping[str, np.ndarray], reference: Callable[[], ReferenceParts]) -> "DeviceModels":
-        """The inverse of :meth:`arrays`; ``reference`` loads the scikit-learn/crepes objects
-        (called once, when the reference path first needs one)."""
+    def from_arrays(cls, a: Mapping[str, np.ndarray],
+                    reference: Callable[[str, "DeviceModels"], ReferenceModel]) -> "DeviceModels":
+        """The inverse of :meth:`arrays`; ``reference(type, models)`` gives a type's
+        scikit-learn/crepes objects (called once per type, when the reference path first
+        needs them)."""
         meta = json.loads(a["meta"].tobytes())
         if meta.get("format") != cls.ARRAY_FORMAT:
             raise ValueError(f"array format {meta.get('format')!r}, expected {cls.ARRAY_FORMAT}")
-        lazy = _LazyReference(reference)
-        types = {t: TypeModel.from_arrays(t, m, a, partial(lazy.get, t)) for t, m in meta["types"].items()}
-        return cls(meta["cache_key"], meta["profile_name"], meta["target"], TrainingOptions.from_dict(meta["options"]),
-                   meta["elem_bytes"], types, FallbackModel.from_arrays(meta["fallback"], a), meta["data_hash"],
-                   meta["versions"], meta["code_version"], meta["report"], FlatForests.from_arrays(a))
+        types = {t: TypeModel.from_arrays(t, m, a, None) for t, m in meta["types"].items()}
+        out = cls(meta["cache_key"], meta["profile_name"], meta["target"], TrainingOptions.from_dict(meta["options"]),
+                  meta["elem_bytes"], types, FallbackModel.from_arrays(meta["fallback"], a), meta["data_hash"],
+                  meta["versions"], meta["code_version"], meta["report"], FlatForests.from_arrays(a),
+                  dict(meta["type_keys"]))
+        for t, m in types.items():
+            m.reference_source = _Once(partial(reference, t, out))
+        return out
 
     def reference_parts(self) -> ReferenceParts:
         return ReferenceParts(self.cache_key, {t: m.reference for t, m in self.types.items()})
@@ -998,27 +1107,137 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
-class _LazyReference:
-    """Loads a model set's :class:`ReferenceParts` once, when a type first asks for its part."""
+class _Once:
+    """Calls ``load`` once, when first called (thread-safe); returns its result after that."""
 
-    def __init__(self, load: Callable[[], ReferenceParts]) -> None:
+    def __init__(self, load: Callable[[], Any]) -> None:
         self._load = load
-        self._parts: ReferenceParts | None = None
+        self._value: Any = None
         self._lock = threading.Lock()
 
-    def get(self, layer_type: str) -> ReferenceModel:
-        if self._parts is None:
+    def __call__(self) -> Any:
+        if self._value is None:
             with self._lock:
-                if self._parts is None:
-                    self._parts = self._load()
-        return self._parts.types[layer_type]
+                if self._value is None:
+                    self._value = self._load()
+        return self._value
+
+
+class _TypeCache:
+    """The per-type entries of the model cache (:mod:`estimator.cache`) for one training run:
+    a type's trained model, keyed by its training rows, and its grid search, keyed by the
+    rows the search saw (:func:`grid_rows`). ``read=False`` (a forced retrain) writes
+    entries but never reads one."""
+
+    def __init__(self, root: Path | None, *, target: str, precision: str, options: TrainingOptions,
+                 read: bool = True) -> None:
+        self.root, self.options, self.read = root, options, read
+        self.spec = {"options": options.to_dict(), "target": target, "precision": precision}
+        self.reused: list[str] = []  # types whose model came from the cache
+        self.grid_reused: list[str] = []  # types retrained with a cached grid search
+
+    def _key(self, part: str, digest: str) -> str:
+        from . import cache  # noqa: PLC0415
+
+        return cache.cache_key(digest, {"part": part, **self.spec}, MODEL_CODE_VERSION)
+
+    def type_key(self, data: TrainingData) -> str:
+        return self._key("type", data.digest())
+
+    def get(self, data: TrainingData, n_jobs: int = 1) -> tuple[TypeModel, FlatForests, str]:
+        """A type's ``(model, flattened forest, cache key)``: from the cache, or trained now
+        (with the cached grid search of its first :func:`grid_rows` rows where there is one)
+        and stored."""
+        from . import cache  # noqa: PLC0415
+
+        t = data.layer_type
+        key = self.type_key(data)
+        if self.read:
+            hit = self.load(key, t, lambda: data)
+            if hit is not None:
+                self.reused.append(t)
+                return (*hit, key)
+        gdata = grid_data(data, self.options)
+        gkey = self._key("grid", gdata.digest())
+        grid = self._load_grid(gkey) if self.read else None
+        if grid is None:
+            grid = TypeModel.grid_search(gdata, self.options, n_jobs)
+            blob = json.dumps({"cache_key": gkey, "layer_type": t, "grid": grid}, default=_json_default).encode()
+            cache.store_arrays(gkey, {"meta": np.frombuffer(blob, dtype=np.uint8)}, self.root, "grids")
+        else:
+            self.grid_reused.append(t)
+        model = TypeModel.fit(data, self.options, n_jobs=n_jobs, grid=grid)
+        flat = FlatForests.from_forests({t: model.forest})
+        self.store(key, model, flat)
+        return model, flat, key
+
+    def _load_grid(self, key: str) -> list[dict[str, Any]] | None:
+        from . import cache  # noqa: PLC0415
+
+        a = cache.load_arrays(key, self.root, "grids")
+        try:
+            meta = json.loads(a["meta"].tobytes()) if a is not None else None
+            if meta is not None and meta["cache_key"] == key:
+                return [dict(g) for g in meta["grid"]]
+        except Exception as e:  # a damaged entry is a miss
+            warnings.warn(f"ignoring cache entry {key}: {type(e).__name__}: {e}", cache.CacheWarning, stacklevel=2)
+        return None
+
+    def store(self, key: str, model: TypeModel, flat: FlatForests) -> None:
+        """The type's pickle first, then its arrays (arrays under a key imply its pickle)."""
+        from . import cache  # noqa: PLC0415
+
+        t = model.layer_type
+        cache.store(key, ReferenceParts(key, {t: model.reference}), self.root, "types")
+        meta, arr = model.arrays()
+        arr.update(flat.arrays())
+        blob = json.dumps({"format": DeviceModels.ARRAY_FORMAT, "cache_key": key, "layer_type": t, "type": meta},
+                          default=_json_default).encode()
+        arr["meta"] = np.frombuffer(blob, dtype=np.uint8)
+        cache.store_arrays(key, arr, self.root, "types")
+
+    def load(self, key: str, t: str, data: Callable[[], TrainingData]) -> tuple[TypeModel, FlatForests] | None:
+        """The cached ``(model, flattened forest)`` of type ``t``; its reference objects come
+        from the entry's pickle when first asked for (``data()``: the type's rows, to retrain)."""
+        from . import cache  # noqa: PLC0415
+
+        a = cache.load_arrays(key, self.root, "types")
+        if a is None:
+            return None
+        try:
+            meta = json.loads(a["meta"].tobytes())
+            if meta.get("format") != DeviceModels.ARRAY_FORMAT or meta["cache_key"] != key or meta["layer_type"] != t:
+                raise ValueError("written under another key or format")
+            model = TypeModel.from_arrays(t, meta["type"], a, None)
+            flat = FlatForests.from_arrays(a)
+        except Exception as e:  # an incompatible or damaged entry is a miss, not a crash
+            warnings.warn(f"ignoring cache entry {key}: {type(e).__name__}: {e}", cache.CacheWarning, stacklevel=2)
+            return None
+        model.reference_source = _Once(partial(self.reference, key, t, data, model.grid))
+        return model, flat
+
+    def reference(self, key: str, t: str, data: Callable[[], TrainingData],
+                  grid: Sequence[Mapping[str, Any]]) -> ReferenceModel:
+        """Type ``t``'s scikit-learn/crepes objects: the entry's pickle, or (gone or refused)
+        retrained from ``data()`` with the recorded ``grid`` (the same objects) and stored."""
+        from . import cache  # noqa: PLC0415
+
+        parts = cache.load(key, self.root, "types")
+        if isinstance(parts, ReferenceParts) and isinstance(parts.types.get(t), ReferenceModel):
+            return parts.types[t]
+        model = TypeModel.fit(data(), self.options, grid=grid)
+        cache.store(key, ReferenceParts(key, {t: model.reference}), self.root, "types")
+        return model.reference
 
 
 def train_models(rows: Iterable[Mapping[str, Any]], *, profile_name: str, precision: str = "fp32",
                  target: str = "lum", options: TrainingOptions | None = None, n_jobs: int = 1,
                  cache_key: str = "", data_hash: str = "",
-                 progress: Callable[[str, int, int], None] | None = None) -> DeviceModels:
-    """Train all type models and the fallback from benchmark rows (deterministic)."""
+                 progress: Callable[[str, int, int], None] | None = None,
+                 parts: _TypeCache | None = None) -> DeviceModels:
+    """Train all type models and the fallback from benchmark rows (deterministic). With
+    ``parts`` (:func:`get_models`), each type's model comes from the model cache where its
+    rows were trained on before, and is stored there otherwise."""
     from .cache import library_versions  # noqa: PLC0415
 
     options = options or TrainingOptions()
@@ -1027,6 +1246,8 @@ def train_models(rows: Iterable[Mapping[str, Any]], *, profile_name: str, precis
                                        padding_split_by_type=dict(options.padding_split_by_type))
     t0 = time.perf_counter()
     types: dict[str, TypeModel] = {}
+    flats: dict[str, FlatForests] = {}
+    keys: dict[str, str] = {}
     few: dict[str, int] = {}
     todo = sorted(data)
     for i, t in enumerate(todo):
@@ -1036,10 +1257,14 @@ def train_models(rows: Iterable[Mapping[str, Any]], *, profile_name: str, precis
         if d.X.shape[0] < options.min_rows or not np.any(d.mid > 0):
             few[t] = int(d.X.shape[0])
             continue
-        types[t] = TypeModel.fit(d, options, n_jobs=n_jobs)
+        if parts is None:
+            types[t] = TypeModel.fit(d, options, n_jobs=n_jobs)
+            flats[t] = FlatForests.from_forests({t: types[t].forest})
+        else:
+            types[t], flats[t], keys[t] = parts.get(d, n_jobs)
     if progress:
         progress("fallback", len(todo), len(todo))
-    fallback = FallbackModel.fit(data, options)
+    fallback = FallbackModel.fit(data, options)  # all rows of all types, but cheap (~15 ms on 24k rows)
     report = {
         "target": target,
         "rows_used": {t: int(d.X.shape[0]) for t, d in data.items()},
@@ -1050,9 +1275,12 @@ def train_models(rows: Iterable[Mapping[str, Any]], *, profile_name: str, precis
         "fallback": fallback.describe(),
         "train_seconds": time.perf_counter() - t0,
     }
-    forests = FlatForests.from_forests({t: m.forest for t, m in sorted(types.items())})
+    if parts is not None:
+        report["cached_types"] = sorted(parts.reused)
+        report["cached_grid_types"] = sorted(parts.grid_reused)
+    forests = FlatForests.concat([flats[t] for t in sorted(types)])
     return DeviceModels(cache_key, profile_name, target, options, eb, types, fallback, data_hash,
-                        library_versions(), MODEL_CODE_VERSION, report, forests)
+                        library_versions(), MODEL_CODE_VERSION, report, forests, keys)
 
 
 def get_models(profile: Any, *, target: str = "lum", cache_root: Any = None, retrain: bool = False,
@@ -1060,10 +1288,13 @@ def get_models(profile: Any, *, target: str = "lum", cache_root: Any = None, ret
                progress: Callable[[str, int, int], None] | None = None) -> DeviceModels:
     """The trained models of a :class:`~estimator.profile.Profile`, from the cache or trained now.
 
-    The cache key covers the measurements' bytes, the training options and target, the
-    training code version and the library versions (:mod:`estimator.cache`). A cache hit
-    reads the arrays only; the scikit-learn and crepes objects come from the cache's pickle
-    when the reference path first needs them (retrained, deterministically, if that is gone).
+    The model set's cache key covers the measurements' bytes, the training options and
+    target, the training code version and the library versions (:mod:`estimator.cache`). A
+    hit reads the arrays only; a type's scikit-learn and crepes objects come from its type
+    entry's pickle when the reference path first needs them (retrained, deterministically,
+    if that is gone). A miss trains only the types whose rows have no type entry
+    (:class:`_TypeCache`; see "Incremental retraining" in the module docstring);
+    ``retrain=True`` reads no entry at all.
     """
     from . import cache  # noqa: PLC0415
 
@@ -1073,19 +1304,28 @@ def get_models(profile: Any, *, target: str = "lum", cache_root: Any = None, ret
     data_hash = profile.data_hash()
     key = cache.cache_key(data_hash, {"options": opts.to_dict(), "target": target, "precision": profile.precision},
                           MODEL_CODE_VERSION)
+    parts = _TypeCache(cache_root, target=target, precision=profile.precision, options=opts, read=not retrain)
 
     def train() -> DeviceModels:
         models = train_models(profile.rows(), profile_name=profile.name, precision=profile.precision, target=target,
-                              options=opts, n_jobs=n_jobs, cache_key=key, data_hash=data_hash, progress=progress)
-        cache.store(key, models.reference_parts(), cache_root)  # the pickle first: arrays imply it
-        cache.store_arrays(key, models.arrays(), cache_root)
+                              options=opts, n_jobs=n_jobs, cache_key=key, data_hash=data_hash, progress=progress,
+                              parts=parts)
+        cache.store_arrays(key, models.arrays(), cache_root)  # after the type entries it names
         return models
 
-    def reference() -> ReferenceParts:
-        parts = cache.load(key, cache_root)
-        if isinstance(parts, ReferenceParts):
-            return parts
-        return train().reference_parts()
+    rows: dict[str, TrainingData] = {}
+    lock = threading.Lock()
+
+    def type_rows(t: str) -> TrainingData:  # the profile's rows of type t, read once (to retrain a reference)
+        with lock:
+            if not rows:
+                rows.update(prepare_training_data(profile.rows(), target, elem_bytes_for(profile.precision),
+                                                  padding_split=opts.padding_split,
+                                                  padding_split_by_type=dict(opts.padding_split_by_type))[0])
+        return rows[t]
+
+    def reference(t: str, models: DeviceModels) -> ReferenceModel:
+        return parts.reference(models.type_keys[t], t, partial(type_rows, t), models.types[t].grid)
 
     if not retrain:
         arrays = cache.load_arrays(key, cache_root)

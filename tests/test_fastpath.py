@@ -65,7 +65,7 @@ def est() -> Estimator:
     buf.seek(0)
     with np.load(buf, allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
-    models = DeviceModels.from_arrays(arrays, trained.reference_parts)
+    models = DeviceModels.from_arrays(arrays, lambda t, _: trained.types[t].reference)
     return Estimator(prof, models, n_samples=2000)
 
 

@@ -141,7 +141,11 @@ def test_cache_hit_and_miss_keyed_by_data(root, cache_root):
     m1 = get_models(prof)
     assert not m1.loaded_from_cache
     files = sorted((cache_root / "models").iterdir())
-    assert [f.name for f in files] == [m1.cache_key + ".npz", m1.cache_key + ".pkl"]
+    assert [f.name for f in files] == [m1.cache_key + ".npz"]  # the set: arrays only
+    # each modelled type: its arrays and its scikit-learn/crepes pickle; its grid search
+    assert sorted(f.name for f in (cache_root / "types").iterdir()) == sorted(
+        k + s for k in m1.type_keys.values() for s in (".npz", ".pkl"))
+    assert len(list((cache_root / "grids").iterdir())) == len(m1.modelled_types)
     m2 = get_models(prof)
     assert m2.loaded_from_cache and m2.cache_key == m1.cache_key
     # changed data misses
@@ -196,7 +200,7 @@ def test_pickles_are_only_loaded_from_the_cache_dir(root, cache_root, monkeypatc
     t = m.modelled_types[0]
     assert m.types[t].forest is not None  # the reference path reads the cache's pickle
     assert _LOADED == []
-    assert opened == [cache.path_for(m.cache_key).resolve()]
+    assert opened == [cache.path_for(m.type_keys[t], suffix=".pkl", kind="types").resolve()]
     with pytest.raises(ValueError):
         cache.path_for("../../etc/passwd")
 
@@ -205,7 +209,8 @@ def test_pickles_are_only_loaded_from_the_cache_dir(root, cache_root, monkeypatc
 def test_untrusted_cache_files_are_refused(root, cache_root):
     prof = load_profile("dev-a", root)
     m = get_models(prof)
-    p, pkl = cache.path_for(m.cache_key, suffix=".npz"), cache.path_for(m.cache_key)
+    t = m.modelled_types[0]
+    p, pkl = cache.path_for(m.cache_key), cache.path_for(m.type_keys[t], suffix=".pkl", kind="types")
     assert (p.stat().st_mode & 0o777) == 0o600 and (pkl.stat().st_mode & 0o777) == 0o600
     os.chmod(p, 0o666)
     with pytest.warns(cache.CacheWarning, match="writable by group/others"):
@@ -218,23 +223,116 @@ def test_untrusted_cache_files_are_refused(root, cache_root):
     warm = get_models(prof)
     assert warm.loaded_from_cache
     with pytest.warns(cache.CacheWarning, match="writable by group/others"):
-        warm.types[warm.modelled_types[0]].forest  # the reference path retrains rather than read it
+        warm.types[t].forest  # the reference path retrains rather than read it
     assert (pkl.stat().st_mode & 0o777) == 0o600
 
 
 def test_corrupt_cache_entry_is_a_miss(root, cache_root):
     prof = load_profile("dev-a", root)
     m = get_models(prof)
-    cache.path_for(m.cache_key, suffix=".npz").write_bytes(b"not an npz")
+    cache.path_for(m.cache_key).write_bytes(b"not an npz")
     with pytest.warns(cache.CacheWarning, match="unreadable"):
         m2 = get_models(prof)
     assert isinstance(m2, DeviceModels) and not m2.loaded_from_cache
-    cache.path_for(m.cache_key).write_bytes(b"not a pickle")
+    assert m2.report["cached_types"] == m.modelled_types  # the type entries were fine
+    t = m.modelled_types[0]
+    cache.path_for(m.type_keys[t], suffix=".pkl", kind="types").write_bytes(b"not a pickle")
     m3 = get_models(prof)
     assert m3.loaded_from_cache
     with pytest.warns(cache.CacheWarning, match="unreadable"):
-        forest = m3.types[m3.modelled_types[0]].forest  # retrained (deterministic) and stored again
-    assert forest is not None and isinstance(cache.load(m.cache_key), ReferenceParts)
+        forest = m3.types[t].forest  # retrained (deterministic) and stored again
+    assert forest is not None and isinstance(cache.load(m.type_keys[t]), ReferenceParts)
+    # a damaged type entry is a miss too: that type is retrained, with its cached grid search
+    cache.path_for(m.type_keys[t], kind="types").write_bytes(b"not an npz")
+    cache.path_for(m.cache_key).unlink()
+    with pytest.warns(cache.CacheWarning, match="unreadable"):
+        m4 = get_models(prof)
+    assert m4.report["cached_types"] == [u for u in m.modelled_types if u != t]
+    assert m4.report["cached_grid_types"] == [t]
+    assert m4.arrays()["forest.nodes"].tobytes() == m.arrays()["forest.nodes"].tobytes()
+
+
+def _same_models(a: DeviceModels, b: DeviceModels) -> None:
+    """Every array bit for bit, and every number but the report's timing and cache notes."""
+    xa, xb = a.arrays(), b.arrays()
+    assert sorted(xa) == sorted(xb)
+    for k in xa:
+        if k != "meta":
+            assert xa[k].dtype == xb[k].dtype and xa[k].tobytes() == xb[k].tobytes(), k
+    ma, mb = (json.loads(x["meta"].tobytes()) for x in (xa, xb))
+    for m in (ma, mb):
+        for k in ("train_seconds", "cached_types", "cached_grid_types"):
+            m["report"].pop(k, None)
+    assert ma == mb
+
+
+def test_incremental_retraining_reuses_unchanged_types_and_matches_a_cold_train(tmp_path, monkeypatch):
+    """A profile whose rows grew for one type (as `bench refine` appends them) retrains that
+    type only, with its cached grid search, and gives the model set a cold cache trains."""
+    import numpy as np  # noqa: PLC0415
+
+    from estimator.fastpath import FlatForests  # noqa: PLC0415
+    from estimator.predict import Estimator, make_layer  # noqa: PLC0415
+
+    root = tmp_path / "profiles"
+    conv, add = synthetic.rows(60, seed=1), synthetic.rows(60, seed=2, layer_type="add")
+    synthetic.write_profile(root, "dev", conv + add)
+    warm, cold = tmp_path / "warm", tmp_path / "cold"
+    monkeypatch.setenv("CL_CACHE_DIR", str(warm))
+    m0 = get_models(load_profile("dev", root))
+    assert m0.report["cached_types"] == [] and set(m0.type_keys) == {"add", "conv2d"}
+    # the flattened forests assembled per type are those of all forests flattened at once
+    whole = FlatForests.from_forests({t: m0.types[t].forest for t in sorted(m0.types)})
+    assert whole.nodes.tobytes() == m0.forests.nodes.tobytes() and whole.value.tobytes() == m0.forests.value.tobytes()
+
+    synthetic.write_profile(root, "dev", conv + add + synthetic.rows(8, seed=3, layer_type="add"))  # 60 -> 68 adds
+    prof = load_profile("dev", root)
+    m1 = get_models(prof)
+    assert not m1.loaded_from_cache and m1.cache_key != m0.cache_key
+    assert m1.report["cached_types"] == ["conv2d"] and m1.report["cached_grid_types"] == ["add"]
+    assert m1.type_keys["conv2d"] == m0.type_keys["conv2d"] and m1.type_keys["add"] != m0.type_keys["add"]
+    assert m1.types["add"].report["grid_rows"] == 58 and m1.types["add"].n_rows == 68
+
+    monkeypatch.setenv("CL_CACHE_DIR", str(cold))
+    scratch = get_models(prof)
+    assert scratch.cache_key == m1.cache_key and scratch.report["cached_types"] == []
+    assert scratch.report["cached_grid_types"] == []
+    _same_models(m1, scratch)
+    forced = get_models(prof, retrain=True)  # reads no entry, trains the same
+    assert forced.report["cached_types"] == [] and forced.report["cached_grid_types"] == []
+    _same_models(forced, scratch)
+    # the same estimates, on the fast path and on the reference path (whose objects come from
+    # the type entries' pickles: conv2d's written by the first training, in the other cache)
+    monkeypatch.setenv("CL_CACHE_DIR", str(warm))
+    hit = get_models(prof)
+    assert hit.loaded_from_cache
+    layers = [make_layer("conv2d", r["params"]) for r in synthetic.rows(5, seed=9)]
+    layers += [make_layer("add", r["params"]) for r in synthetic.rows(5, seed=9, layer_type="add")]
+
+    for fast in (True, False):
+        a = Estimator(prof, hit, fast=fast).estimate_layers(layers)
+        b = Estimator(prof, scratch, fast=fast).estimate_layers(layers)
+        assert [x.prediction_ms for x in a] == [x.prediction_ms for x in b]
+        assert [x.intervals for x in a] == [x.intervals for x in b]
+    assert np.array_equal(hit.types["conv2d"].forest.predict(np.ones((1, len(hit.types["conv2d"].feature_names)))),
+                          scratch.types["conv2d"].forest.predict(np.ones((1, len(scratch.types["conv2d"].feature_names)))))
+
+
+def test_grid_search_reruns_when_a_type_grew_past_a_checkpoint(tmp_path, monkeypatch):
+    from estimator.models import TrainingOptions, grid_rows  # noqa: PLC0415
+
+    opts = TrainingOptions()
+    assert [grid_rows(n, opts) for n in (5, 20, 24, 25, 60, 68, 71, 72, 2000, 2049)] == [
+        5, 20, 20, 25, 58, 58, 58, 72, 1616, 2020]
+    assert grid_rows(2049, TrainingOptions(grid_growth=1.0)) == 2049  # the search sees every row
+    monkeypatch.setenv("CL_CACHE_DIR", str(tmp_path / "cache"))
+    root = tmp_path / "profiles"
+    adds = synthetic.rows(75, seed=2, layer_type="add")
+    synthetic.write_profile(root, "dev", adds[:60])
+    get_models(load_profile("dev", root))
+    synthetic.write_profile(root, "dev", adds)  # 60 -> 75 rows: past the checkpoint 72
+    m = get_models(load_profile("dev", root))
+    assert m.report["cached_grid_types"] == [] and m.types["add"].report["grid_rows"] == 72
 
 
 # ------------------------------------------------------------------ estimator API
