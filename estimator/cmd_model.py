@@ -15,7 +15,7 @@
   own calibration set are left out (they would be in-sample). ``--target single`` uses
   models trained on single-layer times, ``--target both`` compares the two (the paper's
   Tables 3-5).
-* ``estimator devices`` lists the profiles with their provenance and calibration.
+* ``estimator devices`` lists the profiles with their provenance, calibration and refinement.
 """
 from __future__ import annotations
 
@@ -435,6 +435,17 @@ def _fmt_opts(opts: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------- devices
 
 
+def _refined(r: dict[str, Any], runner: str) -> str:
+    """One cell for :meth:`Profile.refinement_summary`: rows added, at what cost, toward what
+    (the runner when it is not the profile's own)."""
+    if not r["configurations"] and not r.get("rounds"):
+        return "none"
+    targets = r["targets"][:1] + ([f"+{len(r['targets']) - 1}"] if len(r["targets"]) > 1 else [])
+    by = " ".join(x for x in (r["runner"], _fmt_opts(r["runner_options"])) if x) if r["runner"] != runner else ""
+    return (f"{r['configurations']} rows, {r['rounds']} rounds, {r['device_seconds']:.0f} s{' by ' + by if by else ''}, "
+            f"{r['date'][:10]}, toward {' '.join(targets) or '-'}")
+
+
 def _cmd_devices(args: argparse.Namespace) -> int:
     root = Path(args.profiles) if args.profiles else default_root()
     names = list_profiles(root)
@@ -452,10 +463,11 @@ def _cmd_devices(args: argparse.Namespace) -> int:
         cal = (f"{c['networks']} networks, {c['kind']} by {c['runner']} {_fmt_opts(c['runner_options'])}, "
                f"{c['date'][:10]}" if c["networks"] else "none")
         rows.append([p.name, p.provenance.kind, p.runner, p.precision, str(p.threads or "-"), _short(p.hardware, 40),
-                     p.provenance.date[:10], _short(cal, 56), _short(p.provenance.source, 48)])
+                     p.provenance.date[:10], _short(cal, 56), _short(_refined(p.refinement_summary(), p.runner), 64),
+                     _short(p.provenance.source, 48)])
     print(f"profiles in {root}")
     print(_table(rows, ["device", "kind", "runner", "precision", "threads", "hardware", "date", "calibration",
-                        "source"]))
+                        "refined", "source"]))
     return 0
 
 

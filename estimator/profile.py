@@ -284,6 +284,7 @@ class Profile:
             "threads": self.threads,
             "provenance": self.provenance.to_dict(),
             "calibration": self.calibration_summary(),
+            "refined": self.refinement_summary(),
             "path": str(self.path),
         }
 
@@ -315,6 +316,22 @@ class Profile:
         return {"networks": max(n, 0), "kind": c.get("kind", ""), "runner": c.get("runner", ""),
                 "runner_options": dict(c.get("runner_options") or {}), "source": c.get("source", ""),
                 "date": c.get("date", ""), "base": c.get("base", "")}
+
+
+    def refinement_summary(self) -> dict[str, Any]:
+        """What ``bench refine`` added to the layer rows (for listings): how many rows, toward
+        which networks, in how many rounds and device seconds, by what, when;
+        ``{"configurations": 0}`` for a profile that was not refined."""
+        r = self.refined
+        if not r:
+            return {"configurations": 0}
+        names = (lambda key: [str(t.get("name", "")) if isinstance(t, Mapping) else str(t) for t in r.get(key) or []])
+        rounds = [x for x in r.get("rounds") or [] if not isinstance(x, Mapping) or x.get("round", 1) != 0]
+        return {"configurations": int(r.get("configurations") or 0), "base": r.get("base", ""),
+                "targets": names("targets"), "excluded": names("excluded"), "rounds": len(rounds),
+                "device_seconds": float(r.get("device_seconds") or 0.0), "runner": r.get("runner", ""),
+                "runner_options": dict(r.get("runner_options") or {}), "source": r.get("source", ""),
+                "date": r.get("date", "")}
 
 
 # ----------------------------------------------------------------------------- roots

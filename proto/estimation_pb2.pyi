@@ -171,6 +171,37 @@ class Calibration(_message.Message):
     in_scope: bool
     def __init__(self, applied: _Optional[bool] = ..., reason: _Optional[str] = ..., method: _Optional[str] = ..., formula: _Optional[str] = ..., n_networks: _Optional[int] = ..., families: _Optional[_Iterable[str]] = ..., kind: _Optional[str] = ..., runner: _Optional[str] = ..., runner_options: _Optional[_Mapping[str, str]] = ..., source: _Optional[str] = ..., date: _Optional[str] = ..., validation: _Optional[str] = ..., cv_mean_abs_error_pct: _Optional[float] = ..., uncalibrated_mean_abs_error_pct: _Optional[float] = ..., in_scope: _Optional[bool] = ...) -> None: ...
 
+class Refinement(_message.Message):
+    __slots__ = ("configurations", "base", "targets", "excluded", "rounds", "device_seconds", "runner", "runner_options", "source", "date")
+    class RunnerOptionsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    CONFIGURATIONS_FIELD_NUMBER: _ClassVar[int]
+    BASE_FIELD_NUMBER: _ClassVar[int]
+    TARGETS_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDED_FIELD_NUMBER: _ClassVar[int]
+    ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    RUNNER_FIELD_NUMBER: _ClassVar[int]
+    RUNNER_OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    DATE_FIELD_NUMBER: _ClassVar[int]
+    configurations: int
+    base: str
+    targets: _containers.RepeatedScalarFieldContainer[str]
+    excluded: _containers.RepeatedScalarFieldContainer[str]
+    rounds: int
+    device_seconds: float
+    runner: str
+    runner_options: _containers.ScalarMap[str, str]
+    source: str
+    date: str
+    def __init__(self, configurations: _Optional[int] = ..., base: _Optional[str] = ..., targets: _Optional[_Iterable[str]] = ..., excluded: _Optional[_Iterable[str]] = ..., rounds: _Optional[int] = ..., device_seconds: _Optional[float] = ..., runner: _Optional[str] = ..., runner_options: _Optional[_Mapping[str, str]] = ..., source: _Optional[str] = ..., date: _Optional[str] = ...) -> None: ...
+
 class Uncalibrated(_message.Message):
     __slots__ = ("total_ms", "intervals")
     TOTAL_MS_FIELD_NUMBER: _ClassVar[int]
@@ -287,7 +318,7 @@ class LayerTypeCoverage(_message.Message):
     def __init__(self, type: _Optional[str] = ..., n_samples: _Optional[int] = ..., ranges: _Optional[_Iterable[_Union[FeatureRange, _Mapping]]] = ...) -> None: ...
 
 class DeviceInfo(_message.Message):
-    __slots__ = ("name", "hardware", "runner", "precision", "provenance", "coverage", "model_version", "threads", "description", "target", "fallback_types", "cpu_fallback_ops", "calibration", "host_warnings")
+    __slots__ = ("name", "hardware", "runner", "precision", "provenance", "coverage", "model_version", "threads", "description", "target", "fallback_types", "cpu_fallback_ops", "calibration", "host_warnings", "refined")
     NAME_FIELD_NUMBER: _ClassVar[int]
     HARDWARE_FIELD_NUMBER: _ClassVar[int]
     RUNNER_FIELD_NUMBER: _ClassVar[int]
@@ -302,6 +333,7 @@ class DeviceInfo(_message.Message):
     CPU_FALLBACK_OPS_FIELD_NUMBER: _ClassVar[int]
     CALIBRATION_FIELD_NUMBER: _ClassVar[int]
     HOST_WARNINGS_FIELD_NUMBER: _ClassVar[int]
+    REFINED_FIELD_NUMBER: _ClassVar[int]
     name: str
     hardware: str
     runner: str
@@ -316,7 +348,8 @@ class DeviceInfo(_message.Message):
     cpu_fallback_ops: _containers.RepeatedScalarFieldContainer[str]
     calibration: Calibration
     host_warnings: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., hardware: _Optional[str] = ..., runner: _Optional[str] = ..., precision: _Optional[str] = ..., provenance: _Optional[_Union[Provenance, _Mapping]] = ..., coverage: _Optional[_Iterable[_Union[LayerTypeCoverage, _Mapping]]] = ..., model_version: _Optional[str] = ..., threads: _Optional[int] = ..., description: _Optional[str] = ..., target: _Optional[str] = ..., fallback_types: _Optional[_Iterable[str]] = ..., cpu_fallback_ops: _Optional[_Iterable[str]] = ..., calibration: _Optional[_Union[Calibration, _Mapping]] = ..., host_warnings: _Optional[_Iterable[str]] = ...) -> None: ...
+    refined: Refinement
+    def __init__(self, name: _Optional[str] = ..., hardware: _Optional[str] = ..., runner: _Optional[str] = ..., precision: _Optional[str] = ..., provenance: _Optional[_Union[Provenance, _Mapping]] = ..., coverage: _Optional[_Iterable[_Union[LayerTypeCoverage, _Mapping]]] = ..., model_version: _Optional[str] = ..., threads: _Optional[int] = ..., description: _Optional[str] = ..., target: _Optional[str] = ..., fallback_types: _Optional[_Iterable[str]] = ..., cpu_fallback_ops: _Optional[_Iterable[str]] = ..., calibration: _Optional[_Union[Calibration, _Mapping]] = ..., host_warnings: _Optional[_Iterable[str]] = ..., refined: _Optional[_Union[Refinement, _Mapping]] = ...) -> None: ...
 
 class ServerLimits(_message.Message):
     __slots__ = ("max_message_bytes", "max_onnx_bytes", "max_layers", "max_confidence_levels")

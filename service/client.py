@@ -154,6 +154,16 @@ def calibration_dict(m: pb2.Calibration) -> dict[str, Any]:
     return out
 
 
+def refinement_dict(m: pb2.Refinement) -> dict[str, Any]:
+    """A ``Refinement`` message as :meth:`estimator.profile.Profile.refinement_summary` writes
+    it (``{"configurations": 0}`` for a device that was not refined, or an older server)."""
+    if not (m.configurations or m.rounds or m.base):
+        return {"configurations": 0}
+    return {"configurations": m.configurations, "base": m.base, "targets": list(m.targets),
+            "excluded": list(m.excluded), "rounds": m.rounds, "device_seconds": m.device_seconds,
+            "runner": m.runner, "runner_options": dict(m.runner_options), "source": m.source, "date": m.date}
+
+
 @dataclass
 class NetworkResult:
     """One network's estimate (milliseconds). On a stream, a failed item has ``error`` set
@@ -400,6 +410,7 @@ class EstimationClient:
                              for c in d.coverage},
                 "fallback_types": list(d.fallback_types), "cpu_fallback_ops": list(d.cpu_fallback_ops),
                 "calibration": calibration_dict(d.calibration), "host_warnings": list(d.host_warnings),
+                "refined": refinement_dict(d.refined),
             })
         return out
 

@@ -215,7 +215,8 @@ def _device_info(est: Estimator, version: str) -> pb2.DeviceInfo:
                                   date=pv.date),
         model_version=version, threads=int(prof.threads or 0), description=prof.description,
         target=str(est.models.target), cpu_fallback_ops=list(prof.cpu_fallback_ops),
-        calibration=calibration_pb(est.calibration_info()), host_warnings=est.host_warnings())
+        calibration=calibration_pb(est.calibration_info()), host_warnings=est.host_warnings(),
+        refined=refinement_pb(prof.refinement_summary()))
     space = est.models.design_space()
     for t, d in space.items():
         cov = info.coverage.add(type=t, n_samples=int(d["n_rows"]))
@@ -283,6 +284,20 @@ def calibration_pb(info: Mapping[str, Any]) -> pb2.Calibration:
     for k, v in (info.get("runner_options") or {}).items():
         m.runner_options[str(k)] = str(v)
     m.in_scope = bool(info.get("in_scope", False))
+    return m
+
+
+def refinement_pb(summary: Mapping[str, Any]) -> pb2.Refinement:
+    """A :meth:`estimator.profile.Profile.refinement_summary` as proto."""
+    m = pb2.Refinement(configurations=int(summary.get("configurations") or 0), rounds=int(summary.get("rounds") or 0),
+                       device_seconds=float(summary.get("device_seconds") or 0.0))
+    for key in ("base", "runner", "source", "date"):
+        if summary.get(key):
+            setattr(m, key, str(summary[key]))
+    m.targets.extend(str(t) for t in summary.get("targets") or ())
+    m.excluded.extend(str(t) for t in summary.get("excluded") or ())
+    for k, v in (summary.get("runner_options") or {}).items():
+        m.runner_options[str(k)] = str(v)
     return m
 
 

@@ -76,8 +76,23 @@ def test_list_devices(client: EstimationClient) -> None:
     lo, hi = d["coverage"]["conv2d"]["ranges"]["c_in"]
     assert 1 <= lo <= hi and d["coverage"]["conv2d"]["n_samples"] >= 5
     assert "reshape" in d["fallback_types"]
+    assert d["refined"] == {"configurations": 0}  # not refined
     info = client.server_info()
     assert info["devices"] == [DEVICE] and info["limits"]["max_layers"] > 0
+
+
+def test_a_refined_section_survives_the_wire() -> None:
+    from proto import estimation_pb2 as pb2
+    from service.client import refinement_dict
+    from service.server import refinement_pb
+
+    summary = {"configurations": 42, "base": "host-cpu", "targets": ["onnx:resnet18", "zoo:mnasnet"],
+               "excluded": ["zoo:ghostnet"], "rounds": 2, "device_seconds": 61.5, "runner": "onnxruntime",
+               "runner_options": {"threads": "1"}, "source": "`bench refine`", "date": "2026-11-24T10:00:00+00:00"}
+    wire = pb2.Refinement.FromString(refinement_pb(summary).SerializeToString())
+    assert refinement_dict(wire) == summary
+    assert refinement_dict(refinement_pb({"configurations": 0})) == {"configurations": 0}
+    assert refinement_dict(pb2.DeviceInfo().refined) == {"configurations": 0}  # an older server sends none
 
 
 def test_zoo_network_full_and_stripped_give_the_same_estimate(client: EstimationClient, mobilenet: bytes) -> None:

@@ -126,6 +126,33 @@ def test_write_profile_json_validates(tmp_path):
     assert write_profile_json(tmp_path / "x", meta).name == "x"
 
 
+REFINED = {"base": "dev-a", "targets": [{"name": "onnx:resnet18", "sha256": "ab" * 32}, {"name": "zoo:mnasnet"}],
+           "excluded": [{"name": "zoo:ghostnet", "sha256": "cd" * 32}],
+           "rounds": [{"round": 0, "measured": 0}, {"round": 1, "measured": 20}, {"round": 2, "measured": 22}],
+           "configurations": 42, "device_seconds": 61.5, "runner": "onnxruntime", "runner_options": {"threads": 1},
+           "database": "bench-data/x.sqlite", "date": "2026-11-24T10:00:00+00:00", "source": "`bench refine`"}
+
+
+def test_devices_shows_the_refined_section(root, capsys):
+    from estimator.cliutil import run  # noqa: PLC0415
+
+    synthetic.write_profile(root, "dev-r", synthetic.rows(40, seed=3), refined=REFINED)
+    r = load_profile("dev-r", root).summary()["refined"]
+    assert r == {"configurations": 42, "base": "dev-a", "targets": ["onnx:resnet18", "zoo:mnasnet"],
+                 "excluded": ["zoo:ghostnet"], "rounds": 2, "device_seconds": 61.5, "runner": "onnxruntime",
+                 "runner_options": {"threads": 1}, "source": "`bench refine`", "date": "2026-11-24T10:00:00+00:00"}
+    assert load_profile("dev-a", root).summary()["refined"] == {"configurations": 0}
+    assert run("estimator", "test", ["estimator.cmd_model"], ["devices", "--profiles", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "refined" in out.splitlines()[1]
+    line = next(l for l in out.splitlines() if l.startswith("dev-r"))
+    assert "42 rows, 2 rounds, 62 s, 2026-11-24, toward onnx:resnet18 +1" in line
+    assert " none " in next(l for l in out.splitlines() if l.startswith("dev-a"))
+    assert run("estimator", "test", ["estimator.cmd_model"], ["devices", "--profiles", str(root), "--json"]) == 0
+    devs = {d["name"]: d for d in json.loads(capsys.readouterr().out)["devices"]}
+    assert devs["dev-r"]["refined"] == r and devs["dev-b"]["refined"] == {"configurations": 0}
+
+
 # ------------------------------------------------------------------------- cache
 
 
