@@ -232,13 +232,17 @@ def _cmd_train(args: argparse.Namespace) -> int:
         return 0
     src = "loaded from cache" if m.loaded_from_cache else "trained"
     print(f"device {est.device}: models {src} (target {m.target}, key {m.cache_key[:12]})")
+    if not m.loaded_from_cache and (rep.get("cached_types") or rep.get("cached_grid_types")):
+        print(f"retrained incrementally in {rep['train_seconds']:.1f} s: types from the cache: "
+              f"{', '.join(rep.get('cached_types') or []) or 'none'}; trained with a cached grid search: "
+              f"{', '.join(rep.get('cached_grid_types') or []) or 'none'}")
     rows = []
     for t, r in sorted(rep["types"].items()):
         cov = r["coverage"]["0.9"]
         hp = r["hyperparams"]
         rows.append([t, str(r["n_rows"]), f"{100 * r['oob_rmspe']:.1f}", f"{100 * r['oob_within_10pct']:.1f}",
                      f"{cov['CM_TV']:.3f}", f"{cov['CM_LV']:.3f}", f"{cov['CM_O']:.3f}",
-                     f"mf={hp['max_features']:g} msl={hp['min_samples_leaf']}"])
+                     f"mf={hp['max_features']:g} msl={hp['min_samples_leaf']} (grid on {r.get('grid_rows', '-')} rows)"])
     print(_table(rows, ["type", "rows", "OOB RMSPE %", "within 10 %", "cov TV .9", "cov LV .9", "cov O .9",
                         "forest"]))
     if rep["too_few_rows"]:
