@@ -6,8 +6,9 @@ The library behind ``bench refine`` (the CLI is :mod:`bench.cmd_refine`). Each r
    models' own widths, which is what new layer rows can shrink);
 2. ranks layer configurations by :func:`rank` (below);
 3. measures, down the ranking, each configuration not measured yet and up to ``neighbours``
-   of it not measured yet (:func:`bench.sampling.neighbours`: one ladder step in size or
-   channels, within the sampling limits), until ``top`` ranked configurations have added
+   around it not measured yet, nearest first (:func:`bench.sampling.neighbours`: one ladder
+   step in size or channels, within the sampling limits; then two steps, up to
+   :data:`RINGS`), until ``top`` ranked configurations have added
    something, with smart padding through ``bench run``'s one measuring path
    (:func:`bench.cmd_run.measure_plan`: every row committed as it is taken, resumable);
 4. writes profile NAME (:func:`write_refined_profile`): BASE's layer rows, then the refine
@@ -45,7 +46,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from estimator.errors import UserError
 
@@ -56,6 +57,9 @@ __all__ = ["Target", "TargetWidth", "Round", "load_targets", "estimate_targets",
 MIN_GAIN = 0.02
 #: the confidence of the widths that rank and are reported
 CONFIDENCE = 0.9
+#: how far around a ranked configuration its neighbours are looked for (ladder steps), and how
+#: many of a ring are expanded into the next
+RINGS, RING_WIDTH = 3, 16
 
 
 @dataclass
@@ -168,13 +172,32 @@ def rank(estimates: Sequence[tuple[Target, Any]], *, exclude: set[str], limits: 
     return [(configs[k], scores[k]) for k in order]
 
 
+def _rings(cfg: Any, limits: Any, depth: int = RINGS, width: int = RING_WIDTH) -> Iterator[Any]:
+    """The configurations around ``cfg``, nearest first: its :func:`bench.sampling.neighbours`
+    (ring 1), theirs not seen yet (ring 2), ... up to ``depth`` rings, each ring's first
+    ``width`` expanded into the next."""
+    from .sampling import neighbours as near  # noqa: PLC0415
+
+    seen = {cfg.key}
+    frontier = [cfg]
+    for _ in range(depth):
+        ring = []
+        for c in frontier[:width]:
+            for nb in near(c.layer_type, c.params, limits):
+                if nb.key not in seen:
+                    seen.add(nb.key)
+                    ring.append(nb)
+                    yield nb
+        frontier = ring
+
+
 def round_plan(ranked: Sequence[tuple[Any, float]], *, top: int, neighbours: int, skip: set[str],
                limits: Any) -> list[Any]:
     """Down the ranking: each configuration not in ``skip`` (measured, failed or excluded)
-    and up to ``neighbours`` of its :func:`bench.sampling.neighbours` not in ``skip``, until
-    ``top`` ranked configurations have added something."""
-    from .sampling import neighbours as near  # noqa: PLC0415
-
+    and up to ``neighbours`` configurations around it not in ``skip``, nearest first
+    (:func:`_rings`: one ladder step, then two, ... so a configuration whose near neighbours
+    are measured gets further ones), until ``top`` ranked configurations have added
+    something."""
     plan: dict[str, Any] = {}
     used = 0
     for cfg, _ in ranked:
@@ -184,7 +207,7 @@ def round_plan(ranked: Sequence[tuple[Any, float]], *, top: int, neighbours: int
         if cfg.key not in skip:
             plan.setdefault(cfg.key, cfg)
         n = 0
-        for nb in near(cfg.layer_type, cfg.params, limits):
+        for nb in _rings(cfg, limits) if neighbours else ():
             if n >= neighbours:
                 break
             if nb.key in skip or nb.key in plan:
