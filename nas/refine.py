@@ -7,8 +7,9 @@ Every ``--refine-every`` K trials of this worker the search pauses for one step 
    space first, then by CM_O width relative to their estimate, at most :data:`TARGETS`
    (each architecture once; the ONNX bytes the service estimated);
 2. it measures the layer configurations that widen their CM_O and CM_LV intervals most
-   (and neighbours) with smart padding on the device's runner here, into
-   ``OUT/refine.sqlite`` (every row committed as it is taken; a later run resumes from it);
+   (and neighbours), down the ranking until the step's slice of the minutes is spent
+   (:data:`TOP`), with smart padding on the device's runner here, into ``OUT/refine.sqlite``
+   (every row committed as it is taken; a later run resumes from it);
 3. it writes profile ``DEVICE-refined`` into ``OUT/profiles``: the base's layer rows plus
    every row the database holds, ``refined`` in ``profile.json`` (as ``bench refine`` does),
    and trains it;
@@ -26,8 +27,8 @@ step brings back every row measured before.
 
 Budget. MINUTES is device (measuring) time; a step gets the unspent minutes divided by the
 steps still planned (``(trials - 1) // K`` in all: none after the last trial), so what one
-step does not use goes to the next. Training and reloading are not counted: about 20 s per
-step for the shipped host-cpu profile (26k rows), on one core.
+step does not use goes to the next. Training and reloading are not counted: 40-55 s of wall
+time per step for the shipped host-cpu profile (26k rows; one retraining), on one core.
 
 "Can run here" has one rule, shared with ``--calibrate`` (:func:`nas.search.device_runner`):
 the device's runner (with ``--calibrate-option``) can be built on this machine.
@@ -50,6 +51,11 @@ __all__ = ["RefineSetup", "Refiner", "check_refine", "prepare_refine", "select_t
 TARGETS = 5
 #: default ``--refine-every``
 DEFAULT_EVERY = 25
+#: ranked configurations a step may measure (with 2 neighbours each): in practice its slice of
+#: the minutes ends it first. ``bench refine``'s 20 per round left most of a step's slice unspent
+#: (host-cpu: 60 configurations in 7 s of a 30 s slice), and another round costs another
+#: retraining (about 25 s of wall time on host-cpu)
+TOP = 500
 
 
 def refined_name(device: str) -> str:
@@ -205,7 +211,7 @@ class Refiner:
                  f"at most) ...")
         t0 = time.monotonic()
         res = refine(base, name, st.root, targets, runner, db=st.db, limits=limits_for(base.runner), rounds=1,
-                     minutes=seconds / 60.0, min_gain=0.0, options=st.given, command=st.command)
+                     minutes=seconds / 60.0, top=TOP, min_gain=0.0, options=st.given, command=st.command)
         self.seconds += res.device_seconds
         history = list(study.user_attrs.get("refine") or [])
         self._provenance(study, name, history, number, picked, targets, res)
@@ -235,7 +241,7 @@ class Refiner:
         l0, l1 = _mean_rel(before, "lv"), _mean_rel(after, "lv")
         self.say(f"refine step {number}: {rec['measured']} configurations measured in {res.device_seconds / 60:.2f} "
                  f"device min ({self.seconds / 60:.2f} of {st.minutes:g} so far), {name} = {base.name} + {res.added} "
-                 f"rows; targets' mean CM_O width / estimate {o0:.3f} -> {o1:.3f}, CM_LV {l0:.3f} -> {l1:.3f}; "
+                 f"rows; targets' mean uncalibrated CM_O width / estimate {o0:.3f} -> {o1:.3f}, CM_LV {l0:.3f} -> {l1:.3f}; "
                  f"estimating with {self.evaluator.profile} (model {was['model_version']} -> {version}) "
                  f"[{res.stopped}]")
 

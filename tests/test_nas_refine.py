@@ -42,7 +42,7 @@ def test_refine_steps_add_rows_and_trials_record_the_model(nas_env, tmp_path, ca
     # two steps (after trials 5 and 10; none after the last), each a line on stderr
     steps = [l for l in cap.err.splitlines() if l.startswith("nas: refine step") and "measured" in l]
     assert len(steps) == 2, cap.err
-    assert all("device min" in l and "CM_O width / estimate" in l for l in steps)
+    assert all("device min" in l and "uncalibrated CM_O width / estimate" in l for l in steps)
 
     # real rows in the refine database, and in the refined profile with provenance saying so
     con = sqlite3.connect(str(out / "refine.sqlite"))
