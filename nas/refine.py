@@ -27,8 +27,9 @@ step brings back every row measured before.
 
 Budget. MINUTES is device (measuring) time; a step gets the unspent minutes divided by the
 steps still planned (``(trials - 1) // K`` in all: none after the last trial), so what one
-step does not use goes to the next. Training and reloading are not counted: 40-55 s of wall
-time per step for the shipped host-cpu profile (26k rows; one retraining), on one core.
+step does not use goes to the next. Training and reloading are not counted: about 70 s of wall
+time per step for the shipped host-cpu profile (26k rows; one retraining, the reload), on one
+core: a step with a 0.5-minute slice took 99 s.
 
 "Can run here" has one rule, shared with ``--calibrate`` (:func:`nas.search.device_runner`):
 the device's runner (with ``--calibrate-option``) can be built on this machine.
