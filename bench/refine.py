@@ -224,20 +224,21 @@ def _base_keys(base: Any) -> set[str]:
     return {config_key(r["layer_type"], r["params"]) for r in base.rows()}
 
 
-def _refined_meta(base: Any, name: str, refined: dict[str, Any]) -> dict[str, Any]:
-    """``profile.json`` of the refined profile: BASE's, renamed, with ``refined`` and a note."""
+def _refined_meta(base: Any, name: str, refined: dict[str, Any], command: str = "bench refine") -> dict[str, Any]:
+    """``profile.json`` of the refined profile: BASE's, renamed, with ``refined`` and a note
+    naming ``command`` (``bench refine``, ``nas search --refine M``)."""
     meta = base.to_dict()
     meta["name"] = name
     meta["refined"] = refined
     previous = (meta.get("description") or "").split(" Refined by ")[0]
-    meta["description"] = (previous.rstrip() + f" Refined by `bench refine --device {base.name}`: "
+    meta["description"] = (previous.rstrip() + f" Refined by `{command} --device {base.name}`: "
                            f"{refined['configurations']} layer rows added toward "
                            f"{', '.join(t['name'] for t in refined['targets'])}.").strip()
     return meta
 
 
 def write_refined_profile(base: Any, name: str, root: str | Path, rows: Sequence[dict[str, Any]],
-                          refined: dict[str, Any]) -> Path:
+                          refined: dict[str, Any], command: str = "bench refine") -> Path:
     """Write profile ``name``: BASE's ``measurements.csv`` bytes followed by ``rows`` (those
     not in BASE already), BASE's other files (network rows, side files) unchanged,
     ``refined`` in ``profile.json``. Written aside and moved into place: whole or not at all
@@ -246,7 +247,7 @@ def write_refined_profile(base: Any, name: str, root: str | Path, rows: Sequence
     from estimator.profile import MEASUREMENTS_FILE, PROFILE_FILE, staged_profile, write_profile_json  # noqa: PLC0415
 
     with staged_profile(root, name, "refine") as tmp:
-        write_profile_json(tmp, _refined_meta(base, name, refined))
+        write_profile_json(tmp, _refined_meta(base, name, refined, command))
         for side in base.path.iterdir():
             if side.name in (PROFILE_FILE, MEASUREMENTS_FILE):
                 continue
@@ -292,9 +293,10 @@ def refine(base: Any, name: str, root: str | Path, targets: Sequence[Target], ru
            exclude_keys: set[str] = frozenset(), excluded: Sequence[dict[str, str]] = (), warmup: int = 5,
            runs: int = 20, precision: str | None = None, options: dict[str, Any] | None = None,
            min_gain: float = MIN_GAIN, progress: bool = False, report: Callable[[Round], None] | None = None,
-           log: Callable[[str], None] | None = None) -> Refined:
+           log: Callable[[str], None] | None = None, command: str = "bench refine") -> Refined:
     """Refine ``base`` toward ``targets`` on ``runner`` (closed afterwards) and write profile
-    ``name`` under ``root`` after every round (see the module docstring)."""
+    ``name`` under ``root`` after every round (see the module docstring); ``command`` is what
+    the provenance says ran it."""
     from estimator.predict import Estimator  # noqa: PLC0415
     from estimator.profile import load_profile, write_profile_json  # noqa: PLC0415
 
@@ -313,11 +315,11 @@ def refine(base: Any, name: str, root: str | Path, targets: Sequence[Target], ru
                 "excluded": list(excluded), "rounds": [r.to_dict() for r in history], "configurations": len(rows),
                 "device_seconds": round(seconds, 3), "runner": runner.name, "runner_options": opts,
                 "database": str(db), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "source": f"`bench refine --device {base.name}`: smart-padding rows of the layer configurations "
+                "source": f"`{command} --device {base.name}`: smart-padding rows of the layer configurations "
                           f"that widened the targets' CM_O and CM_LV intervals most, and their neighbours"}
 
     def write(rows: list[dict[str, Any]], train: bool = True) -> Any:
-        write_refined_profile(base, name, root, rows, provenance(rows))
+        write_refined_profile(base, name, root, rows, provenance(rows), command)
         return Estimator.from_profile(load_profile(name, root)) if train else None
 
     try:
@@ -352,7 +354,7 @@ def refine(base: Any, name: str, root: str | Path, targets: Sequence[Target], ru
             estimates = estimate_targets(est, targets)
             history[-1].widths = widths(estimates)
             # the round's widths in the provenance: profile.json only (the rows are written)
-            write_profile_json(Path(root) / name, _refined_meta(base, name, provenance(rows)))
+            write_profile_json(Path(root) / name, _refined_meta(base, name, provenance(rows), command))
             if report:
                 report(history[-1])
             before, after = mean_lv(history[-2].widths, first.widths), mean_lv(history[-1].widths, first.widths)

@@ -60,8 +60,9 @@ calibrate the network totals (:mod:`estimator.calibration`).
         "device_seconds": 61.5,                //   measuring time of those rows (this run)
         "runner": "onnxruntime", "runner_options": {...},
         "database": "bench-data/host-cpu-refine.sqlite",
-        "date": "2026-11-24T10:00:00+00:00"
-      }
+        "date": "2026-11-24T10:00:00+00:00",
+        "search": {...}                        //   optional, `nas search --refine`: study, every step's
+      }                                        //   targets, rows and device seconds (nas.refine)
     }
 
 Required: ``name``, ``hardware``, ``runner``, ``precision``, ``provenance.kind``,
@@ -126,7 +127,7 @@ _TOP_KEYS = {"schema", "name", "description", "hardware", "runner", "precision",
 _PROV_KEYS = {"kind", "source", "host", "versions", "date"}
 _CAL_KEYS = {"kind", "source", "runner", "runner_options", "fingerprint", "base", "date"}
 _REF_KEYS = {"base", "targets", "excluded", "rounds", "configurations", "device_seconds", "runner", "runner_options",
-             "database", "date", "source"}
+             "database", "date", "source", "search"}
 
 
 class ProfileError(UserError):

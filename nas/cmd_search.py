@@ -8,6 +8,7 @@ from typing import Any
 from estimator.errors import UserError
 
 from .proxy import resolve_objective
+from .refine import DEFAULT_EVERY
 from .spaces import DEFAULT_SPACE, check_options, resolve_space
 from .trial import SearchSettings
 from .units import parse_budget, parse_duration, parse_option
@@ -51,9 +52,17 @@ def register(sub: Any) -> None:
                    help="first measure N samples of the search space whole on this machine with the device's runner "
                         "and calibrate the device's profile on them (bench calibrate; written to OUT/profiles, "
                         "measurements in OUT/calibration.sqlite); in-process service only; 0 = off")
+    p.add_argument("--refine", type=float, default=None, metavar="MINUTES",
+                   help="every --refine-every trials, measure (with the device's runner, on this machine) the layer "
+                        "configurations that widen the latest candidates' intervals most: those outside the design "
+                        "space, then the widest CM_O (bench refine); later trials are estimated with profile "
+                        "DEVICE-refined (written to OUT/profiles, measurements in OUT/refine.sqlite); MINUTES of "
+                        "device time in all; in-process service, one worker; default off")
+    p.add_argument("--refine-every", type=int, default=DEFAULT_EVERY, metavar="K",
+                   help="trials between two refine steps of --refine")
     p.add_argument("--calibrate-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="runner option for --calibrate, e.g. threads=2 or agent=HOST:PORT (default: the profile's "
-                        "threads); repeatable")
+                   help="runner option for --calibrate and --refine, e.g. threads=2 or agent=HOST:PORT (default: the "
+                        "profile's threads); repeatable")
     p.add_argument("--storage", default=None, metavar="URL",
                    help="Optuna storage URL (default sqlite:///OUT/nas.db; postgresql://user@host/db for workers "
                         "on several machines)")
@@ -121,7 +130,12 @@ def cmd_search(args: argparse.Namespace) -> int:
                         heartbeat_s=args.heartbeat, progress=not args.no_progress,
                         connect_timeout_s=args.connect_timeout, calibrate=args.calibrate,
                         calibrate_options=_options(args.calibrate_option, "--calibrate-option"),
-                        workers=args.workers)
+                        workers=args.workers, refine_minutes=0.0 if args.refine is None else args.refine,
+                        refine_every=args.refine_every)
+    if args.refine is not None:
+        from .refine import check_refine  # noqa: PLC0415
+
+        check_refine(req)  # --refine 0 included: it is a refusal, not "off"
     import torch  # noqa: PLC0415
 
     threads = torch.get_num_threads()

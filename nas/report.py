@@ -60,6 +60,8 @@ class TrialRecord:
     timing_s: dict[str, float] = field(default_factory=dict)
     cache_hit: bool = False
     n_params: int | None = None
+    #: ``nas search --refine``: the profile, model version and refine step that estimated it
+    model: dict[str, Any] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
@@ -75,7 +77,7 @@ def _record(t: Any) -> TrialRecord:
                     fail_reason=str(a.get("fail_reason", "")), retry_of=t.system_attrs.get("failed_trial"),
                     penalty=dict(res.get("penalty") or {}), timing_s=dict(res.get("timing_s") or {}),
                     cache_hit=bool(res.get("cache_hit", False)), n_params=res.get("n_params"),
-                    constraint_ms=a.get("constraint_ms"))
+                    constraint_ms=a.get("constraint_ms"), model=dict(a.get("model") or {}))
     if est is not None:
         r.latency_ms = est.total_ms
         r.intervals = dict(est.intervals)
@@ -165,10 +167,20 @@ def _mean_timing(recs: Sequence[TrialRecord]) -> dict[str, float]:
     return {k: float(sum(t.get(k, 0.0) for t in rows) / len(rows)) for k in keys}
 
 
+def _trials_by_model(recs: Sequence[TrialRecord]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in recs:
+        if r.complete and r.model:
+            k = f"{r.model.get('profile')}@{r.model.get('model_version')}"
+            out[k] = out.get(k, 0) + 1
+    return out
+
+
 def summarize(study: Any, recs: Sequence[TrialRecord] | None = None) -> dict[str, Any]:
     """Counts, best feasible, Pareto set and the penalty's effect (JSON-ready)."""
     recs = list(recs) if recs is not None else records(study)
     attrs = dict(study.user_attrs)
+    steps = attrs.pop("refine", None) or []  # nas search --refine: one record per step (nas.refine)
     states: dict[str, int] = {}
     for r in recs:
         states[r.state] = states.get(r.state, 0) + 1
@@ -201,6 +213,12 @@ def summarize(study: Any, recs: Sequence[TrialRecord] | None = None) -> dict[str
         "failures": [{"trial": r.number, "reason": r.fail_reason} for r in recs if r.state == "FAIL"][-20:],
         "mean_timing_s": _mean_timing(recs),
     }
+    if steps:
+        last = steps[-1]
+        doc["refine"] = {"steps": len(steps), "device_minutes": sum(x.get("device_seconds", 0.0) for x in steps) / 60,
+                         "measured": sum(x.get("measured", 0) for x in steps), "rows": last.get("rows", 0),
+                         "profile": last.get("profile"), "model_version": last.get("model_version"),
+                         "trials_by_model": _trials_by_model(recs), "history": steps}
     if best is not None:
         doc["best"] = {"trial": best.number, "score": best.score, "penalised": best.penalised,
                        "latency_ms": best.latency_ms, "intervals": {k: list(v) for k, v in best.intervals.items()},
@@ -255,6 +273,12 @@ def summary_text(doc: Mapping[str, Any], *, files: Iterable[str] = ()) -> str:
             lines += [f"  {x['why']}" for x in doc["penalty_decided"]]
         elif doc.get("unpenalised_best_trial") not in (None, b["trial"]):
             lines.append(f"note: without the penalty trial {doc['unpenalised_best_trial']} would have won")
+    r = doc.get("refine")
+    if r:
+        lines.append(f"refinement (--refine): {r['steps']} step(s), {r['device_minutes']:.2f} device min, "
+                     f"{r['measured']} layer configurations measured; {r['profile']} holds {r['rows']} refined rows "
+                     f"(model {r['model_version']}); trials per model: "
+                     + ", ".join(f"{k} {v}" for k, v in r["trials_by_model"].items()))
     if doc.get("pareto") and s.get("multi_objective"):
         lines.append(f"Pareto set ({len(doc['pareto'])}): " + ", ".join(
             f"#{p['trial']} {p['latency_ms']:.3f} ms / {p['penalised']:.4g}" for p in doc["pareto"][:20]))
@@ -421,8 +445,10 @@ def plot(recs: Sequence[TrialRecord], doc: Mapping[str, Any], path: Path) -> Non
 
 
 def write_reports(out_dir: Path, study: Any, *, client: Any = None, space_fn: Any = None,
-                  space_options: Mapping[str, Any] | None = None, init_seed: int = 0) -> dict[str, Any]:
-    """Write every report file; rebuild, export and re-estimate the best when a client is given."""
+                  space_options: Mapping[str, Any] | None = None, init_seed: int = 0,
+                  device: str | None = None) -> dict[str, Any]:
+    """Write every report file; rebuild, export and re-estimate the best when a client is given
+    (on ``device``, default the study's: ``--refine`` re-estimates on the refined profile)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     recs = records(study)
     doc = summarize(study, recs)
@@ -433,7 +459,7 @@ def write_reports(out_dir: Path, study: Any, *, client: Any = None, space_fn: An
     files.append("pareto.json")
     best = doc.get("best")
     if best is not None and client is not None and space_fn is not None:
-        files += _write_best(out_dir, best, doc, client, space_fn, space_options or {}, init_seed)
+        files += _write_best(out_dir, best, doc, client, space_fn, space_options or {}, init_seed, device)
     plot(recs, doc, out_dir / "pareto.png")
     files.append("pareto.png")
     files += ["summary.json", "summary.txt"]
@@ -444,7 +470,7 @@ def write_reports(out_dir: Path, study: Any, *, client: Any = None, space_fn: An
 
 
 def _write_best(out_dir: Path, best: dict[str, Any], doc: dict[str, Any], client: Any, space_fn: Any,
-                space_options: Mapping[str, Any], init_seed: int) -> list[str]:
+                space_options: Mapping[str, Any], init_seed: int, device: str | None = None) -> list[str]:
     import torch  # noqa: PLC0415
 
     from service.client import strip_initializers  # noqa: PLC0415
@@ -459,13 +485,14 @@ def _write_best(out_dir: Path, best: dict[str, Any], doc: dict[str, Any], client
         arch = rebuild(space_fn, best["params"], space_options, name=str(s.get("space", "")))
     model = nas_export.to_onnx(arch.module, arch.input_shape)
     write_text_atomic(out_dir / "best.onnx", model.SerializeToString())
-    result = client.estimate_network(strip_initializers(model), s["device"], confidence=(conf,), per_layer=True,
+    device = device or s["device"]
+    result = client.estimate_network(strip_initializers(model), device, confidence=(conf,), per_layer=True,
                                      strip=False)
     rows = layer_rows(result, conf)
     reest = {"total_ms": result.total_ms,
              "intervals": {m: list(result.interval(m, conf)) for m in METRICS},
              "n_out_of_design_space": result.n_out_of_design_space, "n_fallback": result.n_fallback,
-             "model_version": result.model_version}
+             "model_version": result.model_version, "profile": device}
     same = math.isclose(result.total_ms, best["latency_ms"], rel_tol=1e-9, abs_tol=1e-12)
     best["reestimate"] = reest
     best["reestimate_matches"] = same

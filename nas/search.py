@@ -56,6 +56,10 @@ class SearchRequest:
     calibrate_options: dict[str, Any] = field(default_factory=dict)
     #: local worker processes on this study (``--workers``); ``trials`` is split between them
     workers: int = 1
+    #: ``--refine MINUTES``: device minutes of refinement toward the candidates during the search (0 = off)
+    refine_minutes: float = 0.0
+    #: ``--refine-every K``: a refine step after every K trials of this worker
+    refine_every: int = 25
     #: write the reports at the end (off in the extra local workers: the first writes them)
     reports: bool = True
 
@@ -153,13 +157,28 @@ def connect(req: SearchRequest, stack: list[Any]) -> Any:
     return client
 
 
+def device_runner(base: Any, options: dict[str, Any], flag: str) -> tuple[dict[str, Any], Any]:
+    """The device's runner built on this machine, and its options (``options`` over the base
+    profile's defaults, :func:`bench.calibrate.runner_defaults`): the one rule of whether
+    ``--calibrate`` and ``--refine`` can measure the device here (a runner whose package is
+    missing, or whose options are wrong, is one line naming ``flag``)."""
+    from bench.calibrate import runner_defaults  # noqa: PLC0415
+    from bench.cmd_run import make_runner  # noqa: PLC0415
+
+    given = {**runner_defaults(base.runner, base), **options}
+    try:
+        return given, make_runner(base.runner, given)
+    except UserError as e:
+        raise UserError(f"{flag} measures {base.name} here with its runner, which cannot run on this machine: "
+                        f"{e}") from None
+
+
 def calibrate_device(req: SearchRequest, err: TextIO) -> Path:
     """``--calibrate N``: measure N samples of the search space whole with the device's runner
     (:mod:`bench.calibrate`, resumable in ``OUT/calibration.sqlite``) and write the calibrated
     profile, under the device's own name, to ``OUT/profiles`` (returned: the in-process
     service's profiles directory)."""
-    from bench.calibrate import bias, measure, runner_defaults, write_calibrated_profile  # noqa: PLC0415
-    from bench.cmd_run import make_runner  # noqa: PLC0415
+    from bench.calibrate import bias, measure, write_calibrated_profile  # noqa: PLC0415
     from bench.network_sources import space_specs  # noqa: PLC0415
     from estimator.profile import load_profile  # noqa: PLC0415
 
@@ -170,12 +189,12 @@ def calibrate_device(req: SearchRequest, err: TextIO) -> Path:
     if req.calibrate < 2:
         raise UserError(f"--calibrate needs at least 2 networks (20 or more to calibrate), got {req.calibrate}")
     base = load_profile(s.device, req.profiles)
-    given = {**runner_defaults(base.runner, base), **req.calibrate_options}
+    given, runner = device_runner(base, req.calibrate_options, "--calibrate")
     specs = space_specs([s.space], req.calibrate, seed=req.seed or 0, options={s.space: s.space_options})
     out = Path(req.out)
     print(f"calibrating {s.device} on {req.calibrate} samples of {s.space} ({base.runner}, "
           f"{', '.join(f'{k} {v}' for k, v in sorted(given.items())) or 'default options'}) ...", file=err)
-    m = measure(s.device, make_runner(base.runner, given), specs, fusion=base.fusion_rules(),
+    m = measure(s.device, runner, specs, fusion=base.fusion_rules(),
                 db=out / "calibration.sqlite", options=given, progress=req.progress,
                 log=lambda text: print(f"nas: {text}", file=err))
     med = bias(base, m.results)[0]
@@ -235,6 +254,7 @@ def start_workers(req: SearchRequest, url: str, study: str, shares: list[int], e
     for i, n in enumerate(shares, start=1):
         s = dataclasses.replace(req.settings, space_fn=None, objective_fn=None)  # resolved again by name
         child = dataclasses.replace(req, settings=s, trials=n, workers=1, reports=False, progress=False, calibrate=0,
+                                    refine_minutes=0.0,
                                     storage=url, study=study, seed=None if req.seed is None else req.seed + i)
         p = ctx.Process(target=_worker_main, args=(child, torch.get_num_threads()), name=f"nas-worker-{i + 1}",
                         daemon=False)
@@ -354,8 +374,17 @@ def run_search(req: SearchRequest, *, err: TextIO | None = None, out: TextIO | N
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # failures are reported one line each, below
     try:
+        if req.refine_minutes:
+            from .refine import check_refine  # noqa: PLC0415
+
+            check_refine(req)
         if req.calibrate:
             req.profiles = str(calibrate_device(req, err))
+        setup = None
+        if req.refine_minutes:
+            from .refine import prepare_refine  # noqa: PLC0415
+
+            setup = prepare_refine(req, err)
         client = connect(req, stack)
         check_device(client, s.device, where)
         storage = open_storage(url, heartbeat_interval=req.heartbeat_s)
@@ -370,6 +399,12 @@ def run_search(req: SearchRequest, *, err: TextIO | None = None, out: TextIO | N
         bar = tqdm(total=shares[0], desc=f"nas {name}" + (f" (worker 1 of {len(shares)})" if extra else ""),
                    unit="cand", file=err, disable=not req.progress,
                    dynamic_ncols=True, leave=True)
+        refiner = None
+        if setup is not None:
+            from .refine import Refiner  # noqa: PLC0415
+
+            refiner = Refiner(setup, client, evaluator, shares[0], err, stopped=lambda: bool(patience.reason),
+                              write=lambda text: bar.write(text, file=err))
 
         def progress(study: Any, trial: Any) -> None:
             n_done[0] += 1
@@ -392,7 +427,8 @@ def run_search(req: SearchRequest, *, err: TextIO | None = None, out: TextIO | N
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 warnings.simplefilter("ignore", FutureWarning)
                 study.optimize(evaluator, n_trials=shares[0], timeout=req.timeout_s, catch=(CandidateError,),
-                               callbacks=[progress, patience], gc_after_trial=False)
+                               callbacks=[progress, patience] + ([refiner] if refiner else []),
+                               gc_after_trial=False)
         except SearchAborted as e:
             aborted = e
         except KeyboardInterrupt:
@@ -410,7 +446,7 @@ def run_search(req: SearchRequest, *, err: TextIO | None = None, out: TextIO | N
         failed_workers = _Joiner(extra).join(err)
         try:
             doc = write_reports(out_dir, study, client=None if aborted else client, space_fn=s.space_fn,
-                                space_options=s.space_options, init_seed=s.init_seed)
+                                space_options=s.space_options, init_seed=s.init_seed, device=evaluator.profile)
         except Exception as e:  # noqa: BLE001 - the search result is in the storage; say so
             if aborted:
                 raise aborted from None

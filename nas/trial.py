@@ -14,8 +14,9 @@
    upper]} at the confidence, ``n_layers``, ``n_out_of_design_space``, ``ood_layers`` with
    their reasons, ``n_fallback``, ``model_version``), flat ``latency_ms``,
    ``CM_LV_upper_ms``, ``constraint_ms`` (CM_LV upper - budget) and ``feasible`` (for
-   optuna-dashboard's table), and after scoring ``result`` (score, penalised score,
-   penalty terms, parameter count, per-phase timing);
+   optuna-dashboard's table), with ``--refine`` also ``model`` (the profile that estimated
+   it, its model version and the refine step: :mod:`nas.refine`), and after scoring
+   ``result`` (score, penalised score, penalty terms, parameter count, per-phase timing);
 5. calls the objective with the module and the trial, applies the CM_O penalty
    (:mod:`nas.scoring`) and returns the penalised score (and, in multi-objective mode,
    the point estimate as a second objective to minimise).
@@ -123,6 +124,14 @@ class Evaluator:
         self.cache_size = cache_size
         self.use_set_constraint = supports_set_constraint()
         self.n_cache_hits = 0
+        #: the service's device the candidates are estimated on (``--refine`` moves it to the refined profile)
+        self.profile = settings.device
+        #: with ``--refine``: recorded with each trial (user attribute ``model``, plus the model version)
+        self.model_info: dict[str, Any] | None = None
+        #: keep the ONNX bytes sent for the last ``keep_onnx`` trials in ``sent`` (trial number -> bytes)
+        self.keep_onnx = 0
+        self.sent: OrderedDict[int, bytes] = OrderedDict()
+        self._last_sent: Any = None
 
     # ------------------------------------------------------------ pieces
     def uses_direct(self) -> bool:
@@ -153,7 +162,7 @@ class Evaluator:
             stripped = strip_initializers(simplified)
             t3 = time.perf_counter()
         try:
-            result = self.client.estimate_network(stripped, self.s.device, confidence=(self.s.confidence,),
+            result = self.client.estimate_network(stripped, self.profile, confidence=(self.s.confidence,),
                                                   per_layer=True, strip=False)
         except EstimationError as e:
             if e.code in ABORT_CODES:
@@ -162,6 +171,7 @@ class Evaluator:
         t4 = time.perf_counter()
         timing.update(export=t1 - t0, simplify=t2 - t1, strip=t3 - t2, estimate=t4 - t3,
                       server=float(result.server_time_ms) / 1e3)
+        self._last_sent = stripped
         return Estimate.from_result(result, self.s.confidence), simplified
 
     def _score(self, module: Any, trial: Any) -> float:
@@ -216,6 +226,11 @@ class Evaluator:
         else:
             est, _ = self.estimate(arch.module, arch.input_shape, timing, arch.description)
             cached_score = None
+            if self.keep_onnx:
+                sent = self._last_sent
+                self.sent[trial.number] = sent if isinstance(sent, bytes) else sent.SerializeToString()
+                while len(self.sent) > self.keep_onnx:
+                    self.sent.popitem(last=False)
         c = constraint_value(est, s.budget_ms)
         feasible = c <= 0
         # a few grouped attributes: every attribute is one storage transaction
@@ -224,6 +239,8 @@ class Evaluator:
         trial.set_user_attr("CM_LV_upper_ms", est.intervals["CM_LV"][1])
         trial.set_user_attr("constraint_ms", c)
         trial.set_user_attr("feasible", feasible)
+        if self.model_info is not None:
+            trial.set_user_attr("model", {**self.model_info, "model_version": est.model_version})
         if self.use_set_constraint:
             with warnings.catch_warnings():  # a retried trial inherits it: then it is kept (same params)
                 warnings.simplefilter("ignore")
