@@ -197,3 +197,20 @@ def test_neighbours_step_the_ladders_within_limits():
     resize = next(c.params for c in neighbours("resize", dict(h=20, w=20, c=64, h_out=40, w_out=40, mode="nearest"))
                   if c.params["h"] == 26)
     assert resize["h_out"] == 52
+
+
+def test_round_plan_reaches_further_neighbours_when_the_near_ones_are_measured():
+    from bench.refine import round_plan
+    from bench.sampling import Config, Limits, neighbours
+
+    p = dict(h=56, w=56, c_in=64, c_out=64, k_h=3, k_w=3, s_h=1, s_w=1, p_t=1, p_l=1, p_b=1, p_r=1, act="relu")
+    cfg = Config.make("conv2d", p)
+    ring1 = {c.key for c in neighbours("conv2d", p)}
+    first = round_plan([(cfg, 1.0)], top=1, neighbours=2, skip=set(), limits=Limits())
+    assert first[0].key == cfg.key and {c.key for c in first[1:]} <= ring1 and len(first) == 3
+    # the configuration and its whole first ring measured: two steps away, never a measured one
+    later = round_plan([(cfg, 1.0)], top=1, neighbours=2, skip={cfg.key} | ring1, limits=Limits())
+    assert len(later) == 2 and not {c.key for c in later} & (ring1 | {cfg.key})
+    two_steps = {n.key for c in neighbours("conv2d", p) for n in neighbours("conv2d", c.params)}
+    assert {c.key for c in later} <= two_steps
+    assert round_plan([(cfg, 1.0)], top=1, neighbours=0, skip={cfg.key}, limits=Limits()) == []
