@@ -297,6 +297,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                   f"mean |error| {_mean_err(full_ref, old):.1f} %; that truth over today's: median "
                   f"{statistics.median(old[t.spec.name] / t.measured_ms for t in mine):.3f}")
 
+    # the target set's own widths (what refine narrows; no truth needed): each strategy's
+    # final profile, mean CM_LV and CM_O width relative to the estimate
+    from bench.refine import estimate_targets, widths
+    from estimator.predict import Estimator
+
+    doc["target_widths"] = {}
+    for label, prof_name in (("iii", f"{args.device}-plan1000"), ("small plan", f"{args.device}-plan{args.small}"),
+                             ("ii", name)):
+        if not (root / prof_name).exists():
+            continue
+        ws = widths(estimate_targets(Estimator.from_profile(load_profile(prof_name, root)), targets))
+        lv = 100 * statistics.fmean(w.lv_width / w.total_ms for w in ws)
+        o = 100 * statistics.fmean(w.o_width / w.total_ms for w in ws)
+        doc["target_widths"][label] = {"CM_LV_pct": lv, "CM_O_pct": o}
+        print(f"target set ({len(ws)} networks), {label} ({prof_name}): mean CM_LV width {lv:.0f} %, CM_O {o:.0f} % "
+              f"of the estimate")
+
     # the acceptance comparison
     ref = full_ref
     ii = [p for p in points if p["strategy"] == "ii"]
