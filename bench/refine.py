@@ -32,9 +32,12 @@ outside the sampling limits (:func:`bench.sampling.in_space`) or used by an excl
 are not ranked; ones already measured (BASE's rows or the database's) or failed before are
 ranked but not measured again: their neighbours are.
 
-What it does not know yet: how much accuracy a device-minute buys (no accuracy-vs-minutes
-curve has been measured), and BASE's own rows are kept as they are, so networks held out
-with ``exclude`` are unseen only by the rows refinement adds.
+What a device-minute buys is measured by ``tests/perf/refine_curve.py`` (README). BASE's own
+rows are kept as they are, so networks held out with ``exclude`` are unseen only by the rows
+refinement adds. Refinement measures many small configurations, which lowers CM_LV's absolute
+floor (a tenth of the median tree spread over a type's rows, :mod:`estimator.models`) and so
+widens that type's conformal quantile: held-out networks' CM_LV intervals can end wider than
+on a plan with the same error.
 """
 from __future__ import annotations
 
