@@ -99,7 +99,8 @@ def _profile_from_rows(template: Any, name: str, root: Path, rows: list[dict[str
         meta.pop(k, None)
     meta["name"] = name
     meta["description"] = f"refine_curve.py strategy profile: {source}"
-    meta["provenance"] = {**(meta.get("provenance") or {}), "source": source}
+    meta["provenance"] = {**(meta.get("provenance") or {}), "source": source,
+                          "date": datetime.now().astimezone().isoformat(timespec="seconds")}
     with staged_profile(root, name, "curve") as tmp:
         write_profile_json(tmp, meta)
         write_measurements(tmp / MEASUREMENTS_FILE, rows)
