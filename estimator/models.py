@@ -141,6 +141,17 @@ cover the whole measured interval. The scores are crepes ``ConformalRegressor`` 
 per-layer intervals and the predictive distributions used for aggregation are built from
 them in :mod:`estimator.aggregate`.
 
+Which rows calibrate
+--------------------
+By default every row is a calibration row (out-of-bag). ``calibration_rows`` N > 0 (written by
+``bench refine`` into the refined profile's ``training``: the base's row count) keeps the scores
+and the three difficulty floors to the first N rows of the measurements, the base's sampling
+plan; the rows after them (chosen by refinement for their uncertainty, thousands of small
+layers) train the forests and the k-NN only. Calibrating on them had lowered CM_LV's floor
+about ninefold and raised conv2d's 90 % quantile from 2.3 to 7.2 on host-cpu, widening every
+interval (tests/perf/refine_curve.py). A type with fewer than ``min_rows`` calibration rows
+calibrates on all of its rows.
+
 out_of_design_space rule
 ------------------------
 A layer is flagged when any of these holds (reasons are kept per layer):
@@ -262,6 +273,10 @@ class TrainingOptions:
     # per-type overrides of padding_split, ((layer type, alpha), ...) sorted; a profile's
     # training.padding_split_by_type {"dwconv2d": 0.87, ...} (tests/perf/padding_split.py --lum-types)
     padding_split_by_type: tuple[tuple[str, float], ...] = ()
+    # conformal calibration (scores and difficulty floors) uses only the first N rows of the
+    # measurements (a profile's sampling plan); later rows (bench refine's, chosen for their
+    # uncertainty) train the forests only. 0: every row calibrates (see the module docstring)
+    calibration_rows: int = 0
 
     def __post_init__(self) -> None:
         def bad(msg: str) -> ModelError:
@@ -291,6 +306,9 @@ class TrainingOptions:
         if not (0.0 <= self.padding_split <= 1.0):  # also refuses NaN
             raise bad(f"padding_split must be in [0, 1] (the pad-in conv's share of a padding-only pair; "
                       f"0.5 trains on Eq. 4's midpoint), got {self.padding_split!r}")
+        if isinstance(self.calibration_rows, bool) or int(self.calibration_rows) != self.calibration_rows \
+                or self.calibration_rows < 0:
+            raise bad(f"calibration_rows must be an integer >= 0 (0: every row), got {self.calibration_rows!r}")
         for t, a in self.padding_split_by_type:
             if t not in SPECS or not (0.0 <= a <= 1.0):
                 raise bad(f"padding_split_by_type: {t!r}: {a!r} must map a layer type to a split in [0, 1]")
@@ -305,6 +323,8 @@ class TrainingOptions:
             d["padding_split_by_type"] = dict(self.padding_split_by_type)
         else:  # the default trains exactly as before: keep earlier cache keys
             del d["padding_split_by_type"]
+        if not self.calibration_rows:  # the default trains exactly as before: keep earlier cache keys
+            del d["calibration_rows"]
         return d
 
     @classmethod
@@ -369,13 +389,24 @@ class TrainingData:
     hi: np.ndarray
     mid: np.ndarray  # (n,) training point, ms, in [lo, hi]: the midpoint unless padding_split != 0.5
     params: list[dict[str, Any]] = field(default_factory=list)
+    #: (n,) bool: the rows conformal calibration uses (``TrainingOptions.calibration_rows``);
+    #: None: every row
+    calibrate: np.ndarray | None = None
 
     def head(self, n: int) -> "TrainingData":
         """The first ``n`` rows (in the measurements' order)."""
         if n >= self.X.shape[0]:
             return self
         return TrainingData(self.layer_type, self.X[:n], self.ops[:n], self.bytes[:n], self.lo[:n], self.hi[:n],
-                            self.mid[:n], self.params[:n])
+                            self.mid[:n], self.params[:n], None if self.calibrate is None else self.calibrate[:n])
+
+    def calibration_mask(self, min_rows: int) -> np.ndarray:
+        """The rows that calibrate: :attr:`calibrate`, or every row when it is None or leaves
+        fewer than ``min_rows``."""
+        n = self.X.shape[0]
+        if self.calibrate is None or int(self.calibrate.sum()) < min(min_rows, n):
+            return np.ones(n, dtype=bool)
+        return self.calibrate
 
     def digest(self) -> str:
         """SHA-256 of what training reads (type, shapes and arrays): part of the type's and
@@ -383,6 +414,8 @@ class TrainingData:
         h = hashlib.sha256(f"{self.layer_type}:{self.X.shape}".encode())
         for a in (self.X, self.ops, self.bytes, self.lo, self.hi, self.mid):
             h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
+        if self.calibrate is not None and not self.calibrate.all():  # every row: the key as before
+            h.update(b"calibrate:" + np.packbits(self.calibrate).tobytes())
         return h.hexdigest()
 
 
@@ -412,13 +445,15 @@ def _training_point(row: Mapping[str, Any], lo: float, hi: float, target: str, p
 
 
 def prepare_training_data(rows: Iterable[Mapping[str, Any]], target: str = "lum", elem_bytes: int = 4,
-                          padding_split: float = 0.5, padding_split_by_type: Mapping[str, float] | None = None
-                          ) -> tuple[dict[str, TrainingData], dict[str, Any]]:
+                          padding_split: float = 0.5, padding_split_by_type: Mapping[str, float] | None = None,
+                          calibration_rows: int = 0) -> tuple[dict[str, TrainingData], dict[str, Any]]:
     """Group benchmark rows by type into arrays; returns ``(data_by_type, skipped_report)``.
 
     ``padding_split`` (``TrainingOptions.padding_split``) sets each smart-padding row's
     training point (``TrainingData.mid``, see :func:`_training_point`), overridden per
-    layer type by ``padding_split_by_type``; the intervals ``lo``/``hi`` do not depend on it."""
+    layer type by ``padding_split_by_type``; the intervals ``lo``/``hi`` do not depend on it.
+    ``calibration_rows`` > 0 marks the rows at or after that position in ``rows`` as training
+    only (``TrainingData.calibrate``)."""
     by_type = dict(padding_split_by_type or {})
     if target not in TARGETS:
         raise ModelError(f"unknown training target {target!r}; known: {', '.join(TARGETS)}")
@@ -432,7 +467,7 @@ def prepare_training_data(rows: Iterable[Mapping[str, Any]], target: str = "lum"
     def skip(why: str) -> None:
         skipped[why] = skipped.get(why, 0) + 1
 
-    for row in rows:
+    for i, row in enumerate(rows):
         t = row.get("layer_type")
         if t not in SPECS:
             skip(f"unknown layer type {t!r}")
@@ -453,7 +488,9 @@ def prepare_training_data(rows: Iterable[Mapping[str, Any]], target: str = "lum"
         stored = row.get("ops", float("nan"))
         if math.isfinite(stored) and abs(stored - c.ops) > 1e-6 * max(c.ops, 1.0):
             ops_mismatch += 1
-        a = acc.setdefault(t, {"X": [], "ops": [], "bytes": [], "lo": [], "hi": [], "mid": [], "params": []})
+        a = acc.setdefault(t, {"X": [], "ops": [], "bytes": [], "lo": [], "hi": [], "mid": [], "params": [],
+                               "cal": []})
+        a["cal"].append(calibration_rows <= 0 or i < calibration_rows)
         a["X"].append(feature_vector(t, c.features))
         a["ops"].append(float(c.ops))
         a["bytes"].append(float(c.bytes))
@@ -464,8 +501,9 @@ def prepare_training_data(rows: Iterable[Mapping[str, Any]], target: str = "lum"
     out: dict[str, TrainingData] = {}
     for t, a in acc.items():
         lo, hi = np.asarray(a["lo"]), np.asarray(a["hi"])
+        cal = np.asarray(a["cal"], dtype=bool)
         out[t] = TrainingData(t, np.asarray(a["X"], dtype=float), np.asarray(a["ops"]), np.asarray(a["bytes"]),
-                              lo, hi, np.asarray(a["mid"], dtype=float), a["params"])
+                              lo, hi, np.asarray(a["mid"], dtype=float), a["params"], None if cal.all() else cal)
     report = {"skipped": skipped, "ops_mismatch": ops_mismatch}
     return out, report
 
@@ -716,9 +754,10 @@ class TypeModel:
         sd_fit = np.sqrt(np.maximum(np.asarray(var_de.apply(), dtype=float), 0.0))
         rel_sd = sd_fit if log_target else sd_fit / np.maximum(oob, _TINY)
         sd_ms = rel_sd * oob * t_scale * ops
-        beta_tv = options.beta_rel * float(np.median(rel_sd)) or options.beta_rel * 1e-3
-        beta_lv = options.beta_rel * float(np.median(sd_ms)) or max(options.beta_rel * 1e-3 * float(np.median(data.mid)),
-                                                                    1e-9)
+        cal = data.calibration_mask(options.min_rows)  # the rows that calibrate (the plan's; see docstring)
+        beta_tv = options.beta_rel * float(np.median(rel_sd[cal])) or options.beta_rel * 1e-3
+        beta_lv = options.beta_rel * float(np.median(sd_ms[cal])) or max(
+            options.beta_rel * 1e-3 * float(np.median(data.mid[cal])), 1e-9)
         k = max(1, min(options.knn_k, n - 1))
         knn_de = DifficultyEstimator().fit(X, k=k, scaler=False, beta=0.0, oob=True)
         knn_de.nn_scaler.clip = False  # keep growing outside the benchmarked range (see docstring)
@@ -727,8 +766,8 @@ class TypeModel:
         # formula differs from the direct one in the last bits, and so from the fast path)
         knn_de.nn.set_params(n_jobs=1, algorithm="kd_tree").fit(knn_de.nn._fit_X)
         d_loo = np.asarray(knn_de.apply(), dtype=float)
-        beta_o = max(options.knn_beta_rel * float(np.median(d_loo)), options.knn_beta_rel * float(np.mean(d_loo)),
-                     1e-9)
+        beta_o = max(options.knn_beta_rel * float(np.median(d_loo[cal])),
+                     options.knn_beta_rel * float(np.mean(d_loo[cal])), 1e-9)
         betas = {"CM_TV": beta_tv, "CM_LV": beta_lv, "CM_O": beta_o}
         sig = _sigmas(betas, oob, rel_sd, d_loo, t_scale, ops)
 
@@ -740,9 +779,9 @@ class TypeModel:
         # docstring: the interval's width is measurement, not distance from the design space)
         r_o = np.abs(y - oob)
         regressors = {
-            "CM_TV": ConformalRegressor().fit(r_top, sigmas=sig["CM_TV"]),
-            "CM_LV": ConformalRegressor().fit(r_ms, sigmas=sig["CM_LV"]),
-            "CM_O": ConformalRegressor().fit(r_o, sigmas=sig["CM_O"]),
+            "CM_TV": ConformalRegressor().fit(r_top[cal], sigmas=sig["CM_TV"][cal]),
+            "CM_LV": ConformalRegressor().fit(r_ms[cal], sigmas=sig["CM_LV"][cal]),
+            "CM_O": ConformalRegressor().fit(r_o[cal], sigmas=sig["CM_O"][cal]),
         }
         families = {m: Family("sym", np.asarray(cr.alphas, dtype=float), name=f"{t}:{m}")
                     for m, cr in regressors.items()}
@@ -1243,7 +1282,8 @@ def train_models(rows: Iterable[Mapping[str, Any]], *, profile_name: str, precis
     options = options or TrainingOptions()
     eb = elem_bytes_for(precision)
     data, prep = prepare_training_data(rows, target, eb, padding_split=options.padding_split,
-                                       padding_split_by_type=dict(options.padding_split_by_type))
+                                       padding_split_by_type=dict(options.padding_split_by_type),
+                                       calibration_rows=options.calibration_rows)
     t0 = time.perf_counter()
     types: dict[str, TypeModel] = {}
     flats: dict[str, FlatForests] = {}
@@ -1321,7 +1361,8 @@ def get_models(profile: Any, *, target: str = "lum", cache_root: Any = None, ret
             if not rows:
                 rows.update(prepare_training_data(profile.rows(), target, elem_bytes_for(profile.precision),
                                                   padding_split=opts.padding_split,
-                                                  padding_split_by_type=dict(opts.padding_split_by_type))[0])
+                                                  padding_split_by_type=dict(opts.padding_split_by_type),
+                                                  calibration_rows=opts.calibration_rows)[0])
         return rows[t]
 
     def reference(t: str, models: DeviceModels) -> ReferenceModel:

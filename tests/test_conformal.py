@@ -255,3 +255,35 @@ def test_fallback_on_a_real_profile_keeps_many_small_layers_consistent():
     assert iv[0.9].lower <= total <= iv[0.9].upper
     ind, _ = aggregate(dist, [0.9])
     assert ind[0.9].lower > total  # the sum of 74 skewed independent draws: why "type" exists
+
+
+def test_calibration_rows_keep_scores_and_floors_to_the_plan():
+    """calibration_rows N: the first N rows calibrate (scores and floors), the later ones train
+    the forest only; the rows before N give exactly the scores a mask of them gives."""
+    from dataclasses import replace
+
+    plan = synthetic.rows(150, seed=11)
+    extra = synthetic.rows(100, seed=12, c_max=16, rel_width=0.9)  # small, noisy: what refinement adds
+    rows = plan + extra
+    opts = replace(OPTS, calibration_rows=len(plan))
+    data, _ = prepare_training_data(rows, calibration_rows=len(plan))
+    d = data["conv2d"]
+    assert d.calibrate is not None and d.calibrate.sum() == 150 and not d.calibrate[150:].any()
+    assert d.digest() != prepare_training_data(rows)[0]["conv2d"].digest()
+    m_all = train_models(rows, profile_name="all", options=OPTS).types["conv2d"]
+    m_plan = train_models(rows, profile_name="plan", options=opts).types["conv2d"]
+    # the same forest, calibrated on the plan's 150 rows only
+    np.testing.assert_allclose(m_all.forest.oob_prediction_, m_plan.forest.oob_prediction_)
+    assert all(m_plan.families[m].n == 150 for m in ("CM_TV", "CM_LV", "CM_O"))
+    assert all(m_all.families[m].n == 250 for m in ("CM_TV", "CM_LV", "CM_O"))
+    oob = np.exp(m_plan.forest.oob_prediction_)
+    sd_ms = np.sqrt(m_plan.var_de.apply()) * oob * m_plan.t_scale * d.ops
+    assert m_plan.betas["CM_LV"] == pytest.approx(OPTS.beta_rel * np.median(sd_ms[:150]))
+    assert m_all.betas["CM_LV"] == pytest.approx(OPTS.beta_rel * np.median(sd_ms))
+    # default 0: every row, and the option is not part of the cache key then
+    assert "calibration_rows" not in OPTS.to_dict() and opts.to_dict()["calibration_rows"] == 150
+    with pytest.raises(Exception, match="calibration_rows"):
+        TrainingOptions(calibration_rows=-1)
+    # fewer calibration rows than min_rows: the type calibrates on all of them
+    few = prepare_training_data(rows, calibration_rows=5)[0]["conv2d"]
+    assert few.calibration_mask(OPTS.min_rows).all()
