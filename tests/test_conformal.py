@@ -284,6 +284,7 @@ def test_calibration_rows_keep_scores_and_floors_to_the_plan():
     assert "calibration_rows" not in OPTS.to_dict() and opts.to_dict()["calibration_rows"] == 150
     with pytest.raises(Exception, match="calibration_rows"):
         TrainingOptions(calibration_rows=-1)
-    # fewer calibration rows than min_rows: the type calibrates on all of them
-    few = prepare_training_data(rows, calibration_rows=5)[0]["conv2d"]
-    assert few.calibration_mask(OPTS.min_rows).all()
+    # fewer calibration rows than CALIBRATION_MIN_ROWS: the type calibrates on all of them
+    few = prepare_training_data(rows, calibration_rows=99)[0]["conv2d"]
+    assert few.calibrate.sum() == 99 and few.calibration_mask().all()
+    assert d.calibration_mask().sum() == 150
