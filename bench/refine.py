@@ -345,7 +345,7 @@ def refine(base: Any, name: str, root: str | Path, targets: Sequence[Target], ru
         deadline = None if minutes is None else minutes * 60.0
         for r in range(1, rounds + 1):
             if deadline is not None and seconds >= deadline:
-                stopped = f"the {minutes:g}-minute budget is spent"
+                stopped = f"the {minutes:.3g}-minute budget is spent"
                 break
             skip = base_keys | known | set(exclude_keys)
             plan = round_plan(rank(estimates, exclude=set(exclude_keys), limits=limits), top=top,
@@ -371,7 +371,7 @@ def refine(base: Any, name: str, root: str | Path, targets: Sequence[Target], ru
                 report(history[-1])
             before, after = mean_lv(history[-2].widths, first.widths), mean_lv(history[-1].widths, first.widths)
             if deadline is not None and seconds >= deadline:
-                stopped = f"the {minutes:g}-minute budget is spent"
+                stopped = f"the {minutes:.3g}-minute budget is spent"
                 break
             if stats.measured == 0 and stats.failed == 0:
                 stopped = "nothing was measured"
