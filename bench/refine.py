@@ -225,22 +225,29 @@ def round_plan(ranked: Sequence[tuple[Any, float]], *, top: int, neighbours: int
     return list(plan.values())
 
 
-def _base_keys(base: Any) -> set[str]:
+def _base_state(base: Any) -> tuple[set[str], int]:
+    """BASE's configuration keys and its number of rows (one pass over its measurements)."""
     from .sampling import config_key  # noqa: PLC0415
 
-    return {config_key(r["layer_type"], r["params"]) for r in base.rows()}
+    keys: set[str] = set()
+    n = 0
+    for r in base.rows():
+        keys.add(config_key(r["layer_type"], r["params"]))
+        n += 1
+    return keys, n
 
 
-def _refined_meta(base: Any, name: str, refined: dict[str, Any], command: str = "bench refine") -> dict[str, Any]:
-    """``profile.json`` of the refined profile: BASE's, renamed, with ``refined`` and a note
-    naming ``command`` (``bench refine``, ``nas search --refine M``)."""
+def _refined_meta(base: Any, name: str, refined: dict[str, Any], command: str, base_rows: int) -> dict[str, Any]:
+    """``profile.json`` of the refined profile: BASE's, renamed, with ``refined``, a note
+    naming ``command`` (``bench refine``, ``nas search --refine M``) and
+    ``training.calibration_rows`` (BASE's, or its ``base_rows``)."""
     meta = base.to_dict()
     meta["name"] = name
     meta["refined"] = refined
     # the base's rows (its sampling plan) calibrate the conformal predictors; the rows added
     # here were chosen for their uncertainty and train the forests only (estimator.models)
     training = dict(meta.get("training") or {})
-    training["calibration_rows"] = int(training.get("calibration_rows") or sum(1 for _ in base.rows()))
+    training["calibration_rows"] = int(training.get("calibration_rows") or base_rows)
     meta["training"] = training
     previous = (meta.get("description") or "").split(" Refined by ")[0]
     meta["description"] = (previous.rstrip() + f" Refined by `{command} --device {base.name}`: "
@@ -250,16 +257,18 @@ def _refined_meta(base: Any, name: str, refined: dict[str, Any], command: str = 
 
 
 def write_refined_profile(base: Any, name: str, root: str | Path, rows: Sequence[dict[str, Any]],
-                          refined: dict[str, Any], command: str = "bench refine") -> Path:
+                          refined: dict[str, Any], command: str = "bench refine", base_rows: int | None = None) -> Path:
     """Write profile ``name``: BASE's ``measurements.csv`` bytes followed by ``rows`` (those
     not in BASE already), BASE's other files (network rows, side files) unchanged,
     ``refined`` in ``profile.json``. Written aside and moved into place: whole or not at all
-    (:func:`estimator.profile.staged_profile`)."""
+    (:func:`estimator.profile.staged_profile`). ``base_rows``: BASE's row count, if known."""
     from estimator.dataset import write_measurements  # noqa: PLC0415
     from estimator.profile import MEASUREMENTS_FILE, PROFILE_FILE, staged_profile, write_profile_json  # noqa: PLC0415
 
     with staged_profile(root, name, "refine") as tmp:
-        write_profile_json(tmp, _refined_meta(base, name, refined, command))
+        if base_rows is None:
+            base_rows = _base_state(base)[1]
+        write_profile_json(tmp, _refined_meta(base, name, refined, command, base_rows))
         for side in base.path.iterdir():
             if side.name in (PROFILE_FILE, MEASUREMENTS_FILE):
                 continue
@@ -317,7 +326,7 @@ def refine(base: Any, name: str, root: str | Path, targets: Sequence[Target], ru
     db = Path(db)
     db.parent.mkdir(parents=True, exist_ok=True)
     settings = layer_settings(runner, warmup=warmup, runs=runs, precision=precision)
-    base_keys = _base_keys(base)
+    base_keys, base_rows = _base_state(base)
     history: list[Round] = []
     seconds = 0.0
     opts = {k: v for k, v in dict(options or {}).items() if k != "token"}
@@ -331,7 +340,7 @@ def refine(base: Any, name: str, root: str | Path, targets: Sequence[Target], ru
                           f"that widened the targets' CM_O and CM_LV intervals most, and their neighbours"}
 
     def write(rows: list[dict[str, Any]], train: bool = True) -> Any:
-        write_refined_profile(base, name, root, rows, provenance(rows), command)
+        write_refined_profile(base, name, root, rows, provenance(rows), command, base_rows)
         return Estimator.from_profile(load_profile(name, root)) if train else None
 
     try:
@@ -366,7 +375,7 @@ def refine(base: Any, name: str, root: str | Path, targets: Sequence[Target], ru
             estimates = estimate_targets(est, targets)
             history[-1].widths = widths(estimates)
             # the round's widths in the provenance: profile.json only (the rows are written)
-            write_profile_json(Path(root) / name, _refined_meta(base, name, provenance(rows), command))
+            write_profile_json(Path(root) / name, _refined_meta(base, name, provenance(rows), command, base_rows))
             if report:
                 report(history[-1])
             before, after = mean_lv(history[-2].widths, first.widths), mean_lv(history[-1].widths, first.widths)
