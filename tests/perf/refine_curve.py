@@ -69,10 +69,13 @@ def _log(text: str) -> None:
 
 # ------------------------------------------------------------------ profiles from databases
 
-def _env_rows(db: Path, device: str) -> tuple[int, list[dict[str, Any]], float]:
-    """(env_id, rows, device seconds) of the one layer environment of ``device`` in ``db``."""
+def _env_rows(db: Path, device: str, keys: set[str] | None = None) -> tuple[list[dict[str, Any]], float, int]:
+    """(rows, device seconds, rows in all) of the one layer environment of ``device`` in
+    ``db``, only the configurations in ``keys`` if given; device seconds: from the
+    environment's creation to the last of those rows."""
     import sqlite3
 
+    from bench.sampling import config_key
     from bench.storage import Store
 
     con = sqlite3.connect(db)
@@ -81,12 +84,16 @@ def _env_rows(db: Path, device: str) -> tuple[int, list[dict[str, Any]], float]:
     if len(envs) != 1:
         raise SystemExit(f"{db}: expected one layer environment of {device}, found {len(envs)}")
     env_id, created = envs[0]
-    last = con.execute("SELECT max(measured_at) FROM measurements WHERE env_id = ?", (env_id,)).fetchone()[0]
+    stamps = con.execute("SELECT config_key, measured_at FROM measurements WHERE env_id = ?", (env_id,)).fetchall()
     con.close()
     with Store(db) as store:
         rows = store.export_rows(env_id)
-    secs = (datetime.fromisoformat(last) - datetime.fromisoformat(created)).total_seconds()
-    return env_id, rows, secs
+    total = len(rows)
+    if keys is not None:
+        rows = [r for r in rows if config_key(r["layer_type"], json.loads(r["params"])) in keys]
+        stamps = [(k, t) for k, t in stamps if k in keys]
+    last = max(t for _, t in stamps)
+    return rows, (datetime.fromisoformat(last) - datetime.fromisoformat(created)).total_seconds(), total
 
 
 def _profile_from_rows(template: Any, name: str, root: Path, rows: list[dict[str, Any]], source: str) -> Any:
@@ -166,7 +173,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from bench.network_plan import held_out_keys
     from bench.network_sources import parse_zoo, space_specs, zoo_specs
     from bench.refine import load_targets, refine
-    from bench.sampling import SAMPLED_TYPES, config_key, limits_for, make_plan
+    from bench.sampling import SAMPLED_TYPES, limits_for, make_plan
     from estimator.profile import load_profile
 
     template = load_profile(args.device)
@@ -200,21 +207,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # (iii) the full default plan
     full_ref = None
     if args.full_db:
-        import sqlite3
-
-        env_id, rows, _ = _env_rows(Path(args.full_db), args.device)
         plan = {c.key for c in make_plan(list(SAMPLED_TYPES), 1000, prior_samples=1000, seed=0,
                                          limits=limits_for(runner_name))}
-        keep = [r for r in rows if config_key(r["layer_type"], json.loads(r["params"])) in plan]
-        con = sqlite3.connect(args.full_db)
-        created = con.execute("SELECT created_at FROM environments WHERE env_id = ?", (env_id,)).fetchone()[0]
-        stamps = [t for k, t in con.execute("SELECT config_key, measured_at FROM measurements WHERE env_id = ?",
-                                            (env_id,)) if k in plan]
-        con.close()
-        secs = (datetime.fromisoformat(max(stamps)) - datetime.fromisoformat(created)).total_seconds()
+        keep, secs, total = _env_rows(Path(args.full_db), args.device, plan)
         prof = _profile_from_rows(template, f"{args.device}-plan1000", root, keep,
                                   f"the default plan's {len(keep)} rows of {args.full_db}")
-        points.append(_point("iii", f"default plan 1000+1000 (--full-db, {len(keep)} of {len(rows)} rows)",
+        points.append(_point("iii", f"default plan 1000+1000 (--full-db, {len(keep)} of {total} rows)",
                              secs / 60, _evaluate(prof, truth)))
         full_ref = points[-1]
 
@@ -229,7 +227,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     def plan_point(n: int) -> tuple[dict[str, Any], Any, float]:
         db = work / f"plan{n}.sqlite"
         _measure_plan(runner_name, options, db, args.device, n, args)
-        _, rows, secs = _env_rows(db, args.device)
+        rows, secs, _ = _env_rows(db, args.device)
         prof = _profile_from_rows(template, f"{args.device}-plan{n}", root, rows, f"plan {n} + {n}: {db}")
         strategy = "iii" if n == 1000 else "i"
         points.append(_point(strategy, f"plan {n}+{n}", secs / 60, _evaluate(prof, truth)))
