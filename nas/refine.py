@@ -27,9 +27,9 @@ step brings back every row measured before.
 
 Budget. MINUTES is device (measuring) time; a step gets the unspent minutes divided by the
 steps still planned (``(trials - 1) // K`` in all: none after the last trial), so what one
-step does not use goes to the next. Training and reloading are not counted: about 70 s of wall
-time per step for the shipped host-cpu profile (26k rows; one retraining, the reload), on one
-core: a step with a 0.5-minute slice took 99 s.
+step does not use goes to the next. Training and reloading are not counted: with incremental retraining (only the types
+that got rows) about 8 s of wall time per step on the shipped host-cpu profile (23.7k rows;
+a step with a 0.25-minute slice took 23 s in all).
 
 "Can run here" has one rule, shared with ``--calibrate`` (:func:`nas.search.device_runner`):
 the device's runner (with ``--calibrate-option``) can be built on this machine.
@@ -55,7 +55,7 @@ DEFAULT_EVERY = 25
 #: ranked configurations a step may measure (with 2 neighbours each): in practice its slice of
 #: the minutes ends it first. ``bench refine``'s 20 per round left most of a step's slice unspent
 #: (host-cpu: 60 configurations in 7 s of a 30 s slice), and another round costs another
-#: retraining (about 25 s of wall time on host-cpu)
+#: retraining
 TOP = 500
 
 
