@@ -280,9 +280,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     # drift: the held-out networks measured again at the end (a timing runner's; a cost model's
     # estimate does not drift)
-    again = [] if template.provenance.kind == "estimated" else measure(f"{args.device}-again", make_runner(runner_name, dict(options)), held_specs, fusion=fusion,
-                    db=work / "truth-end.sqlite", rounds=3, runs=args.runs, warmup=args.warmup, options=options,
-                    progress=sys.stderr.isatty(), log=_log).results
+    again = [] if template.provenance.kind == "estimated" else measure(
+        f"{args.device}-again", make_runner(runner_name, dict(options)), held_specs, fusion=fusion,
+        db=work / "truth-end.sqlite", rounds=3, runs=args.runs, warmup=args.warmup, options=options,
+        progress=sys.stderr.isatty(), log=_log).results
     ratios = sorted(b.measured_ms / a.measured_ms for a, b in zip(truth, again))
     doc["drift"] = ratios and {"median": statistics.median(ratios), "min": ratios[0], "max": ratios[-1]}
     if ratios:
