@@ -4,17 +4,17 @@ was lost or changed, nothing was measured twice, and the plan is complete."""
 from __future__ import annotations
 
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from bench.sampling import limits_for, make_plan
 from bench.smartpad import needed_padding
+
+from .crash import count_rows, run_and_kill
 
 LAYERS = "conv2d,dwconv2d,maxpool,add"
 SAMPLES = 10
@@ -38,39 +38,13 @@ def _snapshot(db: Path) -> tuple[dict, dict]:
 
 
 def _counts(db: Path) -> tuple[int, int]:
-    if not db.exists():
-        return 0, 0
-    try:
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
-        try:
-            return (con.execute("SELECT COUNT(*) FROM padding").fetchone()[0],
-                    con.execute("SELECT COUNT(*) FROM measurements").fetchone()[0])
-        finally:
-            con.close()
-    except sqlite3.OperationalError:  # schema not created yet
-        return 0, 0
+    return count_rows(db, "padding"), count_rows(db, "measurements")
 
 
 def _run_and_kill(db: Path, ready, timeout: float = 300.0) -> None:
     """Start a run, SIGKILL it as soon as ``ready(pads, rows)`` holds."""
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
-    proc = subprocess.Popen(_cmd(db), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    t0 = time.monotonic()
-    try:
-        while True:
-            if proc.poll() is not None:
-                out, err = proc.communicate()
-                pytest.fail(f"bench run finished before it could be killed: {out!r} {err!r}")
-            if ready(*_counts(db)):
-                break
-            if time.monotonic() - t0 > timeout:
-                pytest.fail("bench run made no progress")
-            time.sleep(0.02)
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
-    assert proc.returncode == -signal.SIGKILL
+    run_and_kill(_cmd(db), lambda: ready(*_counts(db)), env=env, timeout=timeout)
 
 
 @pytest.mark.slow

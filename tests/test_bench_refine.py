@@ -4,19 +4,17 @@
 bad input is one line; and :func:`bench.sampling.neighbours`."""
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
-import time
 
 import pytest
 
 from estimator.cliutil import run
 
+from .crash import count_rows, run_and_kill
 from .service_support import DEVICE, conv_net_onnx, profile_set
 
 QUICK = ["--runs", "3", "--warmup", "1", "--top", "3", "--neighbours", "1", "--no-progress"]
@@ -122,22 +120,7 @@ def test_sigkill_mid_round_loses_nothing(ref, tmp_path):
            str(ref["root"]), "--onnx", str(ref["nets"]), "--rounds", "2", "--min-gain", "0", "--db", str(db),
            "--runs", "400", "--warmup", "1", "--top", "4", "--neighbours", "2", "--no-progress"]
     env = dict(os.environ, CL_CACHE_DIR=str(ref["cache"]))
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if db.exists():
-            try:
-                con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
-                n = con.execute("SELECT COUNT(*) FROM measurements").fetchone()[0]
-                con.close()
-            except sqlite3.OperationalError:
-                n = 0
-            if n >= 1:
-                break
-        time.sleep(0.05)
-    assert proc.poll() is None, "the refine finished before it could be killed"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    run_and_kill(cmd, lambda: count_rows(db, "measurements") >= 1, env=env, timeout=120)
     kept = _rows(db)
     assert kept
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)

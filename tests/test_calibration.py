@@ -8,12 +8,9 @@ import json
 import math
 import os
 import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +20,7 @@ from estimator.calibration import (MIN_NETWORKS, REFERENCE_CONFIDENCE, Calibrati
 from estimator.cliutil import run
 from estimator.errors import UserError
 
+from .crash import count_rows, run_and_kill
 from .service_support import DEVICE, profile_set
 
 METRICS = ("CM_TV", "CM_LV", "CM_O")
@@ -359,23 +357,7 @@ def test_bench_networks_resumes_after_sigkill(cal, tmp_path):
            "--space-option", "widths=[0.5]", "--networks", "4", "--rounds", "3", "--runs", "150", "--warmup", "1",
            "--db", str(db), "--out", str(out), "--no-progress"]
     env = dict(os.environ, CL_CACHE_DIR=str(cal["cache"]))
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    n = 0
-    while time.monotonic() < deadline and proc.poll() is None:
-        if db.exists():
-            try:
-                con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
-                n = con.execute("SELECT COUNT(*) FROM network_rounds").fetchone()[0]
-                con.close()
-            except sqlite3.OperationalError:
-                n = 0
-            if 1 <= n < 12:
-                break
-        time.sleep(0.05)
-    assert proc.poll() is None, "the run finished before it could be killed"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    run_and_kill(cmd, lambda: 1 <= count_rows(db, "network_rounds") < 12, env=env, timeout=120)
     con = sqlite3.connect(str(db))
     kept = {tuple(r[:3]): r[3] for r in con.execute("SELECT env_id, name, round, median_ms FROM network_rounds")}
     con.close()
