@@ -19,6 +19,9 @@ Sources
            ``zoo:<family>`` (resnet18 and resnet50 are one family).
 ``onnx``   files, or directories of ``*.onnx`` files; family ``onnx:<file stem>``.
 
+:func:`row_specs` rebuilds the networks of a network set's rows (``networks.csv``) from
+their ``detail``, under their own names (``bench check`` re-times a profile's networks).
+
 The search spaces live in :mod:`nas.spaces`, the one definition of them; it is imported
 here lazily, only for ``space`` sources.
 
@@ -35,8 +38,8 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from estimator.errors import UserError
 
-__all__ = ["NetworkSpec", "SourceError", "space_specs", "zoo_specs", "onnx_specs", "weightless", "ZOO_FAMILY",
-           "parse_zoo"]
+__all__ = ["NetworkSpec", "SourceError", "space_specs", "zoo_specs", "onnx_specs", "row_specs", "weightless",
+           "ZOO_FAMILY", "parse_zoo"]
 
 #: zoo networks that are one family for leave-family-out validation
 ZOO_FAMILY = {"resnet18": "resnet", "resnet50": "resnet"}
@@ -231,3 +234,35 @@ def onnx_specs(paths: Iterable[str | Path]) -> list[NetworkSpec]:
                                detail={"path": str(f.resolve()), "sha256": digest},
                                build=lambda data=data: data))
     return out
+
+
+# ------------------------------------------------------------------ network rows
+
+
+def row_specs(rows: Iterable[Mapping[str, Any]]) -> tuple[list[NetworkSpec], dict[str, str]]:
+    """Specs that rebuild the networks of network rows (:func:`estimator.profile.read_network_set`)
+    from their ``detail``, under the rows' names and families, and, by name, why the rows that
+    cannot be rebuilt here are left out (an ONNX file no longer at its path, or changed)."""
+    out: list[NetworkSpec] = []
+    skipped: dict[str, str] = {}
+    for row in rows:
+        name, family, d = row["name"], row["family"], dict(row["detail"])
+        if row["source"] == "space":
+            label, fn = _space_fn(str(d.get("space")))
+            out.append(NetworkSpec(name=name, family=family, source="space", detail=d,
+                                   build=_space_builder(fn, d.get("params") or {}, d.get("options") or {}, label)))
+        elif row["source"] == "zoo":
+            spec = zoo_specs([(str(d.get("zoo")), int(d.get("resolution") or 0) or None)])[0]
+            out.append(NetworkSpec(name=name, family=family, source="zoo", detail=d, build=spec.build))
+        else:
+            path = Path(str(d.get("path", "")))
+            try:
+                data = path.read_bytes()
+            except OSError:
+                skipped[name] = f"its file {path} is not here"
+                continue
+            if hashlib.sha256(data).hexdigest() != d.get("sha256"):
+                skipped[name] = f"its file {path} changed since it was measured"
+                continue
+            out.append(NetworkSpec(name=name, family=family, source="onnx", detail=d, build=lambda data=data: data))
+    return out, skipped

@@ -379,3 +379,80 @@ def test_unknown_space_in_library_call_is_a_user_error():
 
     with pytest.raises(UserError, match="nosuch"):
         space_specs(["nosuch"], 2)
+
+
+# ----------------------------------------------------------------------- bench check
+
+CHECK_ARGS = ["--rounds", "1", "--runs", "3", "--warmup", "1", "--no-progress"]
+
+
+def _check(argv: list[str]) -> int:
+    return run("bench", "test", ["bench.cmd_check"], ["check", *argv])
+
+
+def _scaled_copy(cal, tmp_path, name: str, factor: float):
+    """tiny-cal under another name, its network rows' latencies multiplied by ``factor``
+    (as if measured on a machine that much slower)."""
+    import csv
+
+    root = tmp_path / "profiles"
+    shutil.copytree(cal["root"] / "tiny-cal", root / name)
+    meta = json.loads((root / name / "profile.json").read_text())
+    meta["name"] = name
+    (root / name / "profile.json").write_text(json.dumps(meta))
+    path = root / name / "networks.csv"
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        for c in ("measured_ms", "p10_ms", "p90_ms"):
+            r[c] = repr(float(r[c]) * factor)
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return root
+
+
+def test_bench_check_retimes_the_profiles_own_networks(cal, capsys):
+    assert _check(["--device", "tiny-cal", "--root", str(cal["root"]), "--networks", "3", *CHECK_ARGS]) == 0
+    out = capsys.readouterr().out
+    assert "tiny-cal: 3 of its 20 networks measured again" in out
+    lines = [l for l in out.splitlines() if l.strip().startswith("space:mobilenet#")]
+    assert len(lines) == 3  # the rows' own names, rebuilt from their architectures
+    assert "median here/there" in out and "what the fingerprint sees differ: nothing" in out
+
+
+@pytest.mark.parametrize("factor, word", [(1 / 4, "slower"), (4.0, "faster")])
+def test_bench_check_warns_when_this_machine_is_off(cal, tmp_path, capsys, factor, word):
+    root = _scaled_copy(cal, tmp_path, "tiny-moved", factor)
+    assert _check(["--device", "tiny-moved", "--root", str(root), "--networks", "3", *CHECK_ARGS]) == 0
+    err = capsys.readouterr().err
+    assert f"% {word} here than where they were measured" in err
+    assert "bench calibrate --device tiny-moved --name NEW" in err
+
+
+def test_bench_check_needs_network_rows(cal, capsys):
+    assert _check(["--device", DEVICE, "--root", str(cal["root"]), *CHECK_ARGS]) == 2
+    err = capsys.readouterr().err
+    assert f"profile {DEVICE} has no network rows to compare with" in err and "Traceback" not in err
+
+
+def test_row_specs_rebuild_names_and_leave_out_missing_files(cal, tmp_path):
+    from bench.network_sources import row_specs
+    from estimator.profile import load_profile
+
+    rows = load_profile("tiny-cal", cal["root"]).network_rows()[:2]
+    f = tmp_path / "mine.onnx"
+    f.write_bytes(b"not checked until built")
+    import hashlib
+
+    mine = {"name": "onnx:mine", "family": "onnx:mine", "source": "onnx",
+            "detail": {"path": str(f), "sha256": hashlib.sha256(f.read_bytes()).hexdigest()}}
+    gone = {"name": "onnx:gone", "family": "onnx:gone", "source": "onnx",
+            "detail": {"path": str(tmp_path / "gone.onnx"), "sha256": "0" * 64}}
+    changed = dict(mine, name="onnx:changed", detail=dict(mine["detail"], sha256="1" * 64))
+    specs, skipped = row_specs(rows + [mine, gone, changed])
+    assert [s.name for s in specs] == [rows[0]["name"], rows[1]["name"], "onnx:mine"]
+    assert specs[2].build() == b"not checked until built"
+    assert set(skipped) == {"onnx:gone", "onnx:changed"}
+    assert "is not here" in skipped["onnx:gone"] and "changed since" in skipped["onnx:changed"]

@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from bench.cmd_calibrate import DEFAULT_ROUNDS  # noqa: E402
+from bench.cmd_calibrate import DEFAULT_NETWORKS, DEFAULT_ROUNDS, DEFAULT_SPACES  # noqa: E402
 from estimator.errors import UserError  # noqa: E402
 
 #: held-out zoo networks of the host targets: every zoo family at its default resolution, and
@@ -193,7 +193,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     print(f"scenario {args.scenario}: base {base.name} ({base.provenance.kind}: {base.hardware}), target "
           f"{sc['runner']} {sc['options']}")
 
-    cal_specs = space_specs(["mobilenet", "resnet"], args.networks, seed=args.seed)
+    cal_specs = space_specs(args.spaces.split(","), args.networks, seed=args.seed)
     m = _measure(name, sc["runner"], sc["options"], cal_specs, base.fusion_rules(), db, args, args.cal_rounds)
     med, lo, hi, n = bias(base, m.results)
     cal = write_calibrated_profile(base, name, root, m, replace=True, command="tests/perf/calibration.py")
@@ -287,7 +287,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", default="bench-data/calibration", help="databases and calibrated profiles")
     ap.add_argument("--db", default=None, help="the measurements' database (default WORK/<profile>.sqlite); scenarios "
                                                "with the same target (same-device, another-vm) may share one")
-    ap.add_argument("--networks", type=int, default=40, help="calibration networks (default 40)")
+    ap.add_argument("--networks", type=int, default=DEFAULT_NETWORKS,
+                    help=f"calibration networks (default {DEFAULT_NETWORKS}, bench calibrate's)")
+    ap.add_argument("--spaces", default=DEFAULT_SPACES,
+                    help=f"NAS spaces the calibration networks are sampled from, round robin (default {DEFAULT_SPACES}, "
+                         "bench calibrate's)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cal-rounds", type=int, default=DEFAULT_ROUNDS,
                     help=f"interleaved rounds of the calibration networks (default {DEFAULT_ROUNDS}, bench calibrate's)")

@@ -1,0 +1,133 @@
+"""``bench check``: does a profile's timing hold on this machine? Seconds, not a re-profile.
+
+``bench check --device NAME`` rebuilds a few of the profile's own network rows (the whole
+networks ``bench calibrate`` measured, ``networks.csv``), times them here with the runner and
+options that measured them, and prints how far this machine is from where they were measured:
+the median ratio here / there over the networks, and a warning beside the command that fixes it
+(``bench calibrate``) when it is beyond :data:`DRIFT_WARN`.
+
+Why a timing check beside the fingerprint warning (:mod:`estimator.fingerprint`): VMs of one
+type cloned from one image agree on everything the fingerprint records (CPU model and flags,
+caches, kernel, runtime, even ``/etc/machine-id``) and still differ in speed. Measured: on the
+VM of session 12 the shipped ``host-cpu`` profile, whose fingerprint matched in full, predicted
+the zoo networks 19.5 % low in median, up to 28 % (resnet18 22.7 ms here, 19.8 ms where it was
+measured); nothing warned.
+
+The networks are chosen evenly over the rows' latency range (:data:`DEFAULT_NETWORKS`, 8 by
+default: a few seconds on host-cpu). A row whose network cannot be rebuilt here (an ONNX file
+no longer at its path) is left out and said so; a network that rebuilds to another graph
+(another torch or onnx version exports it differently) is timed but left out of the ratio.
+The rounds go to a temporary database: a check measures afresh every time.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from estimator.errors import UserError
+
+from .cmd_run import add_runner_options, given_runner_options, make_runner
+
+__all__ = ["register", "DEFAULT_NETWORKS", "DRIFT_WARN", "pick"]
+
+#: networks re-timed by default
+DEFAULT_NETWORKS = 8
+#: a median ratio here / there beyond 1 +- this warns (whole-network round medians move
+#: 5-20 % on these shared VMs; the median over 8 networks moves less)
+DRIFT_WARN = 0.10
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    c = sub.add_parser(
+        "check", help="re-time a few of a profile's calibration networks here: is the profile off on this machine?",
+        description="Rebuild a few of the profile's own network rows (networks.csv, written by bench calibrate), "
+                    "time them here with the runner and options that measured them, and print how far this "
+                    "machine is from where they were measured. Machines the fingerprint cannot tell apart (VMs "
+                    "of one type) still differ in speed.")
+    c.add_argument("--device", required=True, help="the profile (name or directory)")
+    c.add_argument("--root", default=None, metavar="DIR", help="profiles directory (default: $CL_PROFILES or profiles/)")
+    c.add_argument("--networks", type=int, default=DEFAULT_NETWORKS, metavar="N",
+                   help=f"networks to re-time, spread over the rows' latency range (default {DEFAULT_NETWORKS})")
+    c.add_argument("--rounds", type=int, default=3, help="interleaved rounds over the networks (default 3)")
+    c.add_argument("--runs", type=int, default=20, help="timed runs per network and round (default 20)")
+    c.add_argument("--warmup", type=int, default=5, help="untimed runs per network and round (default 5)")
+    add_runner_options(c)
+    c.add_argument("--no-progress", action="store_true", help="no progress bars")
+    c.set_defaults(func=cmd_check)
+
+
+def pick(rows: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    """``n`` rows spread evenly over the rows' measured latencies (all of them if fewer)."""
+    ordered = sorted(rows, key=lambda r: r["measured_ms"])
+    if n >= len(ordered):
+        return ordered
+    if n == 1:
+        return [ordered[len(ordered) // 2]]
+    return [ordered[round(i * (len(ordered) - 1) / (n - 1))] for i in range(n)]
+
+
+def cmd_check(a: argparse.Namespace) -> int:
+    from estimator import fingerprint as fp  # noqa: PLC0415
+    from estimator.profile import load_profile  # noqa: PLC0415
+
+    from .calibrate import measure, target_description  # noqa: PLC0415
+    from .network_sources import row_specs  # noqa: PLC0415
+
+    if a.networks < 1:
+        raise UserError(f"--networks must be >= 1, got {a.networks}")
+    prof = load_profile(a.device, a.root)
+    rows = prof.network_rows()
+    if not rows:
+        raise UserError(f"profile {prof.name} has no network rows to compare with: measure some with "
+                        f"`bench calibrate --device {prof.name} --name NEW`, then check NEW")
+    cal = prof.calibration
+    runner_name = cal["runner"]
+    rows = [r for r in rows if r["runner"] == runner_name]
+    specs, skipped = row_specs(pick(rows, a.networks))
+    for name, why in skipped.items():
+        print(f"bench: {name} left out: {why}", file=sys.stderr)
+    if not specs:
+        raise UserError(f"none of {prof.name}'s networks can be rebuilt here ({len(skipped)} left out)")
+    given = {**dict(cal.get("runner_options") or {}), **given_runner_options(a)}
+    with tempfile.TemporaryDirectory(prefix="bench-check-") as tmp:
+        m = measure(f"{prof.name}-check", make_runner(runner_name, given), specs, fusion=prof.fusion_rules(),
+                    db=Path(tmp) / "check.sqlite", rounds=a.rounds, runs=a.runs, warmup=a.warmup,
+                    options=given, progress=not a.no_progress and sys.stderr.isatty(),
+                    log=lambda text: print(f"bench: {text}", file=sys.stderr))
+    by_name = {r["name"]: r for r in rows}
+    what = "estimated" if m.kind == "estimated" else "measured"
+    print(f"{prof.name}: {len(m.results)} of its {len(rows)} networks {what} again in {m.seconds:.0f} s on "
+          f"{target_description(m)}")
+    print(f"  {'network':<28} {'there ms':>9} {'here ms':>9} {'here/there':>10}")
+    ratios = []
+    for r in sorted(m.results, key=lambda r: by_name[r.spec.name]["measured_ms"]):
+        row = by_name[r.spec.name]
+        ratio = r.measured_ms / row["measured_ms"]
+        same = r.spec.onnx_sha256 == row["onnx_sha256"]
+        if same:
+            ratios.append(ratio)
+        print(f"  {r.spec.name[:28]:<28} {row['measured_ms']:>9.3f} {r.measured_ms:>9.3f} {ratio:>9.2f}x"
+              + ("" if same else "  (rebuilt to another graph here: left out of the ratio)"))
+    if not ratios:
+        raise UserError(f"every network rebuilt to another graph than {prof.name} measured (torch or onnx "
+                        f"versions differ?): nothing to compare")
+    med = statistics.median(ratios)
+    there = statistics.median(by_name[r.spec.name]["spread_pct"] for r in m.results)
+    here = statistics.median(r.spread_pct for r in m.results)
+    print(f"median here/there {med:.3f} over {len(ratios)} networks (range {min(ratios):.2f}-{max(ratios):.2f}; "
+          f"round-to-round spread {there:.1f} % there, {here:.1f} % here)")
+    diffs = fp.differences(cal.get("fingerprint") or {}, fp.fingerprint(runner_name, given.get("threads")),
+                           runner_name) if m.kind == "measured" else []
+    print("what the fingerprint sees differ: " + ("; ".join(diffs) if diffs else "nothing"))
+    if abs(med - 1) > DRIFT_WARN:
+        off = (med - 1) * 100 if med > 1 else (1 / med - 1) * 100
+        print(f"warning: {prof.name}'s networks run {off:.0f} % {'slower' if med > 1 else 'faster'} here than where "
+              f"they were measured; its estimates are off by about as much: calibrate this machine with "
+              f"`bench calibrate --device {prof.name} --name NEW` and use NEW", file=sys.stderr)
+    else:
+        print(f"{prof.name}'s networks run within {DRIFT_WARN:.0%} of where they were measured")
+    return 0
