@@ -205,7 +205,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     points = doc["points"]
 
     # (iii) the full default plan
-    full_ref = None
+    full_ref = full_prof = None
     if args.full_db:
         plan = {c.key for c in make_plan(list(SAMPLED_TYPES), 1000, prior_samples=1000, seed=0,
                                          limits=limits_for(runner_name))}
@@ -214,7 +214,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                   f"the default plan's {len(keep)} rows of {args.full_db}")
         points.append(_point("iii", f"default plan 1000+1000 (--full-db, {len(keep)} of {total} rows)",
                              secs / 60, _evaluate(prof, truth)))
-        full_ref = points[-1]
+        full_ref, full_prof = points[-1], prof
 
     if args.full_profile:
         if args.full_minutes is None:
@@ -222,7 +222,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         prof = load_profile(args.full_profile)
         points.append(_point("iii", f"profile {prof.name} (--full-profile)", args.full_minutes,
                              _evaluate(prof, truth)))
-        full_ref = points[-1]
+        full_ref, full_prof = points[-1], prof
 
     def plan_point(n: int) -> tuple[dict[str, Any], Any, float]:
         db = work / f"plan{n}.sqlite"
@@ -264,7 +264,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.monotonic()
     out = refine(small_prof, name, root, targets, make_runner(runner_name, dict(options)),
                  db=work / "refine.sqlite", limits=limits_for(runner_name), rounds=args.refine_rounds,
-                 minutes=max(args.refine_minutes - offset / 60, 0.01), top=args.top, neighbours=args.neighbours,
+                 minutes=max(args.refine_minutes - offset / 60, 0.0), top=args.top, neighbours=args.neighbours,
                  exclude_keys=exclude,
                  excluded=[{"name": f.stem, "path": str(f)} for f in sorted(held_dir.glob("*.onnx"))],
                  warmup=args.warmup, runs=args.runs, min_gain=0.0, progress=False, report=report, log=_log)
@@ -276,7 +276,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for n in sorted(set(args.sizes) - {args.small}):
         plan_point(n)
     if full_ref is None:
-        full_ref = plan_point(1000)[0]
+        full_ref, full_prof, _ = plan_point(1000)
 
     # drift: the held-out networks measured again at the end (a timing runner's; a cost model's
     # estimate does not drift)
@@ -303,15 +303,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from estimator.predict import Estimator
 
     doc["target_widths"] = {}
-    for label, prof_name in (("iii", f"{args.device}-plan1000"), ("small plan", f"{args.device}-plan{args.small}"),
-                             ("ii", name)):
-        if not (root / prof_name).exists():
-            continue
-        ws = widths(estimate_targets(Estimator.from_profile(load_profile(prof_name, root)), targets))
+    for label, prof in (("iii", full_prof), ("small plan", small_prof), ("ii", load_profile(name, root))):
+        ws = widths(estimate_targets(Estimator.from_profile(prof), targets))
         lv = 100 * statistics.fmean(w.lv_width / w.total_ms for w in ws)
         o = 100 * statistics.fmean(w.o_width / w.total_ms for w in ws)
         doc["target_widths"][label] = {"CM_LV_pct": lv, "CM_O_pct": o}
-        print(f"target set ({len(ws)} networks), {label} ({prof_name}): mean CM_LV width {lv:.0f} %, CM_O {o:.0f} % "
+        print(f"target set ({len(ws)} networks), {label} ({prof.name}): mean CM_LV width {lv:.0f} %, CM_O {o:.0f} % "
               f"of the estimate")
 
     # the acceptance comparison
