@@ -8,10 +8,11 @@ the median ratio here / there over the networks, and a warning beside the comman
 
 Why a timing check beside the fingerprint warning (:mod:`estimator.fingerprint`): VMs of one
 type cloned from one image agree on everything the fingerprint records (CPU model and flags,
-caches, kernel, runtime, even ``/etc/machine-id``) and still differ in speed. Measured: on the
-VM of session 12 the shipped ``host-cpu`` profile, whose fingerprint matched in full, predicted
-the zoo networks 19.5 % low in median, up to 28 % (resnet18 22.7 ms here, 19.8 ms where it was
-measured); nothing warned.
+caches, kernel, runtime, even ``/etc/machine-id``), and a VM's speed moves with what shares its
+host. Measured on the VM of session 12, whose fingerprint matched session 10's profile in full:
+at one time the zoo networks ran 19.5 % slower in median than that profile predicted (up to 28 %;
+resnet18 22.7 ms against 19.8 ms) and ``bench check`` said 1.14x; 80 minutes later resnet18 took
+19.8 ms again and ``bench check`` said 0.96x. Nothing in the fingerprint changed.
 
 The networks are chosen evenly over the rows' latency range (:data:`DEFAULT_NETWORKS`, 8 by
 default: a few seconds on host-cpu). A row whose network cannot be rebuilt here (an ONNX file
