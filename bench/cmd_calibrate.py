@@ -34,7 +34,7 @@ from estimator.errors import UserError
 from .cmd_run import DEFAULT_OUT, add_runner_options, db_path, given_runner_options, make_runner
 from .runners.base import RUNNERS
 
-__all__ = ["register", "DEFAULT_NETWORKS", "DEFAULT_SPACES"]
+__all__ = ["register", "add_measurement_args", "DEFAULT_NETWORKS", "DEFAULT_SPACES"]
 
 #: space samples measured when no source is given (about 3 minutes on a 2-vCPU host at 1 thread)
 DEFAULT_NETWORKS = 40
@@ -55,12 +55,7 @@ def _sources_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--onnx", action="append", default=None, metavar="PATH",
                    help="ONNX files or directories of them (repeatable)")
     g.add_argument("--seed", type=int, default=0, help="sampling seed of the space samples (default 0)")
-    m = p.add_argument_group("measurement")
-    m.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS,
-                   help="interleaved rounds over all networks; a network's latency is the median of its rounds' "
-                        f"medians (default {DEFAULT_ROUNDS}; a cost model is asked once)")
-    m.add_argument("--runs", type=int, default=20, help="timed runs per network and round (default 20)")
-    m.add_argument("--warmup", type=int, default=5, help="untimed runs per network and round (default 5)")
+    m = add_measurement_args(p)
     m.add_argument("--db", default=None, metavar="FILE",
                    help=f"benchmark database the rounds are committed to (default {DEFAULT_OUT}/<name>.sqlite); "
                         "running again resumes from it")
@@ -68,6 +63,18 @@ def _sources_args(p: argparse.ArgumentParser) -> None:
                    help="target runner (calibrate: default the base profile's runner; networks: onnxruntime)")
     add_runner_options(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def add_measurement_args(p: argparse.ArgumentParser) -> Any:
+    """``--rounds/--runs/--warmup`` of whole-network timing (bench calibrate, networks, check);
+    returns the argument group."""
+    m = p.add_argument_group("measurement")
+    m.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS,
+                   help="interleaved rounds over all networks; a network's latency is the median of its rounds' "
+                        f"medians (default {DEFAULT_ROUNDS}; a cost model is asked once)")
+    m.add_argument("--runs", type=int, default=20, help="timed runs per network and round (default 20)")
+    m.add_argument("--warmup", type=int, default=5, help="untimed runs per network and round (default 5)")
+    return m
 
 
 def register(sub: argparse._SubParsersAction) -> None:

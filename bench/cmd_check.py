@@ -31,6 +31,7 @@ from typing import Any
 
 from estimator.errors import UserError
 
+from .cmd_calibrate import add_measurement_args
 from .cmd_run import add_runner_options, given_runner_options, make_runner
 
 __all__ = ["register", "DEFAULT_NETWORKS", "DRIFT_WARN", "pick"]
@@ -44,18 +45,16 @@ DRIFT_WARN = 0.10
 
 def register(sub: argparse._SubParsersAction) -> None:
     c = sub.add_parser(
-        "check", help="re-time a few of a profile's calibration networks here: is the profile off on this machine?",
+        "check", help="re-time a few of a profile's calibration networks here: is this machine off now?",
         description="Rebuild a few of the profile's own network rows (networks.csv, written by bench calibrate), "
                     "time them here with the runner and options that measured them, and print how far this "
-                    "machine is from where they were measured. Machines the fingerprint cannot tell apart (VMs "
-                    "of one type) still differ in speed.")
+                    "machine is from where they were measured. The fingerprint cannot see speed: VMs of one type "
+                    "share every field, and a VM's speed moves with what shares its host.")
     c.add_argument("--device", required=True, help="the profile (name or directory)")
     c.add_argument("--root", default=None, metavar="DIR", help="profiles directory (default: $CL_PROFILES or profiles/)")
     c.add_argument("--networks", type=int, default=DEFAULT_NETWORKS, metavar="N",
                    help=f"networks to re-time, spread over the rows' latency range (default {DEFAULT_NETWORKS})")
-    c.add_argument("--rounds", type=int, default=3, help="interleaved rounds over the networks (default 3)")
-    c.add_argument("--runs", type=int, default=20, help="timed runs per network and round (default 20)")
-    c.add_argument("--warmup", type=int, default=5, help="untimed runs per network and round (default 5)")
+    add_measurement_args(c)
     add_runner_options(c)
     c.add_argument("--no-progress", action="store_true", help="no progress bars")
     c.set_defaults(func=cmd_check)
@@ -88,6 +87,9 @@ def cmd_check(a: argparse.Namespace) -> int:
     cal = prof.calibration
     runner_name = cal["runner"]
     rows = [r for r in rows if r["runner"] == runner_name]
+    if not rows:
+        raise UserError(f"profile {prof.name}: none of its network rows was measured by {runner_name}, the runner its "
+                        f"calibration names")
     specs, skipped = row_specs(pick(rows, a.networks))
     for name, why in skipped.items():
         print(f"bench: {name} left out: {why}", file=sys.stderr)

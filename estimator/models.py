@@ -219,6 +219,7 @@ __all__ = [
     "BatchPrediction",
     "TrainingData",
     "prepare_training_data",
+    "training_data",
     "train_models",
     "get_models",
     "grid_rows",
@@ -510,6 +511,15 @@ def prepare_training_data(rows: Iterable[Mapping[str, Any]], target: str = "lum"
                               lo, hi, np.asarray(a["mid"], dtype=float), a["params"], None if cal.all() else cal)
     report = {"skipped": skipped, "ops_mismatch": ops_mismatch}
     return out, report
+
+
+def training_data(rows: Iterable[Mapping[str, Any]], target: str, elem_bytes: int, options: TrainingOptions
+                  ) -> tuple[dict[str, TrainingData], dict[str, Any]]:
+    """:func:`prepare_training_data` with the options that shape training rows taken from
+    ``options`` (padding splits, calibration rows): what :func:`train_models` trains on."""
+    return prepare_training_data(rows, target, elem_bytes, padding_split=options.padding_split,
+                                 padding_split_by_type=dict(options.padding_split_by_type),
+                                 calibration_rows=options.calibration_rows)
 
 
 # ------------------------------------------------------------------- type models
@@ -1285,9 +1295,7 @@ def train_models(rows: Iterable[Mapping[str, Any]], *, profile_name: str, precis
 
     options = options or TrainingOptions()
     eb = elem_bytes_for(precision)
-    data, prep = prepare_training_data(rows, target, eb, padding_split=options.padding_split,
-                                       padding_split_by_type=dict(options.padding_split_by_type),
-                                       calibration_rows=options.calibration_rows)
+    data, prep = training_data(rows, target, eb, options)
     t0 = time.perf_counter()
     types: dict[str, TypeModel] = {}
     flats: dict[str, FlatForests] = {}
@@ -1363,10 +1371,7 @@ def get_models(profile: Any, *, target: str = "lum", cache_root: Any = None, ret
     def type_rows(t: str) -> TrainingData:  # the profile's rows of type t, read once (to retrain a reference)
         with lock:
             if not rows:
-                rows.update(prepare_training_data(profile.rows(), target, elem_bytes_for(profile.precision),
-                                                  padding_split=opts.padding_split,
-                                                  padding_split_by_type=dict(opts.padding_split_by_type),
-                                                  calibration_rows=opts.calibration_rows)[0])
+                rows.update(training_data(profile.rows(), target, elem_bytes_for(profile.precision), opts)[0])
         return rows[t]
 
     def reference(t: str, models: DeviceModels) -> ReferenceModel:

@@ -318,7 +318,6 @@ class Profile:
                 "runner_options": dict(c.get("runner_options") or {}), "source": c.get("source", ""),
                 "date": c.get("date", ""), "base": c.get("base", "")}
 
-
     def refinement_summary(self) -> dict[str, Any]:
         """What ``bench refine`` added to the layer rows (for listings): how many rows, toward
         which networks, in how many rounds and device seconds, by what, when;
