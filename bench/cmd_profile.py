@@ -17,7 +17,8 @@ Device-specific mapping rules go into ``profile.json``:
   FILE.json``), e.g. the device's measured ``padding_split`` (``tests/perf/padding_split.py``).
 
 For a database measured with the ``onnxruntime`` runner, ``fusion`` defaults to ONNX
-Runtime's CPU graph optimisations (:func:`onnxruntime_fusion`). For the ``vela`` runner
+Runtime's CPU graph optimisations (:func:`onnxruntime_fusion`) and ``op_mapping`` to the ops
+it runs as views (:func:`onnxruntime_op_mapping`). For the ``vela`` runner
 both default to Vela's own behaviour (:func:`vela_fusion`, :func:`vela_op_mapping`), derived from the installed Vela's
 supported-operator list plus the configurations the benchmark could not place on the
 NPU (the database's ``failures``), so an Ethos-U profile says which operators fall back.
@@ -40,7 +41,8 @@ from typing import Any, Mapping
 
 from estimator.errors import UserError
 
-__all__ = ["register", "cmd_profile", "onnxruntime_fusion", "vela_fusion", "vela_op_mapping", "profile_from_db"]
+__all__ = ["register", "cmd_profile", "onnxruntime_fusion", "onnxruntime_op_mapping", "vela_fusion", "vela_op_mapping",
+           "profile_from_db"]
 
 
 def onnxruntime_fusion() -> dict[str, Any]:
@@ -64,6 +66,28 @@ def onnxruntime_fusion() -> dict[str, Any]:
                             "fc": ["elu", "hardsigmoid", "leakyrelu", "relu", "sigmoid", "softplus", "tanh"],
                             "add": ["relu"], "mul": []},
             "bn_into_conv": True, "single_consumer": True}
+
+#: ONNX ops ONNX Runtime's CPU execution provider runs as views of their input: their
+#: kernels alias the input buffer (no data moved). Measured with ONNX Runtime 1.32.0
+#: (session 13, ``taskset -c 1``, per-node profile of synthetic graphs): Reshape, Flatten,
+#: Squeeze and Unsqueeze kernels take 2-4 us whatever the tensor (64 x 56 x 56 included),
+#: where a copy of that tensor takes 25 us or more. The layout reorders ONNX Runtime puts
+#: around them, when their neighbours run in its blocked (NCHWc) layout, are kernels of
+#: their own, not theirs. The roofline fallback (these types have no benchmark rows)
+#: predicted about 16 us each: ShuffleNetV2's 32 reshapes 0.51 ms of a 4.4 ms estimate
+#: against 0.08 ms measured.
+_ORT_FREE = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+
+
+def onnxruntime_op_mapping() -> dict[str, Any]:
+    """``op_mapping`` for an ONNX Runtime (CPU) profile: the ops it runs as views
+    (:data:`_ORT_FREE`), which the estimator lists as free nodes instead of estimating."""
+    import onnxruntime  # noqa: PLC0415
+
+    return {"free_ops": list(_ORT_FREE),
+            "source": f"onnxruntime {onnxruntime.__version__} CPU execution provider: Reshape, Flatten, Squeeze "
+                      f"and Unsqueeze alias their input (per-node kernel times 2-4 us whatever the size)"}
+
 
 #: Activations Vela runs inside the producing NPU operation (no extra cycles): the TFLite
 #: converter fuses ReLU/ReLU6/ReLU_N1_TO_1 (and clips) into CONV_2D, DEPTHWISE_CONV_2D,
@@ -247,6 +271,8 @@ def profile_from_db(db: str | Path, name: str, *, source: str, root: str | Path 
         fusion = onnxruntime_fusion()
     if op_mapping is None and runner == "vela":
         op_mapping = vela_op_mapping(failures)
+    elif op_mapping is None and runner == "onnxruntime":
+        op_mapping = onnxruntime_op_mapping()
     if fusion is not None:
         extra["fusion"] = dict(fusion)
     if op_mapping is not None:

@@ -141,6 +141,9 @@ def test_profile_registers_a_measured_onnxruntime_profile_with_ort_fusion_rules(
     rules = prof.fusion_rules()
     assert rules.folds("conv2d", "relu6") and rules.folds("add", "relu")
     assert not rules.folds("conv2d", "silu") and not rules.folds("add", "relu6")
+    # ONNX Runtime runs reshapes as views of their input: free nodes, not roofline guesses
+    assert set(prof.free_ops) == {"Reshape", "Flatten", "Squeeze", "Unsqueeze"}
+    assert "onnxruntime" in prof.op_mapping["source"]
     assert sum(1 for _ in prof.rows()) == 6 * (N + 1)
 
 
