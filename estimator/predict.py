@@ -466,8 +466,8 @@ class Estimator:
                 f"this network is unlike the {cal.n} networks {self.device} is calibrated on (nearest: "
                 f"{res.nearest}, composition distance {res.distance:.2f} against at most {cal.max_nn:.2f} among them, "
                 f"or its Eq. 7 total outside 0.5-2x their range): coverage is not guaranteed; its intervals are "
-                + ("widened to how far the correction is off on a calibration family it was not fitted on "
-                   "(leave-family-out)" if cal.shift_scores is not None else
+                + ("as wide as the correction is off on a calibration family it was not fitted on (leave-family-out, "
+                   "as every network's), which a network this different may exceed" if cal.shift_scores is not None else
                    "the union of the calibrated and the bias-corrected Eq. 8 intervals"))
         for c in res.uncertified:
             est.warnings.append(f"confidence {c:g} needs more network rows than the {cal.n} of {self.device}: the "
