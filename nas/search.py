@@ -311,6 +311,25 @@ def check_device(client: Any, device: str, where: str) -> dict[str, Any]:
     return next(d for d in devices if d["name"] == device)
 
 
+def calibration_note(device: dict[str, Any], space: str) -> str:
+    """What to say when ``device`` (a ListDevices entry) is calibrated on networks none of which
+    is a sample of ``space``, the space being searched: its calibrated intervals hold for
+    networks like its calibration networks (estimator/calibration.py), and ``--calibrate N``
+    adds this space's own samples. ``""`` when it is uncalibrated or calibrated on the space."""
+    cal = device.get("calibration") or {}
+    families = list(cal.get("families") or [])
+    if not cal.get("applied") or not families:
+        return ""
+    from .spaces import resolve_space  # noqa: PLC0415
+
+    label = resolve_space(space)[0]
+    if f"space:{label}" in families:
+        return ""
+    return (f"{device['name']} is calibrated on {cal.get('n_networks', '?')} networks of {', '.join(families)}, "
+            f"none a sample of the {label} space searched here: its calibrated intervals hold for networks like "
+            f"those; --calibrate 30 measures this space's own samples here first (where the device's runner runs)")
+
+
 def _study(req: SearchRequest, storage: Any, name: str) -> Any:
     import optuna  # noqa: PLC0415
 
@@ -386,7 +405,9 @@ def run_search(req: SearchRequest, *, err: TextIO | None = None, out: TextIO | N
 
             setup = prepare_refine(req, err)
         client = connect(req, stack)
-        check_device(client, s.device, where)
+        note = calibration_note(check_device(client, s.device, where), s.space)
+        if note:
+            print(f"note: {note}", file=err)
         storage = open_storage(url, heartbeat_interval=req.heartbeat_s)
         name = req.study or f"{s.device}-{s.space.rpartition(':')[2]}"
         study = _study(req, storage, name)

@@ -281,6 +281,37 @@ def test_service_answers_calibrated_with_uncalibrated_beside(cal):
             assert plain.total_ms == pytest.approx(r.uncalibrated["total_ms"])
 
 
+NAS_SPACE_ARGS = ["--space-option", "resolutions=[64]", "--space-option", "max_depth=1", "--space-option",
+                  "widths=[0.5]", "--budget", "10s", "--trials", "3", "--seed", "0", "--no-progress"]
+
+
+def test_nas_search_calibrate_measures_its_own_space_first(cal, tmp_path, capsys):
+    """``nas search --calibrate N``: N samples of the searched space measured here, the device
+    calibrated on them in OUT/profiles, then the search; a device calibrated on other spaces
+    makes the search say so."""
+    from nas.cli import main as nas_main
+
+    out = tmp_path / "out"
+    rc = nas_main(["search", "--device", DEVICE, "--profiles", str(cal["root"]), "--out", str(out), "--space",
+                   "mobilenet", "--calibrate", "20", *NAS_SPACE_ARGS])
+    err = capsys.readouterr().err
+    assert rc == 0, err[-2000:]
+    assert f"calibrating {DEVICE} on 20 samples of mobilenet" in err and "none a sample of" not in err
+    import csv
+
+    with open(out / "profiles" / DEVICE / "networks.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 20 and {r["family"] for r in rows} == {"space:mobilenet"}
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["n_trials"] == 3
+    # tiny-cal is calibrated on mobilenet samples: searching resnet, the search notes it once
+    rc = nas_main(["search", "--device", "tiny-cal", "--profiles", str(cal["root"]), "--out", str(tmp_path / "r"),
+                   "--space", "resnet", *NAS_SPACE_ARGS[6:]])
+    err = capsys.readouterr().err
+    assert rc == 0, err[-2000:]
+    assert err.count("tiny-cal is calibrated on 20 networks of space:mobilenet, none a sample of the resnet space") == 1
+
+
 def test_too_few_rows_warn_and_stay_uncalibrated(cal, tmp_path):
     from estimator.dataset import read_network_rows, write_network_rows
     from estimator.predict import Estimator
