@@ -38,8 +38,8 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from estimator.errors import UserError
 
-__all__ = ["NetworkSpec", "SourceError", "space_specs", "zoo_specs", "onnx_specs", "row_specs", "weightless",
-           "ZOO_FAMILY", "parse_zoo"]
+__all__ = ["NetworkSpec", "SourceError", "space_specs", "space_family", "zoo_specs", "onnx_specs", "row_specs",
+           "weightless", "ZOO_FAMILY", "parse_zoo"]
 
 #: zoo networks that are one family for leave-family-out validation
 ZOO_FAMILY = {"resnet18": "resnet", "resnet50": "resnet"}
@@ -82,6 +82,13 @@ def weightless(spec: NetworkSpec, model: bytes, fusion: Any) -> None:
 
 
 # --------------------------------------------------------------------------- spaces
+
+
+def space_family(space: str) -> str:
+    """The family of ``space``'s samples (``space:<label>``, the label :func:`nas.spaces.resolve_space`
+    gives a registered name or ``MODULE:FUNCTION``): what leave-family-out validation holds out
+    together, and what a calibration's ``families`` list."""
+    return f"space:{_space_fn(space)[0]}"
 
 
 def _space_fn(name: str) -> tuple[str, Any]:
@@ -132,7 +139,7 @@ def space_specs(spaces: Sequence[str], n: int, *, seed: int = 0, options: Mappin
             params = dict(trial.params)
             detail = {"space": spec_name, "options": opts, "seed": seed, "index": i, "params": params,
                       "architecture": arch.description, "input_shape": list(arch.input_shape)}
-            out.append(NetworkSpec(name=f"space:{label}#{seed}-{i}", family=f"space:{label}", source="space",
+            out.append(NetworkSpec(name=f"space:{label}#{seed}-{i}", family=space_family(spec_name), source="space",
                                    detail=detail, build=_space_builder(fn, params, opts, label)))
             i += 1
     return out

@@ -320,13 +320,12 @@ def calibration_note(device: dict[str, Any], space: str) -> str:
     families = list(cal.get("families") or [])
     if not cal.get("applied") or not families:
         return ""
-    from .spaces import resolve_space  # noqa: PLC0415
+    from bench.network_sources import space_family  # noqa: PLC0415
 
-    label = resolve_space(space)[0]
-    if f"space:{label}" in families:
+    if space_family(space) in families:
         return ""
     return (f"{device['name']} is calibrated on {cal.get('n_networks', '?')} networks of {', '.join(families)}, "
-            f"none a sample of the {label} space searched here: its calibrated intervals hold for networks like "
+            f"none a sample of the {space} space searched here: its calibrated intervals hold for networks like "
             f"those; --calibrate 30 measures this space's own samples here first (where the device's runner runs)")
 
 
