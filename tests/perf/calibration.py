@@ -1,10 +1,11 @@
 """Network-level calibration on real targets (issue 18): prints figures, asserts nothing.
 
 Each scenario calibrates a base profile to a target with ``bench calibrate``'s library
-(:mod:`bench.calibrate`): NAS-space samples (the ``mobilenet`` and ``resnet`` spaces, seed 0)
-measured whole on the target, then evaluates the calibrated profile on **held-out networks of
-families that are not in the calibration set** (zoo networks, measured whole on the same
-target with :mod:`bench.network_measure`), uncalibrated (Eq. 7/8) beside calibrated:
+(:mod:`bench.calibrate`): NAS-space samples (``bench calibrate``'s default: 60 of the
+``mobilenet``, ``resnet`` and ``scaled`` spaces, seed 0; ``--spaces``/``--networks``) measured
+whole on the target, then evaluates the calibrated profile on **held-out networks of families
+that are not in the calibration set** (zoo networks, measured whole on the same target with
+:mod:`bench.network_measure`), uncalibrated (Eq. 7/8) beside calibrated:
 
 ``same-device``   base ``host-cpu``, target ONNX Runtime, 1 thread, on this machine
                   (run it pinned: ``taskset -c 1``; the base must have been measured here);
@@ -221,7 +222,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     held_specs = zoo_specs(parse_zoo(sc["held_out"]))
     nas_held = sc.get("held_out_nas", 0) if args.held_out_nas is None else args.held_out_nas
-    held_spaces = (args.held_out_spaces or "mobilenet,resnet").split(",")
+    held_spaces = (args.held_out_spaces or args.spaces).split(",")
     if nas_held:
         held_specs = space_specs(held_spaces, nas_held, seed=args.seed + 1) + held_specs
     held = _measure(held_device, sc["runner"], sc["options"], held_specs, base.fusion_rules(), db, args, args.rounds)
@@ -307,9 +308,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="also hold out N NAS-space samples (seed + 1; default: the scenario's, 70 for imx93-vela, "
                          "else none)")
     ap.add_argument("--held-out-spaces", default=None, metavar="LIST",
-                    help="the spaces of --held-out-nas, round robin (default mobilenet,resnet: the calibration's; "
-                         "a space the calibration does not sample, e.g. scaled (nas search's default), holds out "
-                         "a family)")
+                    help="the spaces of --held-out-nas, round robin (default: the calibration's --spaces; a space "
+                         "the calibration does not sample holds out a family)")
     ap.add_argument("--json", default=None, help="write the figures here")
     ap.add_argument("--verbose", action="store_true", help="print every held-out network")
     args = ap.parse_args(argv)
