@@ -123,8 +123,8 @@ import numpy as np
 from .aggregate import conformal_index
 
 __all__ = ["MIN_NETWORKS", "REFERENCE_CONFIDENCE", "METHODS", "ADOPT_GAIN", "TYPE_RIDGE", "OTHER_TYPES",
-           "FAMILY_SHIFT_WARN", "CalibrationRow", "Correction", "NetworkCalibration", "CalibratedTotal", "fit_calibration", "fit_correction", "cross_validate",
-           "conformal_quantile", "family_warning"]
+           "FAMILY_SHIFT_WARN", "CalibrationRow", "Correction", "NetworkCalibration", "CalibratedTotal",
+           "fit_calibration", "fit_correction", "cross_validate", "conformal_quantile", "family_warning", "type_times"]
 
 #: fewer network rows than this leave a profile uncalibrated (with a warning)
 MIN_NETWORKS = 20
@@ -220,22 +220,24 @@ class Correction:
                 **({"types": list(self.types)} if self.types else {})}
 
 
-def _nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+def _nnls(x: np.ndarray, y: np.ndarray, ridge: np.ndarray | None = None, target: np.ndarray | None = None
+          ) -> np.ndarray:
+    """Non-negative ``c`` minimising ``|(y - x c) / y|^2`` (plus ``|ridge c - target|^2``)."""
     from scipy.optimize import nnls  # noqa: PLC0415 (scipy comes with scikit-learn)
 
-    return nnls(x / y[:, None], np.ones_like(y))[0]
+    a, b = x / y[:, None], np.ones_like(y)
+    if ridge is not None and target is not None:
+        a, b = np.concatenate([a, ridge]), np.concatenate([b, target])
+    return nnls(a, b)[0]
 
 
 def _fit_per_type(y: np.ndarray, p: np.ndarray, shares: Sequence[Mapping[str, float]], scale: float) -> Correction:
-    """``per-type``: non-negative least squares on relative errors plus the ridge rows
-    ``sqrt(TYPE_RIDGE) (a_t / s - 1)``; :data:`OTHER_TYPES` keeps ``s``."""
-    from scipy.optimize import nnls  # noqa: PLC0415
-
+    """``per-type``: relative residuals plus the ridge rows ``sqrt(TYPE_RIDGE) (a_t / s - 1)``;
+    :data:`OTHER_TYPES` keeps ``s``."""
     types = sorted({t for sh in shares for t, v in sh.items() if v > 0})
-    x = type_times(p, shares, types) / y[:, None]
     k = len(types)
-    ridge = np.eye(k) * math.sqrt(TYPE_RIDGE) / scale
-    coef = nnls(np.concatenate([x, ridge]), np.concatenate([np.ones_like(y), np.full(k, math.sqrt(TYPE_RIDGE))]))[0]
+    coef = _nnls(type_times(p, shares, types), y, np.eye(k) * math.sqrt(TYPE_RIDGE) / scale,
+                 np.full(k, math.sqrt(TYPE_RIDGE)))
     return Correction("per-type", tuple(float(c) for c in coef) + (scale,), tuple(types) + (OTHER_TYPES,))
 
 
