@@ -219,10 +219,10 @@ class Correction:
     def describe(self) -> str:
         if self.method == "per-type":
             parts = [f"{t} {c:.3g}" for t, c in zip(self.types, self.coef) if t != OTHER_TYPES]
-            return (f"per-type scales x Eq. 7 time ({', '.join(parts)}; other types "
-                    f"{self.coef[self.types.index(OTHER_TYPES)]:.3g})")
+            return (f"each type's Eq. 7 time x its scale: {', '.join(parts)}; other types "
+                    f"{self.coef[self.types.index(OTHER_TYPES)]:.3g}")
         if self.method == NO_CORRECTION:
-            return "none (the Eq. 7 total as it is)"
+            return "the Eq. 7 total as it is"
         names = {"scale": ("p",), "scale+constant": ("p", "1"), "scale+per-layer": ("p", "n", "1")}[self.method]
         return " + ".join({"p": f"{c:.4g} x Eq. 7 total", "n": f"{c * 1e3:.4g} us per layer",
                            "1": f"{c:.4g} ms"}[f] for f, c in zip(names, self.coef))
