@@ -5,15 +5,25 @@ evaluate a profile against, ``estimator evaluate --networks DIR``) both run
 :func:`measure_networks`:
 
 1. every network is built, imported as the estimator reads it (:func:`bench.network_sources.weightless`),
-   recorded in the benchmark database (``networks`` table) and prepared on the runner in
-   the runner's format: ONNX as it is, TFLite through :mod:`bench.tflite_convert` (int8 for
-   Vela and int8 LiteRT, float32 for ``--precision fp32``), before anything is timed;
+   recorded in the benchmark database (``networks`` table), converted to the runner's format
+   (ONNX as it is, TFLite through :mod:`bench.tflite_convert`: int8 for Vela and int8 LiteRT,
+   float32 for ``--precision fp32``) and prepared on the runner once, before anything is
+   timed, so a network the runner cannot take fails before the rounds start. Prepared
+   networks stay prepared while their models add up to :data:`KEEP_PREPARED_BYTES`; the
+   others wait on disk in the runner's format and are prepared again for each timing and
+   released after it. An interpreter holds its weights two or three times over: 66 networks
+   with the zoo's VGG-16 and ResNet-50, all prepared at once in LiteRT fp32, were killed at
+   16 GB (session 15);
 2. the networks are timed in ``rounds`` interleaved rounds (every network once per round,
    ``warmup`` untimed and ``runs`` timed inferences), so a slow spell of a shared machine
    hits all networks alike; each round of each network is committed as it is taken
    (``network_rounds``), and a run started again resumes where it stopped;
 3. a network's latency is the median of its rounds' medians; ``spread_pct`` (max / min - 1
-   of the round medians) says how much the target moved meanwhile.
+   of the round medians) says how much the target moved meanwhile. When the median network's
+   spread exceeds :data:`SPREAD_WARN_PCT`, :func:`moved_warning` says so and the commands print
+   it: something else loaded the target, and a calibration would learn that noise. Measured
+   (session 15-16, 2-vCPU AMD VM, 60 networks in 3 rounds): ONNX Runtime at 1 thread 2.5-6 %,
+   at 2 threads 14.5 %, at 2 threads while another job ran 44 %.
 
 A cost model (Vela) is asked once per network (``rounds = runs = 1``): its whole-network
 estimate is recorded as ``kind = estimated``, never as a measurement.
@@ -22,6 +32,7 @@ from __future__ import annotations
 
 import statistics
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -32,10 +43,15 @@ from .network_sources import NetworkSpec, weightless
 from .runners.base import Prepared, Runner, RunnerError
 from .storage import Store
 
-__all__ = ["NetworkResult", "measure_networks", "runner_model", "write_network_set", "network_rows"]
+__all__ = ["NetworkResult", "measure_networks", "runner_model", "write_network_set", "network_rows", "moved_warning"]
 
 #: measurement protocol id of whole networks (part of the environment's settings)
 PROTOCOL = "network-v1"
+#: the median network's round-to-round spread (%) beyond which the measurement warns
+SPREAD_WARN_PCT = 20.0
+#: networks stay prepared between rounds while their runner-format models add up to this
+#: (the rest are prepared for each timing; see the module docstring)
+KEEP_PREPARED_BYTES = 512 * 2**20
 
 
 @dataclass
@@ -67,6 +83,42 @@ def runner_model(runner: Runner, model: bytes, precision: str) -> bytes:
                     f"ONNX or TFLite only")
 
 
+class _Models:
+    """Networks in the runner's format: prepared and kept while they fit
+    :data:`KEEP_PREPARED_BYTES`, else on disk and prepared at each :meth:`get`."""
+
+    def __init__(self, runner: Runner, spill: Path) -> None:
+        self.runner, self.spill = runner, spill
+        self.kept: dict[str, Prepared] = {}
+        self.files: dict[str, Path] = {}
+        self.kept_bytes = 0
+
+    def _prepare(self, name: str, model: bytes) -> Prepared:
+        try:
+            return self.runner.prepare(model)
+        except (RunnerError, UserError) as e:
+            raise UserError(f"{name}: {self.runner.name} cannot run it: {e}") from None
+
+    def add(self, name: str, model: bytes) -> None:
+        prepared = self._prepare(name, model)  # every network once, before any timing
+        if self.kept_bytes + len(model) <= KEEP_PREPARED_BYTES:
+            self.kept[name] = prepared
+            self.kept_bytes += len(model)
+            return
+        del prepared
+        path = self.spill / f"{len(self.files)}.model"
+        path.write_bytes(model)
+        self.files[name] = path
+
+    def get(self, name: str) -> Prepared:
+        if name in self.kept:
+            return self.kept[name]
+        return self._prepare(name, self.files[name].read_bytes())
+
+    def clear(self) -> None:
+        self.kept.clear()
+
+
 def _bar(total: int, desc: str, enabled: bool) -> Any:
     from tqdm import tqdm  # noqa: PLC0415
 
@@ -84,41 +136,42 @@ def measure_networks(runner: Runner, store: Store, env_id: int, specs: Sequence[
     if rounds < 1 or runs < 1 or warmup < 0:
         raise UserError("--rounds and --runs must be >= 1, --warmup >= 0")
     done = store.network_rounds(env_id)
-    prepared: dict[str, Prepared] = {}
-    bar = _bar(len(specs), "building", progress)
-    try:
-        for spec in specs:
-            bar.set_postfix_str(spec.name, refresh=False)
-            model = spec.build()
-            weightless(spec, model, fusion)
-            store.add_network(env_id, spec.name, spec.family, spec.source, spec.detail, spec.weightless_onnx,
-                              spec.onnx_sha256)
-            if any(r not in done.get(spec.name, {}) for r in range(rounds)):
-                try:
-                    prepared[spec.name] = runner.prepare(runner_model(runner, model, precision))
-                except (RunnerError, UserError) as e:
-                    raise UserError(f"{spec.name}: {runner.name} cannot run it: {e}") from None
-            bar.update()
-    finally:
-        bar.close()
-    todo = sum(1 for s in specs for r in range(rounds) if r not in done.get(s.name, {}))
-    if log is not None and todo < len(specs) * rounds:
-        log(f"resuming: {len(specs) * rounds - todo} of {len(specs) * rounds} network rounds already measured")
-    bar = _bar(todo, "measuring", progress)
-    try:
-        for r in range(rounds):
+    with tempfile.TemporaryDirectory(prefix="bench-networks-") as spill:
+        models = _Models(runner, Path(spill))
+        bar = _bar(len(specs), "building", progress)
+        try:
             for spec in specs:
-                if r in done.get(spec.name, {}):
-                    continue
-                bar.set_postfix_str(f"round {r + 1}/{rounds} {spec.name}", refresh=False)
-                try:
-                    t = runner.time(prepared[spec.name], warmup=warmup, runs=runs)
-                except RunnerError as e:
-                    raise UserError(f"{spec.name}: {runner.name} failed timing it: {e}") from None
-                store.add_network_round(env_id, spec.name, r, t)
+                bar.set_postfix_str(spec.name, refresh=False)
+                model = spec.build()
+                weightless(spec, model, fusion)
+                store.add_network(env_id, spec.name, spec.family, spec.source, spec.detail, spec.weightless_onnx,
+                                  spec.onnx_sha256)
+                if any(r not in done.get(spec.name, {}) for r in range(rounds)):
+                    models.add(spec.name, runner_model(runner, model, precision))
                 bar.update()
-    finally:
-        bar.close()
+        finally:
+            bar.close()
+        todo = sum(1 for s in specs for r in range(rounds) if r not in done.get(s.name, {}))
+        if log is not None and todo < len(specs) * rounds:
+            log(f"resuming: {len(specs) * rounds - todo} of {len(specs) * rounds} network rounds already measured")
+        bar = _bar(todo, "measuring", progress)
+        try:
+            for r in range(rounds):
+                for spec in specs:
+                    if r in done.get(spec.name, {}):
+                        continue
+                    bar.set_postfix_str(f"round {r + 1}/{rounds} {spec.name}", refresh=False)
+                    prepared = models.get(spec.name)
+                    try:
+                        t = runner.time(prepared, warmup=warmup, runs=runs)
+                    except RunnerError as e:
+                        raise UserError(f"{spec.name}: {runner.name} failed timing it: {e}") from None
+                    del prepared  # an unkept network is released here
+                    store.add_network_round(env_id, spec.name, r, t)
+                    bar.update()
+        finally:
+            bar.close()
+            models.clear()
     rounds_now = store.network_rounds(env_id)
     out = []
     for spec in specs:
@@ -131,6 +184,18 @@ def measure_networks(runner: Runner, store: Store, env_id: int, specs: Sequence[
                                  rounds=rounds, runs=runs, measured_at=max(got[r][1] for r in range(rounds)),
                                  round_medians_ms=meds))
     return out
+
+
+def moved_warning(results: Sequence[NetworkResult]) -> str:
+    """A warning when the target moved while the networks were measured (the median network's
+    round-to-round spread beyond :data:`SPREAD_WARN_PCT`), or ``""``."""
+    spreads = [r.spread_pct for r in results if r.rounds >= 2]
+    if not spreads or statistics.median(spreads) <= SPREAD_WARN_PCT:
+        return ""
+    return (f"the target moved while the networks were measured: the median network's rounds differ by "
+            f"{statistics.median(spreads):.0f} % (the largest {max(spreads):.0f} %); something else ran there, or it "
+            f"changed speed, and calibrating on these rows learns that noise; measure again with nothing else "
+            f"running (another --db, or more --rounds)")
 
 
 def network_rows(results: Sequence[NetworkResult], *, runner: str, kind: str) -> list[dict[str, Any]]:
