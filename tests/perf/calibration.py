@@ -30,12 +30,15 @@ coverage >= 90 %, width <= 25 %.
     # also hold out a family no calibration network comes from (nas search's default space)
     taskset -c 1 python tests/perf/calibration.py --scenario same-device --held-out-nas 40 --held-out-spaces scaled
     python tests/perf/calibration.py --scenario ort-2-threads
+    # calibration and held-out networks timed in the same rounds (a target whose speed drifts)
+    python tests/perf/calibration.py --scenario ort-2-threads --same-rounds
     taskset -c 1 python tests/perf/calibration.py --scenario litert-fp32
     python tests/perf/calibration.py --scenario imx93-vela
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -197,19 +200,33 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
           f"{sc['runner']} {sc['options']}")
 
     cal_specs = space_specs(args.spaces.split(","), args.networks, seed=args.seed)
-    m = _measure(name, sc["runner"], sc["options"], cal_specs, base.fusion_rules(), db, args, args.cal_rounds)
+    held_specs = zoo_specs(parse_zoo(sc["held_out"]))
+    nas_held = sc.get("held_out_nas", 0) if args.held_out_nas is None else args.held_out_nas
+    held_spaces = (args.held_out_spaces or args.spaces).split(",")
+    if nas_held:
+        held_specs = space_specs(held_spaces, nas_held, seed=args.seed + 1) + held_specs
+    if args.same_rounds:  # one measurement: both sets see the same states of the machine
+        both = _measure(name, sc["runner"], sc["options"], cal_specs + held_specs, base.fusion_rules(), db, args,
+                        args.rounds)
+        m = dataclasses.replace(both, results=both.results[:len(cal_specs)])
+        held = dataclasses.replace(both, results=both.results[len(cal_specs):])
+    else:
+        m = _measure(name, sc["runner"], sc["options"], cal_specs, base.fusion_rules(), db, args, args.cal_rounds)
     med, lo, hi, n = bias(base, m.results)
     cal = write_calibrated_profile(base, name, root, m, replace=True, command="tests/perf/calibration.py")
     # device time: every round's warm-up and timed runs, at the round's median
     timing = sum(sum(r.round_medians_ms) * (m.runs + m.warmup) for r in m.results) / 1e3
-    doc: dict[str, Any] = {"scenario": args.scenario, "base": base.name, "runner": sc["runner"],
+    doc: dict[str, Any] = {"scenario": args.scenario, "same_rounds": args.same_rounds, "base": base.name,
+                           "runner": sc["runner"],
                            "options": sc["options"], "calibration_seconds": m.seconds,
                            "calibration_device_seconds": timing,
                            "bias": {"median_measured_over_predicted": med, "min": lo, "max": hi, "n": n},
                            "calibration": cal.info, "report": cal.report}
     spreads = sorted(r.spread_pct for r in m.results)
     print(f"calibration set: {len(m.results)} networks ({m.seconds:.0f} s wall incl. building and conversion; "
-          f"about {timing:.0f} s of device time in {m.rounds} rounds of {m.warmup} + {m.runs} runs; "
+          f"about {timing:.0f} s of device time in {m.rounds} rounds of {m.warmup} + {m.runs} runs"
+          + (f" (timed with the held-out networks; {timing * args.cal_rounds / m.rounds:.0f} s in "
+             f"{args.cal_rounds} rounds)" if args.same_rounds else "") + "; "
           f"round-to-round spread median {statistics.median(spreads):.1f} %, "
           f"max {spreads[-1]:.1f} %); {base.name} predicts {abs(1 / med - 1) * 100:.0f} % "
           f"{'high' if med < 1 else 'low'} here (median measured/predicted {med:.3f}, range {lo:.3f}-{hi:.3f})")
@@ -220,12 +237,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
               + f" (uncalibrated {r['uncalibrated_mean_abs_error_pct']:.1f} %); 90 % band "
               + ", ".join(f"{k} {v:.0f} %" for k, v in r["cv_band_pct"].items()))
 
-    held_specs = zoo_specs(parse_zoo(sc["held_out"]))
-    nas_held = sc.get("held_out_nas", 0) if args.held_out_nas is None else args.held_out_nas
-    held_spaces = (args.held_out_spaces or args.spaces).split(",")
-    if nas_held:
-        held_specs = space_specs(held_spaces, nas_held, seed=args.seed + 1) + held_specs
-    held = _measure(held_device, sc["runner"], sc["options"], held_specs, base.fusion_rules(), db, args, args.rounds)
+    if not args.same_rounds:
+        held = _measure(held_device, sc["runner"], sc["options"], held_specs, base.fusion_rules(), db, args,
+                        args.rounds)
     est = Estimator.from_profile(load_profile(name, root))
     conf = 0.9
     cal_digests = {r.spec.onnx_sha256 for r in m.results}
@@ -302,6 +316,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=7,
                     help="interleaved rounds of the held-out networks, the truth the figures compare with (default 7: "
                          "round medians move 5-20 %% on these VMs)")
+    ap.add_argument("--same-rounds", action="store_true",
+                    help="time the calibration and held-out networks in the same --rounds interleaved rounds (one "
+                         "measurement), so that a machine whose speed drifts between runs (2 threads on a 2-vCPU VM: "
+                         "10-15 %% within minutes) moves both alike; the calibration networks then get --rounds "
+                         "rounds, not --cal-rounds")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--held-out-nas", type=int, default=None, metavar="N",
