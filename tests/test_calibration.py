@@ -137,22 +137,34 @@ def test_no_correction_when_a_fit_on_some_families_makes_the_others_worse():
     assert fit_calibration(_rows(1.5 * p * np.exp(rng.normal(0, 0.03, 40)), p, fams)).correction.method == "scale"
 
 
-def test_no_correction_when_it_cross_validates_worse_in_error_with_the_bands_tied():
-    # two families agree with the Eq. 7 totals, a third runs 1.5x: left out, each agreeing family
-    # is mispredicted by the scale fitted on the other two, while the third is missed alike by
-    # both, and sets both bands (they tie); the error rule keeps the totals as they are
-    rng = np.random.default_rng(0)
+def test_no_correction_when_it_cross_validates_worse_in_error():
+    # three families at 1.55x, 1.1x and 1.05x their estimate: a scale narrows the band by more
+    # than 10 %, but each family left out is mispredicted by the scale the other two fit, worse
+    # than by no correction: the error rule keeps the totals as they are
+    rng = np.random.default_rng(1)
     p = rng.uniform(1, 30, 45)
     fams = [f"f{i % 3}" for i in range(45)]
-    factor = np.array([{"f0": 1.0, "f1": 1.0, "f2": 1.5}[f] for f in fams])
+    factor = np.array([{"f0": 1.55, "f1": 1.1, "f2": 1.05}[f] for f in fams])
     cal = fit_calibration(_rows(p * factor * np.exp(rng.normal(0, 0.03, 45)), p, fams))
     err, band = cal.report["cv_mean_abs_error_pct"], cal.report["cv_band_pct"]
-    assert band["none"] > 0.9 * band["scale"] and err["none"] <= 0.9 * err["scale"]
+    assert band["scale"] <= 0.9 * band["none"] and err["none"] <= 0.9 * err["scale"]
     assert cal.correction.method == "none"
     # every family 1.5x: the scale lowers the error and is applied
     cal = fit_calibration(_rows(1.5 * p * np.exp(rng.normal(0, 0.03, 45)), p, fams))
     err = cal.report["cv_mean_abs_error_pct"]
     assert err["scale"] < err["none"] and cal.correction.method == "scale"
+
+
+def test_no_correction_unless_one_earns_its_place():
+    # the profile's own machine: the totals are right within noise, and a 3 % scale fitted on
+    # the calibration families narrows nothing; it is not applied (session 16: a fresh profile
+    # calibrated on its own VM went 5.5 -> 7.9 % on the held-out zoo with a 1.035 scale)
+    rng = np.random.default_rng(6)
+    p = rng.uniform(1, 30, 60)
+    fams = [f"f{i % 3}" for i in range(60)]
+    cal = fit_calibration(_rows(1.03 * p * np.exp(rng.normal(0, 0.08, 60)), p, fams))
+    band = cal.report["cv_band_pct"]
+    assert band["scale"] > 0.9 * band["none"] and cal.correction.method == "none"
 
 
 def test_families_that_disagree_about_the_bias_warn():
