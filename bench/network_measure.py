@@ -13,7 +13,7 @@ evaluate a profile against, ``estimator evaluate --networks DIR``) both run
    others wait on disk in the runner's format and are prepared again for each timing and
    released after it. An interpreter holds its weights two or three times over: 66 networks
    with the zoo's VGG-16 and ResNet-50, all prepared at once in LiteRT fp32, were killed at
-   16 GB (session 15);
+   16 GB (session 15); this way the same run peaked at 7.8 GB (session 16);
 2. the networks are timed in ``rounds`` interleaved rounds (every network once per round,
    ``warmup`` untimed and ``runs`` timed inferences), so a slow spell of a shared machine
    hits all networks alike; each round of each network is committed as it is taken
