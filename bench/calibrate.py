@@ -69,9 +69,10 @@ def measure(name: str, runner: Any, specs: Sequence[Any], *, fusion: Any, db: st
             runs: int = 20, warmup: int = 5, precision: str | None = None, options: dict[str, Any] | None = None,
             progress: bool = False, log: Callable[[str], None] | None = None) -> Measured:
     """Measure ``specs`` (:mod:`bench.network_sources`) whole on ``runner`` (a
-    :class:`~bench.runners.base.Runner`, closed afterwards), committing every round to ``db``."""
+    :class:`~bench.runners.base.Runner`, closed afterwards), committing every round to ``db``;
+    ``log`` also gets :func:`bench.network_measure.moved_warning`'s warning."""
     from .cmd_run import _exclusive, _version  # noqa: PLC0415
-    from .network_measure import PROTOCOL, measure_networks  # noqa: PLC0415
+    from .network_measure import PROTOCOL, measure_networks, moved_warning  # noqa: PLC0415
     from .smartpad import default_precision  # noqa: PLC0415
     from .storage import Store  # noqa: PLC0415
 
@@ -91,6 +92,9 @@ def measure(name: str, runner: Any, specs: Sequence[Any], *, fusion: Any, db: st
             results = measure_networks(runner, store, env_id, specs, fusion=fusion, warmup=warmup, runs=runs,
                                        rounds=rounds, precision=precision, progress=progress, log=log)
             seconds = time.monotonic() - t0
+        warning = moved_warning(results)
+        if warning and log is not None:
+            log(f"warning: {warning}")
     except RunnerError as e:
         raise UserError(f"runner {runner.name!r}: {e}") from e
     finally:

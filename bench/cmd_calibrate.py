@@ -190,14 +190,6 @@ def _check_name(name: str, flag: str) -> None:
         raise UserError(f"{flag} {name!r}: use letters, digits, '.', '_' and '-' only")
 
 
-def _warn_moved(m: Any) -> None:
-    from .network_measure import moved_warning  # noqa: PLC0415
-
-    warning = moved_warning(m.results)
-    if warning:
-        print(f"warning: {warning}", file=sys.stderr)
-
-
 # ------------------------------------------------------------------------ commands
 
 
@@ -227,7 +219,6 @@ def cmd_networks(a: argparse.Namespace) -> int:
     what = "estimated" if m.kind == "estimated" else "measured"
     print(f"{what} {len(m.results)} networks in {m.seconds:.0f} s on {target_description(m)}; "
           f"wrote {out / 'networks.csv'}")
-    _warn_moved(m)
     print(f"next: estimator evaluate --device {a.device} --networks {out}")
     return 0
 
@@ -249,7 +240,6 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     what = "estimated" if m.kind == "estimated" else "measured"
     print(f"{what} {len(m.results)} networks ({describe_sources(m.results)}) in {m.seconds:.0f} s on "
           f"{target_description(m)}")
-    _warn_moved(m)
     off = (1 / med - 1) * 100 if med < 1 else (med - 1) * 100
     print(f"{base.name} predicts {off:.0f} % {'high' if med < 1 else 'low'} here: median measured/predicted "
           f"{med:.3f} (range {lo:.3f}-{hi:.3f}) over {n} networks")

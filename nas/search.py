@@ -179,7 +179,6 @@ def calibrate_device(req: SearchRequest, err: TextIO) -> Path:
     profile, under the device's own name, to ``OUT/profiles`` (returned: the in-process
     service's profiles directory)."""
     from bench.calibrate import bias, measure, write_calibrated_profile  # noqa: PLC0415
-    from bench.network_measure import moved_warning  # noqa: PLC0415
     from bench.network_sources import space_specs  # noqa: PLC0415
     from estimator.profile import load_profile  # noqa: PLC0415
 
@@ -206,9 +205,6 @@ def calibrate_device(req: SearchRequest, err: TextIO) -> Path:
            else f"not calibrated: {cal.info.get('reason')}")
     print(f"calibrated {s.device} in {m.seconds:.0f} s: measured/predicted {med:.3f} (median over "
           f"{len(m.results)} samples); {how}; profile in {cal.path}", file=err)
-    warning = moved_warning(m.results)
-    if warning:
-        print(f"nas: warning: {warning}", file=err)
     return cal.path.parent
 
 
