@@ -193,6 +193,11 @@ def test_onnxruntime_runner_times_and_describes_itself():
     assert env["threads"] == 2 and env["inter_op_threads"] == 1 and env["graph_optimization"] == "basic"
     assert env["host"]["cpu_model"] and env["host"]["cpu_count"] == os.cpu_count()
     assert env["execution_mode"] == "sequential"
+    # several threads: workers stop spinning when a run returns, and the environment says so;
+    # one thread keeps the environment it always had (cached measurements stay valid)
+    assert env["spinning"] == "stopped when a run returns"
+    assert r._options().get_session_config_entry("session.force_spinning_stop") == "1"
+    assert "spinning" not in get_runner("onnxruntime", threads=1).environment()
     p = r.prepare(to_onnx(padding_model(16, 16, 8)))
     t = r.time(p, warmup=1, runs=7)
     assert t.n == 7 and 0 < t.min_ms <= t.p10_ms <= t.median_ms <= t.p90_ms

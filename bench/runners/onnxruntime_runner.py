@@ -5,6 +5,21 @@ sequential execution, so a measurement depends on the model and these settings o
 An optional CPU affinity pins the whole process (``os.sched_setaffinity``) before any
 session (and so any ORT thread) exists; it is recorded in :meth:`environment`.
 
+More than one thread (``threads > 1``). ORT's worker threads spin for a while after a run
+returns, waiting for the next one. A benchmark keeps many sessions alive and times them one
+after another, so the workers of the sessions just timed spin beside the one being timed. With
+more than one thread the workers stop spinning when a run returns
+(``session.force_spinning_stop``; inside a run they still spin between operators, as in
+deployment); this is part of :meth:`environment`. One thread does not spin at all.
+Measured (session 17, 2-vCPU AMD VM, ONNX Runtime 1.32, 2 threads; 60 sessions of 6 zoo
+models alive, 3 rounds of batches of 20 runs, 3 processes per setting, alternating): the share
+of batches 25 % or more slower than a single long-lived session was 0.71, 0.72 and 0.02 with
+spinning, 0.45, 0.45 and 0.11 with it stopped; MobileNetV2's median 6.6 and 4.1-4.9 ms (one
+long-lived session: 3.8 ms). Pinning the caller and the worker to one CPU each
+(``session.intra_op_thread_affinities``) gave 0.42, 0.29 and 0.13: no clear gain, not used.
+Stopping the spin lowers but does not remove the slow batches: on this VM type the rest came
+and went in periods of minutes, whatever the setting (the third process of every setting).
+
 Timing: ``warmup`` untimed runs, then ``runs`` runs each timed with
 ``time.perf_counter_ns`` around ``InferenceSession.run`` (the same Python-side overhead
 for every model, so it cancels in Eq. 4 differences), summarised by
@@ -142,6 +157,8 @@ class OnnxRuntimeRunner(Runner):
         so.log_severity_level = 3
         if self.threads == 1:
             so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        else:  # see the module docstring: no spinning beside the next session
+            so.add_session_config_entry("session.force_spinning_stop", "1")
         if profile_prefix:
             so.enable_profiling = True
             so.profile_file_prefix = profile_prefix
@@ -247,6 +264,8 @@ class OnnxRuntimeRunner(Runner):
             "ignored_options": sorted(self.ignored_options),
             "implementation": sys.implementation.name,
         }
+        if self.threads > 1:  # only then: one-thread environments keep their identity
+            env["spinning"] = "stopped when a run returns"
         if self.flush_cache_mb:  # only when on: warm environments keep their identity
             env["flush_cache_mb"] = self.flush_cache_mb
         return env
