@@ -57,7 +57,7 @@ import numpy as np
 
 from .aggregate import (COUPLINGS, DEFAULT_COUPLING, DEFAULT_SAMPLES, DEFAULT_SEED, DistBatch, SampleBank, aggregate,
                         layer_intervals)
-from .calibration import MIN_NETWORKS, REFERENCE_CONFIDENCE
+from .calibration import MIN_NETWORKS, REFERENCE_CONFIDENCE, layer_kind
 from .errors import UserError
 from .layers import Layer, describe
 from .models import METRICS, BatchPrediction, DeviceModels, get_models
@@ -456,7 +456,7 @@ class Estimator:
                 est.calibration.update(applied=False, reason="the network's Eq. 7 total is 0 ms")
             est.intervals = {m: {c: per[c] for c in confs} for m, per in est.intervals.items()}
             return est
-        res = cal.apply(est.total_ms, len(layers), est.intervals, _type_shares(layers, pred), confs)
+        res = cal.apply(est.total_ms, len(layers), est.intervals, _kind_shares(layers, pred), confs)
         est.uncalibrated = {"total_ms": est.total_ms,
                             "intervals": {m: {c: per[c] for c in confs} for m, per in est.intervals.items()}}
         est.total_ms, est.intervals = res.total_ms, res.intervals
@@ -583,7 +583,7 @@ class Estimator:
                         ) -> tuple[Any, dict[str, dict[float, tuple[float, float]]]]:
         """A whole network as network calibration sees it: its
         :class:`~estimator.calibration.CalibrationRow` (this estimator's uncalibrated Eq. 7
-        total, Eq. 8 spreads and type shares, with ``measured_ms``) and its Eq. 8 intervals
+        total, Eq. 8 spreads and kind shares, with ``measured_ms``) and its Eq. 8 intervals
         at :data:`~estimator.calibration.REFERENCE_CONFIDENCE`."""
         from .calibration import CalibrationRow  # noqa: PLC0415
 
@@ -593,7 +593,7 @@ class Estimator:
         spread = {m: (per[REFERENCE_CONFIDENCE][1] - per[REFERENCE_CONFIDENCE][0]) / (2 * total) if total > 0 else 0.0
                   for m, per in est.intervals.items()}
         row = CalibrationRow(name=name, family=family, measured_ms=float(measured_ms), predicted_ms=total,
-                             n_layers=len(layers), spread=spread, shares=_type_shares(layers, pred))
+                             n_layers=len(layers), spread=spread, shares=_kind_shares(layers, pred))
         return row, est.intervals
 
     def calibration_info(self) -> dict[str, Any]:
@@ -601,12 +601,14 @@ class Estimator:
         return dict(self.calibration_state()[1])
 
 
-def _type_shares(layers: Sequence[Layer], pred_ms: np.ndarray) -> dict[str, float]:
-    """Each layer type's share of a network's predicted total."""
+def _kind_shares(layers: Sequence[Layer], pred_ms: np.ndarray) -> dict[str, float]:
+    """Each layer kind's share of a network's predicted total (the kind: the type, with the
+    kernel window for convolutions; :func:`estimator.calibration.layer_kind`)."""
     total = float(pred_ms.sum())
     out: dict[str, float] = {}
     if total <= 0:
         return out
     for l, t in zip(layers, pred_ms.tolist()):
-        out[l.type] = out.get(l.type, 0.0) + t / total
+        k = layer_kind(l.type, l.features)
+        out[k] = out.get(k, 0.0) + t / total
     return out

@@ -116,6 +116,47 @@ def test_per_type_scales_when_types_move_apart_and_the_common_scale_for_types_un
     assert lo < res.total_ms < hi
 
 
+def test_per_kernel_scales_a_kernel_window_that_runs_unlike_its_type():
+    # LiteRT (XNNPACK) against an ONNX Runtime profile (session 15's rows): 7x7 depthwise
+    # convolutions ran about 9x their estimate, 3x3 ones 1.5x, everything else about 1.8x; one
+    # factor for dwconv2d cannot be right for both, one per kernel window can
+    from estimator.calibration import by_type, layer_kind
+
+    assert layer_kind("dwconv2d", {"k_h": 7, "k_w": 7, "c": 8}) == "dwconv2d@7x7"
+    assert layer_kind("conv2d", {"k_h": 1, "k_w": 3}) == "conv2d@1x3" and layer_kind("add", {"c": 8}) == "add"
+    assert by_type({"dwconv2d@7x7": 0.2, "dwconv2d@3x3": 0.1, "add": 0.7}) == pytest.approx(
+        {"dwconv2d": 0.3, "add": 0.7})
+    rng = np.random.default_rng(5)
+    true = {"conv2d@1x1": 1.8, "dwconv2d@3x3": 1.5, "dwconv2d@7x7": 9.0, "add": 1.8}
+    rows = []
+    for i in range(60):
+        fam = f"f{i % 3}"
+        dw = rng.uniform(0.05, 0.25)
+        k7 = dw * rng.uniform(0, 1)
+        conv = (1 - dw) * rng.uniform(0.7, 0.9)
+        shares = {"dwconv2d@7x7": k7, "dwconv2d@3x3": dw - k7, "conv2d@1x1": conv, "add": 1 - dw - conv}
+        p = rng.uniform(1, 30)
+        y = p * sum(true[k] * v for k, v in shares.items()) * math.exp(rng.normal(0, 0.02))
+        rows.append(CalibrationRow(name=f"n{i}", family=fam, measured_ms=y, predicted_ms=p, n_layers=40,
+                                   spread={m: 0.2 for m in METRICS}, shares=shares))
+    cal = fit_calibration(rows)
+    band = cal.report["cv_band_pct"]
+    assert cal.correction.method == "per-kernel" and band["per-kernel"] <= 0.9 * band["per-type"]
+    coef = dict(zip(cal.correction.types, cal.correction.coef))
+    # (the ridge pulls every factor toward the common scale, the more the less time it carries)
+    assert coef["dwconv2d@7x7"] > 2 * max(coef["dwconv2d@3x3"], coef["conv2d@1x1"]) and coef["dwconv2d@3x3"] < 3
+    assert "dwconv2d@7x7" in cal.correction.describe()
+    # a network of 3x3 depthwise convolutions only is not charged the 7x7 slowdown
+    assert cal.correction.predict(10.0, 40, {"dwconv2d@3x3": 0.2, "conv2d@1x1": 0.8}) == pytest.approx(
+        10 * (0.2 * coef["dwconv2d@3x3"] + 0.8 * coef["conv2d@1x1"]))
+    # per-type, fitted on the same rows, sums a network's kinds into its types
+    pt = fit_correction("per-type", [r.measured_ms for r in rows], [r.predicted_ms for r in rows],
+                        [r.n_layers for r in rows], [r.shares for r in rows])
+    assert "dwconv2d" in pt.types and not any("@" in t for t in pt.types)
+    assert pt.predict(10.0, 40, {"dwconv2d@3x3": 0.5, "dwconv2d@7x7": 0.5}) == pytest.approx(
+        pt.predict(10.0, 40, {"dwconv2d": 1.0}))
+
+
 def test_no_correction_when_a_fit_on_some_families_makes_the_others_worse():
     # the Eq. 7 totals are right on average, but one family runs 25 % slower and the other 20 %
     # faster (small networks do not parallelise, large ones do): a scale fitted on either is
