@@ -274,9 +274,10 @@ class Correction:
     def describe(self) -> str:
         if self.method in GROUP_METHODS:
             parts = [f"{t} {c:.3g}" for t, c in zip(self.types, self.coef) if t != OTHER_TYPES]
-            what = "type's" if self.method == "per-type" else "type's (convolutions: each kernel window's)"
-            return (f"each {what} Eq. 7 time x its scale: {', '.join(parts)}; other "
-                    f"{'types' if self.method == 'per-type' else 'kinds'} {self.coef[self.types.index(OTHER_TYPES)]:.3g}")
+            what, rest = (("type's", "types") if self.method == "per-type" else
+                          ("type's (convolutions: each kernel window's)", "kinds"))
+            return (f"each {what} Eq. 7 time x its scale: {', '.join(parts)}; other {rest} "
+                    f"{self.coef[self.types.index(OTHER_TYPES)]:.3g}")
         if self.method == NO_CORRECTION:
             return "the Eq. 7 total as it is"
         names = {"scale": ("p",), "scale+constant": ("p", "1"), "scale+per-layer": ("p", "n", "1")}[self.method]
