@@ -158,6 +158,15 @@ def test_flush_cache_is_a_recorded_runner_setting(tmp_path, capsys):
     rc = main(["run", "--device", "cold-host", "--layers", "fc", "--samples", "2", "--flush-cache", "-1",
                "--out", str(out), "--no-progress"])
     assert rc == 2 and "flush_cache_mb must be in [0, 4096]" in capsys.readouterr().err
+    rc = main(["run", "--device", "cold-host", "--layers", "fc", "--samples", "2", "--prior-samples", "0",
+               "--warmup", "1", "--runs", "2", "--flush-cache", "4", "--cold", "weight-bound", "--out", str(out),
+               "--no-progress"])
+    assert rc == 0, capsys.readouterr().err
+    envs = [json.loads(r[0]) for r in con.execute("SELECT environment FROM environments ORDER BY env_id")]
+    assert [e.get("cold", "all")[:12] for e in envs] == ["all", "weight-bound"]  # a policy is its own environment
+    rc = main(["run", "--device", "cold-host", "--layers", "fc", "--samples", "2", "--cold", "weight-bound",
+               "--out", str(out), "--no-progress"])
+    assert rc == 2 and "needs flush_cache_mb (bench --flush-cache MB)" in capsys.readouterr().err
 
 
 def _net(path, *, transpose: bool, size: int = 12) -> None:

@@ -33,6 +33,13 @@ network's own activations evict them between two inferences. On this VM (32 MiB 
 1280x1000 fully connected layer takes 0.08 ms warm, 0.59 ms after a 64 MiB flush and
 0.40 ms inside MobileNetV2 (``tests/perf/cold_cache.py``). Off by default (0); when on it
 is part of :meth:`environment`, so warm and cold measurements never mix in one environment.
+``cold`` (``bench run --cold``) says which models run cold: ``all`` (the default), or
+``weight-bound``: only models whose weights outweigh their activations (the sum of every
+tensor the model computes, shapes inferred by ONNX), so compute-bound convolutions stay
+warm while classifier heads, squeeze-excite convolutions and wide 1x1 convolutions on small
+maps are measured as a network runs them. Compute-bound layers run about as fast cold as
+warm, and flushing them all over-predicted every network (session 7); a weight-bound layer
+is the one whose time is its weights' trip from memory.
 
 :meth:`per_layer` is ORT's own profiler: a separate session with ``enable_profiling``,
 the same warm-up and runs, and per node the median ``*_kernel_time`` duration in ms keyed
@@ -55,7 +62,10 @@ import numpy as np
 
 from .base import Prepared, Runner, RunnerError, Timing, cpu_model, timing_from_runs
 
-__all__ = ["OnnxRuntimeRunner", "IGNORED_OPTIONS", "parse_affinity"]
+__all__ = ["OnnxRuntimeRunner", "IGNORED_OPTIONS", "COLD_POLICIES", "parse_affinity", "weight_bound"]
+
+#: ``cold`` (with ``flush_cache_mb``) -> which models run with cold caches.
+COLD_POLICIES = {"all": "every model", "weight-bound": "models whose weights outweigh their activations"}
 
 #: Options of other runners that ``bench run`` may pass through; this runner accepts and
 #: ignores them (with a warning), so one command line can be reused across runners.
@@ -92,6 +102,34 @@ def parse_affinity(affinity: str | Iterable[int] | None) -> tuple[int, ...] | No
     return out
 
 
+def weight_bound(model: bytes) -> bool:
+    """Whether an ONNX model's weights (initializer bytes) outweigh its activations (the
+    bytes of its inputs and of every tensor it computes, shapes inferred; unknown
+    dimensions count as 1)."""
+    import onnx
+    from onnx import helper, shape_inference
+
+    try:
+        m = shape_inference.infer_shapes(onnx.load_from_string(model))
+    except Exception as e:  # onnx raises its own types
+        raise RunnerError(f"cannot infer the model's shapes: {e}") from e
+    g = m.graph
+    inits = {t.name for t in g.initializer}
+
+    def nbytes(dims: Iterable[int], elem_type: int) -> int:
+        size = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).itemsize
+        return size * int(np.prod([max(1, int(d)) for d in dims], dtype=np.int64))
+
+    weights = sum(nbytes(t.dims, t.data_type) for t in g.initializer)
+    acts = 0
+    for v in list(g.input) + list(g.value_info) + list(g.output):
+        if v.name in inits or not v.type.HasField("tensor_type"):
+            continue
+        tt = v.type.tensor_type
+        acts += nbytes([d.dim_value for d in tt.shape.dim], tt.elem_type)
+    return weights > acts
+
+
 class OnnxRuntimeRunner(Runner):
     name = "onnxruntime"
     model_format = "onnx"
@@ -99,7 +137,7 @@ class OnnxRuntimeRunner(Runner):
 
     def __init__(self, threads: int = 1, inter_op_threads: int = 1, graph_optimization: str = "all",
                  affinity: str | Iterable[int] | None = None, precision: str = "fp32", flush_cache_mb: float = 0.0,
-                 **options: Any) -> None:
+                 cold: str = "all", **options: Any) -> None:
         try:
             import onnxruntime as ort
         except ImportError as e:  # pragma: no cover - a core dependency
@@ -136,13 +174,25 @@ class OnnxRuntimeRunner(Runner):
             raise RunnerError(f"flush_cache_mb must be a number of MiB, got {flush_cache_mb!r}") from None
         if not (0.0 <= self.flush_cache_mb <= 4096.0):
             raise RunnerError(f"flush_cache_mb must be in [0, 4096] MiB, got {flush_cache_mb!r}")
+        if cold not in COLD_POLICIES:
+            raise RunnerError(f"cold {cold!r} unknown; use one of {', '.join(COLD_POLICIES)}")
+        if cold != "all" and not self.flush_cache_mb:
+            raise RunnerError(f"cold {cold!r} says which models run with cold caches: it needs flush_cache_mb "
+                              f"(bench --flush-cache MB)")
+        self.cold = cold
         n = int(self.flush_cache_mb * (1 << 20)) // 8
         self._flush_buf = np.zeros(n) if n else None
         self._seed = 0
 
-    def _evict(self) -> None:
-        """Write the flush buffer (cold caches; a no-op when flush_cache_mb is 0)."""
-        if self._flush_buf is not None:
+    def _runs_cold(self, model: bytes) -> bool:
+        """Whether ``model`` runs with cold caches (``flush_cache_mb`` and ``cold``)."""
+        if self._flush_buf is None:
+            return False
+        return self.cold == "all" or weight_bound(model)
+
+    def _evict(self, prepared: Prepared) -> None:
+        """Write the flush buffer when the model runs cold (a no-op otherwise)."""
+        if prepared.info.get("cold"):
             self._flush_buf += 1.0
 
     # ------------------------------------------------------------------ sessions
@@ -182,19 +232,19 @@ class OnnxRuntimeRunner(Runner):
 
     def prepare(self, model: bytes) -> Prepared:
         sess = self._session(model)
-        return Prepared(sess, "onnx", {"feeds": self._feeds(sess), "model": model})
+        return Prepared(sess, "onnx", {"feeds": self._feeds(sess), "model": model, "cold": self._runs_cold(model)})
 
     def time(self, prepared: Prepared, *, warmup: int, runs: int) -> Timing:
         sess, feeds = prepared.handle, prepared.info["feeds"]
         run, evict = sess.run, self._evict
         try:
             for _ in range(max(0, warmup)):
-                evict()
+                evict(prepared)
                 run(None, feeds)
             times = []
             clock = time.perf_counter_ns
             for _ in range(max(1, runs)):
-                evict()
+                evict(prepared)
                 t0 = clock()
                 run(None, feeds)
                 times.append((clock() - t0) / 1e6)
@@ -212,7 +262,7 @@ class OnnxRuntimeRunner(Runner):
             sess = self._session(prepared.info["model"], profile_prefix=os.path.join(d, "p"))
             feeds = prepared.info["feeds"]
             for _ in range(max(0, warmup) + max(1, runs)):
-                self._evict()
+                self._evict(prepared)
                 sess.run(None, feeds)
             path = sess.end_profiling()
             events = json.loads(Path(path).read_text())
@@ -268,4 +318,6 @@ class OnnxRuntimeRunner(Runner):
             env["spinning"] = "stopped when a run returns"
         if self.flush_cache_mb:  # only when on: warm environments keep their identity
             env["flush_cache_mb"] = self.flush_cache_mb
+        if self.cold != "all":  # likewise: flush-everything environments keep theirs
+            env["cold"] = f"{self.cold}: {COLD_POLICIES[self.cold]}"
         return env
