@@ -98,11 +98,11 @@ def add_runner_options(p: argparse.ArgumentParser) -> None:
                    help="ONNX Runtime graph optimisation level (default all)")
     g.add_argument("--flush-cache", type=float, default=None, metavar="MB",
                    help="write an MB buffer before every run so weights come cold from DRAM, as inside a real "
-                        "network (onnxruntime; e.g. 64 for a 32 MiB last-level cache; default off)")
+                        "network (onnxruntime, litert; e.g. 64 for a 32 MiB last-level cache; default off)")
     g.add_argument("--cold", default=None, choices=("all", "weight-bound"),
                    help="with --flush-cache: which models run cold: all (default), or weight-bound, those whose "
                         "weights outweigh their activations (classifier heads, squeeze-excite and wide 1x1 "
-                        "convolutions on small maps), the layers a network runs from DRAM (onnxruntime)")
+                        "convolutions on small maps), the layers a network runs from DRAM (onnxruntime, litert)")
     g.add_argument("--agent", default=None, metavar="HOST:PORT", help="bench agent address (agent runner)")
     g.add_argument("--token", default=None, help="bench agent token (agent runner)")
     g.add_argument("--delegate", default=None, metavar="PATH", help="TFLite delegate library (litert)")

@@ -217,11 +217,11 @@ def test_weight_bound_models_alone_run_cold():
     assert weight_bound(head) and weight_bound(squeeze) and not weight_bound(stem)
     r = OnnxRuntimeRunner(flush_cache_mb=1, cold="weight-bound")
     assert [r.prepare(m).info["cold"] for m in (head, squeeze, stem)] == [True, True, False]
-    flushed = r._flush_buf.copy()
+    flushed = r.flush.buffer.copy()
     r.time(r.prepare(stem), warmup=1, runs=2)
-    assert (r._flush_buf == flushed).all()  # a warm model never touches the buffer
+    assert (r.flush.buffer == flushed).all()  # a warm model never touches the buffer
     r.time(r.prepare(head), warmup=1, runs=2)
-    assert (r._flush_buf == flushed + 3).all()  # a cold one writes it before every run
+    assert (r.flush.buffer == flushed + 3).all()  # a cold one writes it before every run
     assert r.environment()["cold"].startswith("weight-bound: ")
     assert [OnnxRuntimeRunner(flush_cache_mb=1).prepare(m).info["cold"] for m in (head, stem)] == [True, True]
     assert "cold" not in OnnxRuntimeRunner(flush_cache_mb=1).environment()  # flush-all keeps its identity

@@ -25,21 +25,11 @@ Timing: ``warmup`` untimed runs, then ``runs`` runs each timed with
 for every model, so it cancels in Eq. 4 differences), summarised by
 :func:`~bench.runners.base.timing_from_runs`.
 
-Cold caches (``flush_cache_mb``, ``bench run --flush-cache MB``): before every run, warm-up
-and timed, the runner writes a buffer of that size (outside the timed region), evicting the
-model's weights from the last-level cache. A benchmark model is small and, run back to back,
-keeps its weights in cache; inside a real network they come from DRAM, because the
-network's own activations evict them between two inferences. On this VM (32 MiB L3) a
-1280x1000 fully connected layer takes 0.08 ms warm, 0.59 ms after a 64 MiB flush and
-0.40 ms inside MobileNetV2 (``tests/perf/cold_cache.py``). Off by default (0); when on it
-is part of :meth:`environment`, so warm and cold measurements never mix in one environment.
-``cold`` (``bench run --cold``) says which models run cold: ``all`` (the default), or
-``weight-bound``: only models whose weights outweigh their activations (the sum of every
-tensor the model computes, shapes inferred by ONNX), so compute-bound convolutions stay
-warm while classifier heads, squeeze-excite convolutions and wide 1x1 convolutions on small
-maps are measured as a network runs them. Compute-bound layers run about as fast cold as
-warm, and flushing them all over-predicted every network (session 7); a weight-bound layer
-is the one whose time is its weights' trip from memory.
+Cold caches (``flush_cache_mb``, ``cold``; ``bench run --flush-cache MB --cold POLICY``):
+:class:`~bench.runners.base.CacheFlush`. Weight-bound is judged on the ONNX model
+(:func:`weight_bound`). On this VM (32 MiB L3) a 1280x1000 fully connected layer takes
+0.08 ms warm, 0.28-0.59 ms after a 64 MiB flush and 0.32-0.40 ms inside MobileNetV2
+(``tests/perf/cold_cache.py``).
 
 :meth:`per_layer` is ORT's own profiler: a separate session with ``enable_profiling``,
 the same warm-up and runs, and per node the median ``*_kernel_time`` duration in ms keyed
@@ -60,12 +50,9 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from .base import Prepared, Runner, RunnerError, Timing, cpu_model, timing_from_runs
+from .base import CacheFlush, Prepared, Runner, RunnerError, Timing, cpu_model, timing_from_runs
 
-__all__ = ["OnnxRuntimeRunner", "IGNORED_OPTIONS", "COLD_POLICIES", "parse_affinity", "weight_bound"]
-
-#: ``cold`` (with ``flush_cache_mb``) -> which models run with cold caches.
-COLD_POLICIES = {"all": "every model", "weight-bound": "models whose weights outweigh their activations"}
+__all__ = ["OnnxRuntimeRunner", "IGNORED_OPTIONS", "parse_affinity", "weight_bound"]
 
 #: Options of other runners that ``bench run`` may pass through; this runner accepts and
 #: ignores them (with a warning), so one command line can be reused across runners.
@@ -130,6 +117,10 @@ def weight_bound(model: bytes) -> bool:
     return weights > acts
 
 
+def _nothing() -> None:
+    pass
+
+
 class OnnxRuntimeRunner(Runner):
     name = "onnxruntime"
     model_format = "onnx"
@@ -168,32 +159,8 @@ class OnnxRuntimeRunner(Runner):
                 os.sched_setaffinity(0, self.affinity)
             except OSError as e:
                 raise RunnerError(f"cannot pin to CPUs {list(self.affinity)}: {e}") from e
-        try:
-            self.flush_cache_mb = float(flush_cache_mb)
-        except (TypeError, ValueError):
-            raise RunnerError(f"flush_cache_mb must be a number of MiB, got {flush_cache_mb!r}") from None
-        if not (0.0 <= self.flush_cache_mb <= 4096.0):
-            raise RunnerError(f"flush_cache_mb must be in [0, 4096] MiB, got {flush_cache_mb!r}")
-        if cold not in COLD_POLICIES:
-            raise RunnerError(f"cold {cold!r} unknown; use one of {', '.join(COLD_POLICIES)}")
-        if cold != "all" and not self.flush_cache_mb:
-            raise RunnerError(f"cold {cold!r} says which models run with cold caches: it needs flush_cache_mb "
-                              f"(bench --flush-cache MB)")
-        self.cold = cold
-        n = int(self.flush_cache_mb * (1 << 20)) // 8
-        self._flush_buf = np.zeros(n) if n else None
+        self.flush = CacheFlush(flush_cache_mb, cold)
         self._seed = 0
-
-    def _runs_cold(self, model: bytes) -> bool:
-        """Whether ``model`` runs with cold caches (``flush_cache_mb`` and ``cold``)."""
-        if self._flush_buf is None:
-            return False
-        return self.cold == "all" or weight_bound(model)
-
-    def _evict(self, prepared: Prepared) -> None:
-        """Write the flush buffer when the model runs cold (a no-op otherwise)."""
-        if prepared.info.get("cold"):
-            self._flush_buf += 1.0
 
     # ------------------------------------------------------------------ sessions
 
@@ -232,19 +199,21 @@ class OnnxRuntimeRunner(Runner):
 
     def prepare(self, model: bytes) -> Prepared:
         sess = self._session(model)
-        return Prepared(sess, "onnx", {"feeds": self._feeds(sess), "model": model, "cold": self._runs_cold(model)})
+        cold = self.flush.runs_cold(lambda: weight_bound(model))
+        return Prepared(sess, "onnx", {"feeds": self._feeds(sess), "model": model, "cold": cold})
 
     def time(self, prepared: Prepared, *, warmup: int, runs: int) -> Timing:
         sess, feeds = prepared.handle, prepared.info["feeds"]
-        run, evict = sess.run, self._evict
+        run = sess.run
+        evict = self.flush.evict if prepared.info.get("cold") else _nothing
         try:
             for _ in range(max(0, warmup)):
-                evict(prepared)
+                evict()
                 run(None, feeds)
             times = []
             clock = time.perf_counter_ns
             for _ in range(max(1, runs)):
-                evict(prepared)
+                evict()
                 t0 = clock()
                 run(None, feeds)
                 times.append((clock() - t0) / 1e6)
@@ -261,8 +230,9 @@ class OnnxRuntimeRunner(Runner):
         with tempfile.TemporaryDirectory(prefix="ortprof") as d:
             sess = self._session(prepared.info["model"], profile_prefix=os.path.join(d, "p"))
             feeds = prepared.info["feeds"]
+            evict = self.flush.evict if prepared.info.get("cold") else _nothing
             for _ in range(max(0, warmup) + max(1, runs)):
-                self._evict(prepared)
+                evict()
                 sess.run(None, feeds)
             path = sess.end_profiling()
             events = json.loads(Path(path).read_text())
@@ -316,8 +286,5 @@ class OnnxRuntimeRunner(Runner):
         }
         if self.threads > 1:  # only then: one-thread environments keep their identity
             env["spinning"] = "stopped when a run returns"
-        if self.flush_cache_mb:  # only when on: warm environments keep their identity
-            env["flush_cache_mb"] = self.flush_cache_mb
-        if self.cold != "all":  # likewise: flush-everything environments keep theirs
-            env["cold"] = f"{self.cold}: {COLD_POLICIES[self.cold]}"
+        env.update(self.flush.environment())
         return env
