@@ -7,6 +7,12 @@ from the environment record (runner, versions, host, date; kind ``measured``, or
 ``estimated`` for a cost model such as Vela) and ``--source`` as the human-readable text
 of where the numbers came from.
 
+A layer type can come from another environment of the same database that differs only
+in how caches are treated (``--types-from ENV:TYPE[,TYPE]``): e.g. the classifier's ``fc``,
+whose weights a network reads from DRAM, measured with ``bench run --layers fc
+--flush-cache 64`` beside the warm rest. ``profile.json`` says which
+(``layer_environments``).
+
 Device-specific mapping rules go into ``profile.json``:
 
 * ``fusion``: which activations the target's compiler folds into the producing layer
@@ -37,11 +43,11 @@ import re
 import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from estimator.errors import UserError
 
-__all__ = ["register", "cmd_profile", "onnxruntime_fusion", "onnxruntime_op_mapping", "vela_fusion", "vela_op_mapping",
+__all__ = ["register", "cmd_profile", "parse_types_from", "onnxruntime_fusion", "onnxruntime_op_mapping", "vela_fusion", "vela_op_mapping",
            "profile_from_db"]
 
 
@@ -207,6 +213,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--source", required=True, help="where the numbers came from (free text, kept in provenance)")
     p.add_argument("--root", default=None, help="profiles directory (default: $CL_PROFILES or the repository's profiles/)")
     p.add_argument("--env-id", type=int, default=None, help="environment to take (needed when the database holds several)")
+    p.add_argument("--types-from", action="append", default=None, metavar="ENV:TYPE[,TYPE]",
+                   help="take these layer types' rows from environment ENV instead, one that differs only in how "
+                        "caches are treated (e.g. 2:fc for fc measured with --flush-cache; repeatable)")
     p.add_argument("--hardware", default=None, help="hardware description (default: the environment's device name)")
     p.add_argument("--description", default=None, help="free-text description")
     p.add_argument("--fusion", default=None, metavar="JSON", help="fusion rules file (default: the runner's, if known)")
@@ -228,8 +237,66 @@ def _load_json(path: str | None, what: str) -> Any:
         raise UserError(f"--{what}: {path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
 
 
+#: Keys of a runner's environment in which a ``--types-from`` environment may differ from
+#: the profile's: how caches are treated, nothing about the machine or the runtime.
+CACHE_KEYS = frozenset({"flush_cache_mb"})
+
+
+def parse_types_from(specs: Sequence[str] | None) -> dict[int, list[str]]:
+    """``["2:fc", "3:conv2d,dwconv2d"]`` -> ``{2: ["fc"], 3: ["conv2d", "dwconv2d"]}``."""
+    out: dict[int, list[str]] = {}
+    seen: set[str] = set()
+    for spec in specs or []:
+        env_s, _, types_s = spec.partition(":")
+        types = [t.strip() for t in types_s.split(",") if t.strip()]
+        try:
+            env_id = int(env_s)
+        except ValueError:
+            env_id = -1
+        if env_id < 0 or not types:
+            raise UserError(f"--types-from {spec!r}: use ENV:TYPE[,TYPE], e.g. 2:fc")
+        again = seen.intersection(types)
+        if again:
+            raise UserError(f"--types-from: {', '.join(sorted(again))} given twice")
+        seen.update(types)
+        out.setdefault(env_id, []).extend(types)
+    return out
+
+
+def _swap_types(store: Any, db: Any, env: Mapping[str, Any], envs: Sequence[Mapping[str, Any]],
+                rows: list[dict[str, Any]], types_from: Mapping[int, Sequence[str]]
+                ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``rows`` with the ``types_from`` types' rows taken from those environments, and the
+    ``layer_environments`` record; an environment that differs in more than :data:`CACHE_KEYS`
+    (or in its measurement settings), or lacks a type, is an error."""
+    layer_envs: dict[str, Any] = {}
+    for eid, types in types_from.items():
+        other = next((e for e in envs if e["env_id"] == eid), None)
+        if other is None:
+            raise UserError(f"--types-from {eid}: {db} has no environment {eid}")
+        if eid == env["env_id"]:
+            raise UserError(f"--types-from {eid}: that is the profile's own environment")
+        a, b = env.get("environment") or {}, other.get("environment") or {}
+        differ = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and k not in CACHE_KEYS)
+        sa, sb = env.get("settings") or {}, other.get("settings") or {}
+        differ += sorted(f"settings.{k}" for k in set(sa) | set(sb) if sa.get(k) != sb.get(k) and k != "bench_version")
+        if differ:
+            raise UserError(f"--types-from {eid}: environment {eid} differs from environment {env['env_id']} in "
+                            f"{', '.join(differ)}; only {', '.join(sorted(CACHE_KEYS))} may differ")
+        theirs = [r for r in store.export_rows(eid) if r["layer_type"] in types]
+        lacking = sorted(set(types) - {r["layer_type"] for r in theirs})
+        if lacking:
+            raise UserError(f"--types-from {eid}: environment {eid} holds no {', '.join(lacking)} rows")
+        rows = [r for r in rows if r["layer_type"] not in types] + theirs
+        for t in types:
+            layer_envs[t] = {"env_id": eid, "rows": sum(1 for r in theirs if r["layer_type"] == t),
+                             **{k: b.get(k) for k in sorted(CACHE_KEYS) if a.get(k) != b.get(k)}}
+    return rows, layer_envs
+
+
 def profile_from_db(db: str | Path, name: str, *, source: str, root: str | Path | None = None,
-                    env_id: int | None = None, hardware: str | None = None, description: str | None = None,
+                    env_id: int | None = None, types_from: Mapping[int, Sequence[str]] | None = None,
+                    hardware: str | None = None, description: str | None = None,
                     fusion: Mapping[str, Any] | None = None, op_mapping: Mapping[str, Any] | None = None,
                     training: Mapping[str, Any] | None = None, force: bool = False) -> Any:
     """Create ``<root>/<name>/`` from one environment of a bench database; returns the Profile."""
@@ -263,7 +330,12 @@ def profile_from_db(db: str | Path, name: str, *, source: str, root: str | Path 
         if not rows:
             raise UserError(f"{db}: environment {env['env_id']} holds no measurements")
         failures = [f for f in store.failures() if f["env_id"] == env["env_id"]]
+        layer_envs: dict[str, Any] = {}
+        if types_from:
+            rows, layer_envs = _swap_types(store, db, env, envs, rows, types_from)
     extra: dict[str, Any] = {}
+    if layer_envs:
+        extra["layer_environments"] = layer_envs
     runner = env.get("runner")
     if fusion is None and runner == "vela":
         fusion = vela_fusion()
@@ -297,13 +369,17 @@ def profile_from_db(db: str | Path, name: str, *, source: str, root: str | Path 
 
 
 def cmd_profile(a: argparse.Namespace) -> int:
-    prof = profile_from_db(a.db, a.name, source=a.source, root=a.root, env_id=a.env_id, hardware=a.hardware,
+    prof = profile_from_db(a.db, a.name, source=a.source, root=a.root, env_id=a.env_id,
+                           types_from=parse_types_from(a.types_from), hardware=a.hardware,
                            description=a.description, fusion=_load_json(a.fusion, "fusion"),
                            op_mapping=_load_json(a.op_mapping, "op-mapping"),
                            training=_load_json(a.training, "training"), force=a.force)
     n = sum(1 for _ in prof.rows())
     print(f"wrote profile {prof.name} to {prof.path} ({n} rows, provenance {prof.provenance.kind}, runner {prof.runner})")
     print(f"source: {prof.provenance.source}")
+    for t, e in sorted((prof.extra.get("layer_environments") or {}).items()):
+        how = ", ".join(f"{k} {v}" for k, v in e.items() if k not in ("env_id", "rows"))
+        print(f"{t}: {e['rows']} rows from environment {e['env_id']}" + (f" ({how})" if how else ""))
     cpu = prof.cpu_fallback_ops
     if cpu:
         print(f"cpu_fallback_ops: {', '.join(cpu)}")

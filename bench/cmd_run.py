@@ -36,7 +36,7 @@ RUNNER_OPTIONS = {
     "agent": "agent", "token": "token", "delegate": "delegate", "accelerator_config": "accelerator_config",
     "system_config": "system_config", "memory_mode": "memory_mode", "precision": "precision",
     "threads": "threads", "affinity": "affinity", "graph_optimization": "graph_optimization",
-    "flush_cache": "flush_cache_mb", "cold": "cold",
+    "flush_cache": "flush_cache_mb",
 }
 
 
@@ -98,11 +98,9 @@ def add_runner_options(p: argparse.ArgumentParser) -> None:
                    help="ONNX Runtime graph optimisation level (default all)")
     g.add_argument("--flush-cache", type=float, default=None, metavar="MB",
                    help="write an MB buffer before every run so weights come cold from DRAM, as inside a real "
-                        "network (onnxruntime, litert; e.g. 64 for a 32 MiB last-level cache; default off)")
-    g.add_argument("--cold", default=None, choices=("all", "weight-bound"),
-                   help="with --flush-cache: which models run cold: all (default), or weight-bound, those whose "
-                        "weights outweigh their activations (classifier heads, squeeze-excite and wide 1x1 "
-                        "convolutions on small maps), the layers a network runs from DRAM (onnxruntime, litert)")
+                        "network (onnxruntime, litert; e.g. 64 for a 32 MiB last-level cache; default off; measure the "
+                        "weight-bound types alone this way, e.g. --layers fc, and join them with bench profile "
+                        "--types-from)")
     g.add_argument("--agent", default=None, metavar="HOST:PORT", help="bench agent address (agent runner)")
     g.add_argument("--token", default=None, help="bench agent token (agent runner)")
     g.add_argument("--delegate", default=None, metavar="PATH", help="TFLite delegate library (litert)")

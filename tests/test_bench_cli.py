@@ -158,15 +158,43 @@ def test_flush_cache_is_a_recorded_runner_setting(tmp_path, capsys):
     rc = main(["run", "--device", "cold-host", "--layers", "fc", "--samples", "2", "--flush-cache", "-1",
                "--out", str(out), "--no-progress"])
     assert rc == 2 and "flush_cache_mb must be in [0, 4096]" in capsys.readouterr().err
-    rc = main(["run", "--device", "cold-host", "--layers", "fc", "--samples", "2", "--prior-samples", "0",
-               "--warmup", "1", "--runs", "2", "--flush-cache", "4", "--cold", "weight-bound", "--out", str(out),
-               "--no-progress"])
-    assert rc == 0, capsys.readouterr().err
-    envs = [json.loads(r[0]) for r in con.execute("SELECT environment FROM environments ORDER BY env_id")]
-    assert [e.get("cold", "all")[:12] for e in envs] == ["all", "weight-bound"]  # a policy is its own environment
-    rc = main(["run", "--device", "cold-host", "--layers", "fc", "--samples", "2", "--cold", "weight-bound",
-               "--out", str(out), "--no-progress"])
-    assert rc == 2 and "needs flush_cache_mb (bench --flush-cache MB)" in capsys.readouterr().err
+
+
+def test_profile_takes_cold_fc_rows_from_their_own_environment(tmp_path, capsys):
+    """The weight-bound type measured with a cache flush joins the warm rest in one profile;
+    an environment that differs in more than the flush is refused, naming the difference."""
+    db = tmp_path / "host.sqlite"
+    common = ["--device", "host", "--samples", "2", "--prior-samples", "0", "--warmup", "1", "--runs", "2",
+              "--out", str(db), "--no-progress"]
+    assert main(["run", "--layers", "fc,add", *common]) == 0
+    assert main(["run", "--layers", "fc", "--flush-cache", "4", *common]) == 0
+    assert main(["run", "--layers", "fc", "--threads", "2", *common]) == 0
+    capsys.readouterr()
+    con = sqlite3.connect(db)
+    warm, cold, two = [r[0] for r in con.execute("SELECT env_id FROM environments ORDER BY env_id")]
+    cold_fc = sorted(r[0] for r in con.execute("SELECT t_lum_ms FROM measurements WHERE env_id=?", (cold,)))
+    root = tmp_path / "profiles"
+    rc = main(["profile", str(db), "--name", "mixed", "--root", str(root), "--source", "pytest", "--env-id", str(warm),
+               "--types-from", f"{cold}:fc"])
+    out = capsys.readouterr().out
+    assert rc == 0 and f"fc: 2 rows from environment {cold} (flush_cache_mb 4.0)" in out
+    rows = list(read_measurements(root / "mixed" / "measurements.csv"))
+    assert sorted(r["layer_type"] for r in rows) == ["add", "add", "fc", "fc"]
+    fc = [r for r in rows if r["layer_type"] == "fc"]
+    assert sorted(float(r["t_lum_ms"]) for r in fc) == pytest.approx(cold_fc) and {int(r["env_id"]) for r in fc} == {cold}
+    meta = json.loads((root / "mixed" / "profile.json").read_text())
+    assert meta["layer_environments"] == {"fc": {"env_id": cold, "rows": 2, "flush_cache_mb": 4.0}}
+    for argv, msg in [
+        (["--types-from", f"{two}:fc"], f"environment {two} differs from environment {warm} in "),  # threads, ...
+        (["--types-from", f"{cold}:add"], f"environment {cold} holds no add rows"),
+        (["--types-from", "fc"], "use ENV:TYPE[,TYPE]"),
+        (["--types-from", "9:fc"], "has no environment 9"),
+    ]:
+        rc = main(["profile", str(db), "--name", "bad", "--root", str(root), "--source", "s", "--env-id", str(warm),
+                   *argv])
+        err = capsys.readouterr().err
+        assert rc == 2 and msg in err, err
+    assert not (root / "bad").exists()
 
 
 def _net(path, *, transpose: bool, size: int = 12) -> None:

@@ -205,30 +205,15 @@ def test_onnxruntime_runner_times_and_describes_itself():
     assert prof and all(v > 0 for v in prof.values())
 
 
-def test_weight_bound_models_alone_run_cold():
-    """``cold="weight-bound"``: a classifier head and a squeeze-excite 1x1 convolution (weights
-    outweigh activations) run after a cache flush; a convolution on a large map stays warm."""
-    from bench.modelgen import padded_model, to_onnx
-    from bench.runners.onnxruntime_runner import weight_bound
+def test_cache_flush_writes_its_buffer_before_every_run():
+    from bench.modelgen import padding_model, to_onnx
 
-    head = to_onnx(padded_model("fc", dict(c_in=256, c_out=200)))
-    squeeze = to_onnx(padded_model("conv2d", dict(h=1, w=1, c_in=96, c_out=24, k_h=1, k_w=1)))
-    stem = to_onnx(padded_model("conv2d", dict(h=56, w=56, c_in=24, c_out=24, k_h=3, k_w=3)))
-    assert weight_bound(head) and weight_bound(squeeze) and not weight_bound(stem)
-    r = OnnxRuntimeRunner(flush_cache_mb=1, cold="weight-bound")
-    assert [r.prepare(m).info["cold"] for m in (head, squeeze, stem)] == [True, True, False]
-    flushed = r.flush.buffer.copy()
-    r.time(r.prepare(stem), warmup=1, runs=2)
-    assert (r.flush.buffer == flushed).all()  # a warm model never touches the buffer
-    r.time(r.prepare(head), warmup=1, runs=2)
-    assert (r.flush.buffer == flushed + 3).all()  # a cold one writes it before every run
-    assert r.environment()["cold"].startswith("weight-bound: ")
-    assert [OnnxRuntimeRunner(flush_cache_mb=1).prepare(m).info["cold"] for m in (head, stem)] == [True, True]
-    assert "cold" not in OnnxRuntimeRunner(flush_cache_mb=1).environment()  # flush-all keeps its identity
-    with pytest.raises(RunnerError, match="needs flush_cache_mb"):
-        OnnxRuntimeRunner(cold="weight-bound")
-    with pytest.raises(RunnerError, match="cold 'some' unknown"):
-        OnnxRuntimeRunner(flush_cache_mb=1, cold="some")
+    r = OnnxRuntimeRunner(flush_cache_mb=1)
+    before = r.flush.buffer.copy()
+    r.time(r.prepare(to_onnx(padding_model(4, 4, 2))), warmup=1, runs=2)
+    assert (r.flush.buffer == before + 3).all()  # warm-up and timed runs alike
+    assert r.environment()["flush_cache_mb"] == 1.0
+    assert "flush_cache_mb" not in OnnxRuntimeRunner().environment()  # warm environments keep their identity
 
 
 def test_onnxruntime_runner_options_are_checked():

@@ -181,26 +181,15 @@ def test_import_without_tensorflow_names_the_extra() -> None:
 # ---------------------------------------------------------------- LiteRT runner itself
 
 
-def test_litert_runs_weight_bound_models_cold(litert) -> None:
-    """``cold="weight-bound"`` on LiteRT: the classifier head runs after a cache flush, a
-    convolution on a large map does not; the policy is part of the environment."""
-    from bench.runners.litert_runner import weight_bound
-
-    r = get_runner("litert", flush_cache_mb=1, cold="weight-bound")
-    head = r.prepare(tm.to_tflite(padded_model("fc", dict(c_in=256, c_out=200)), "float32"))
-    stem = r.prepare(tm.to_tflite(padded_model("conv2d", dict(h=32, w=32, c_in=16, c_out=16, k_h=3, k_w=3)),
-                                  "float32"))
-    assert weight_bound(head.handle.interpreter) and not weight_bound(stem.handle.interpreter)
-    assert head.info["cold"] and not stem.info["cold"]
+def test_litert_flushes_the_cache_when_asked(litert) -> None:
+    r = get_runner("litert", flush_cache_mb=1)
+    head = r.prepare(tm.to_tflite(padded_model("fc", dict(c_in=64, c_out=32)), "float32"))
     before = r.flush.buffer.copy()
-    r.time(stem, warmup=1, runs=2)
-    assert (r.flush.buffer == before).all()
     r.time(head, warmup=1, runs=2)
     assert (r.flush.buffer == before + 3).all()
-    assert r.environment()["cold"].startswith("weight-bound") and r.environment()["flush_cache_mb"] == 1
-    assert "cold" not in litert.environment() and "flush_cache_mb" not in litert.environment()
-    with pytest.raises(RunnerError, match="needs flush_cache_mb"):
-        get_runner("litert", cold="weight-bound")
+    assert r.environment()["flush_cache_mb"] == 1.0 and "flush_cache_mb" not in litert.environment()
+    with pytest.raises(RunnerError, match=r"flush_cache_mb must be in \[0, 4096\]"):
+        get_runner("litert", flush_cache_mb=-1)
 
 
 def test_litert_runner_environment_and_errors(litert) -> None:

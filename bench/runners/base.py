@@ -12,10 +12,10 @@ import platform
 import statistics
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, ClassVar, Sequence
 
 __all__ = ["Runner", "Prepared", "Timing", "RunnerError", "RUNNERS", "get_runner", "timing_from_runs", "cpu_model",
-           "host_info", "CacheFlush", "COLD_POLICIES"]
+           "host_info", "CacheFlush"]
 
 
 class RunnerError(RuntimeError):
@@ -111,61 +111,39 @@ def host_info() -> dict[str, Any]:
     }
 
 
-#: ``cold`` (with a cache flush) -> which models run with cold caches.
-COLD_POLICIES = {"all": "every model", "weight-bound": "models whose weights outweigh their activations"}
-
-
 class CacheFlush:
-    """Cold caches for a host runner (``bench run --flush-cache MB --cold POLICY``).
+    """Cold caches for a host runner (``bench run --flush-cache MB``).
 
-    Before every run (warm-up and timed, outside the timed region) of a model that runs
-    cold, an ``mb`` MiB buffer is written, evicting the model's weights from the last-level
-    cache. A benchmark model is small and, run back to back, keeps its weights in cache;
-    inside a real network they come from DRAM, because the network's own activations evict
-    them between two inferences. ``policy`` says which models run cold: ``all``, or
-    ``weight-bound``: models whose weights outweigh their activations (classifier heads,
-    squeeze-excite and wide 1x1 convolutions on small maps), whose time is their weights'
-    trip from memory. Flushing before a compute-bound layer also evicts its input, which a
-    network has just written and so holds in cache: flushing every layer over-predicted every
-    network (session 7), flushing only the weight-bound ones is the closer protocol.
-    ``mb`` 0 is off. Both are part of the runner's environment when on (:meth:`environment`).
+    Before every run (warm-up and timed, outside the timed region) an ``mb`` MiB buffer is
+    written, evicting the model's weights from the last-level cache. A benchmark model is
+    small and, run back to back, keeps its weights in cache; inside a real network a layer
+    whose weights are used once per inference (the classifier's fully connected layer) gets
+    them from DRAM. Flushing also evicts the layer's input, which a network has just written
+    and so holds in cache, and leaves the cache full of dirty lines: measure only the
+    weight-bound layer types cold (``bench run --layers fc --flush-cache 64``, its own
+    environment) and take them into the warm profile (``bench profile --types-from``).
+    ``mb`` 0 is off; when on it is part of the runner's environment (:meth:`environment`),
+    so warm and cold measurements never mix in one environment.
     """
 
-    def __init__(self, mb: Any = 0.0, policy: str = "all") -> None:
+    def __init__(self, mb: Any = 0.0) -> None:
         try:
             self.mb = float(mb)
         except (TypeError, ValueError):
             raise RunnerError(f"flush_cache_mb must be a number of MiB, got {mb!r}") from None
         if not (0.0 <= self.mb <= 4096.0):
             raise RunnerError(f"flush_cache_mb must be in [0, 4096] MiB, got {mb!r}")
-        if policy not in COLD_POLICIES:
-            raise RunnerError(f"cold {policy!r} unknown; use one of {', '.join(COLD_POLICIES)}")
-        if policy != "all" and not self.mb:
-            raise RunnerError(f"cold {policy!r} says which models run with cold caches: it needs flush_cache_mb "
-                              f"(bench --flush-cache MB)")
-        self.policy = policy
         n = int(self.mb * (1 << 20)) // 8
         self.buffer = _np().zeros(n) if n else None
 
-    def runs_cold(self, weight_bound: Callable[[], bool]) -> bool:
-        """Whether a model runs cold; ``weight_bound()`` is asked only under that policy."""
-        if self.buffer is None:
-            return False
-        return self.policy == "all" or bool(weight_bound())
-
     def evict(self) -> None:
-        """Write the buffer (call before a run of a model that runs cold)."""
+        """Write the buffer (a no-op when off); call before every run."""
         if self.buffer is not None:
             self.buffer += 1.0
 
     def environment(self) -> dict[str, Any]:
-        """The environment keys, only when on (warm and flush-all environments keep their identity)."""
-        env: dict[str, Any] = {}
-        if self.mb:
-            env["flush_cache_mb"] = self.mb
-        if self.policy != "all":
-            env["cold"] = f"{self.policy}: {COLD_POLICIES[self.policy]}"
-        return env
+        """The environment key, only when on (warm environments keep their identity)."""
+        return {"flush_cache_mb": self.mb} if self.mb else {}
 
 
 def _np() -> Any:

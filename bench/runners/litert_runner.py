@@ -8,9 +8,8 @@ Timing: the model's inputs are filled once with seeded random data of the input 
 copies inside the timed region). With ``use_xnnpack=True`` (the default, and what LiteRT
 does unless told otherwise) float and int8 CPU kernels go through the XNNPACK delegate.
 
-Cold caches (``flush_cache_mb``, ``cold``; ``bench run --flush-cache MB --cold POLICY``):
-:class:`~bench.runners.base.CacheFlush`, before every ``invoke()`` of a model that runs cold.
-Weight-bound is judged on the interpreter's tensors (:func:`weight_bound`).
+Cold caches (``flush_cache_mb``, ``bench run --flush-cache MB``):
+:class:`~bench.runners.base.CacheFlush`, before every ``invoke()``.
 
 A delegate may leave operators on the CPU; LiteRT's Python API cannot say which, so the
 profile of a delegated target should be cross-checked with the delegate's own tooling (for
@@ -28,7 +27,7 @@ import numpy as np
 
 from .base import CacheFlush, Prepared, Runner, RunnerError, Timing, host_info, timing_from_runs
 
-__all__ = ["LiteRTRunner", "import_interpreter_module", "weight_bound"]
+__all__ = ["LiteRTRunner", "import_interpreter_module"]
 
 #: Interpreter modules, in the order they are tried for ``runtime="auto"``.
 RUNTIMES: tuple[str, ...] = ("ai_edge_litert", "tflite_runtime")
@@ -95,35 +94,12 @@ def _random_input(rng: np.random.Generator, shape: Any, dtype: Any) -> np.ndarra
     raise RunnerError(f"cannot feed a model input of dtype {dt}")
 
 
-def weight_bound(interp: Any) -> bool:
-    """Whether an allocated interpreter's weights (the tensors its operators read that no
-    operator writes and that are not inputs) outweigh its activations (its inputs and every
-    tensor an operator writes)."""
-    ops_details = getattr(interp, "_get_ops_details", None)
-    if ops_details is None:  # pragma: no cover - very old tflite_runtime
-        raise RunnerError("this LiteRT runtime cannot list a model's operators (no _get_ops_details), so it cannot "
-                          "tell weight-bound models: use --cold all")
-    details = {d["index"]: d for d in interp.get_tensor_details()}
-    ops = ops_details()
-    written = {int(t) for op in ops for t in op["outputs"]} | {int(d["index"]) for d in interp.get_input_details()}
-    read = {int(t) for op in ops for t in op["inputs"] if t >= 0}
-
-    def nbytes(i: int) -> int:
-        return int(np.prod(details[i]["shape"], dtype=np.int64)) * np.dtype(details[i]["dtype"]).itemsize
-
-    return sum(nbytes(i) for i in read - written) > sum(nbytes(i) for i in written)
-
-
 @dataclass
 class _Session:
     interpreter: Any
     inputs: list[dict[str, Any]]
     outputs: list[dict[str, Any]]
     model: bytes = field(repr=False)  # the interpreter reads from this buffer: keep it alive
-
-
-def _nothing() -> None:
-    pass
 
 
 class LiteRTRunner(Runner):
@@ -133,7 +109,7 @@ class LiteRTRunner(Runner):
     library, e.g. ``/usr/lib/libethosu_delegate.so``), ``delegate_options`` (its string
     options), ``runtime`` (``"auto"``, ``"ai_edge_litert"`` or ``"tflite_runtime"``),
     ``use_xnnpack`` (apply LiteRT's default XNNPACK delegate; ignored with an external
-    delegate's runtime that has none), ``seed`` (input data), ``flush_cache_mb`` and ``cold`` (cold caches, above),
+    delegate's runtime that has none), ``seed`` (input data), ``flush_cache_mb`` (cold caches, above),
     ``precision`` (the
     precision the models are rendered in, ``"int8"`` or ``"fp32"``: when given, every
     model's input dtype must match it), ``vela`` (compile every model with Arm's Vela
@@ -154,7 +130,7 @@ class LiteRTRunner(Runner):
     def __init__(self, threads: int = 1, delegate: str | None = None,
                  delegate_options: Mapping[str, Any] | None = None, runtime: str = "auto",
                  use_xnnpack: bool = True, seed: int = 0, precision: str | None = None,
-                 vela: bool | str = False, flush_cache_mb: float = 0.0, cold: str = "all") -> None:
+                 vela: bool | str = False, flush_cache_mb: float = 0.0) -> None:
         try:
             threads = int(threads)
         except (TypeError, ValueError):
@@ -175,7 +151,7 @@ class LiteRTRunner(Runner):
                 raise RunnerError(f"vela must be true or false, got {vela!r}")
             vela = vela.strip().lower() in ("1", "true", "yes")
         self.vela = bool(vela)
-        self.flush = CacheFlush(flush_cache_mb, cold)
+        self.flush = CacheFlush(flush_cache_mb)
         if self.vela and not delegate:
             raise RunnerError("vela=true compiles models into 'ethos-u' custom operators, which only an Ethos-U "
                               "delegate runs: give --delegate (on the i.MX93: /usr/lib/libethosu_delegate.so)")
@@ -227,7 +203,6 @@ class LiteRTRunner(Runner):
                               "models")
         info: dict[str, Any] = {
             "precision": precision,
-            "cold": self.flush.runs_cold(lambda: weight_bound(interp)),
             "inputs": [{"name": d["name"], "shape": [int(s) for s in d["shape"]], "dtype": np.dtype(d["dtype"]).name}
                        for d in inputs],
             "outputs": [{"name": d["name"], "shape": [int(s) for s in d["shape"]], "dtype": np.dtype(d["dtype"]).name}
@@ -246,7 +221,7 @@ class LiteRTRunner(Runner):
             raise RunnerError(f"runs must be >= 1, got {runs}")
         sess: _Session = prepared.handle
         invoke = sess.interpreter.invoke
-        evict = self.flush.evict if prepared.info.get("cold") else _nothing
+        evict = self.flush.evict
         try:
             for _ in range(max(int(warmup), 0)):
                 evict()

@@ -25,11 +25,10 @@ Timing: ``warmup`` untimed runs, then ``runs`` runs each timed with
 for every model, so it cancels in Eq. 4 differences), summarised by
 :func:`~bench.runners.base.timing_from_runs`.
 
-Cold caches (``flush_cache_mb``, ``cold``; ``bench run --flush-cache MB --cold POLICY``):
-:class:`~bench.runners.base.CacheFlush`. Weight-bound is judged on the ONNX model
-(:func:`weight_bound`). On this VM (32 MiB L3) a 1280x1000 fully connected layer takes
-0.08 ms warm, 0.28-0.59 ms after a 64 MiB flush and 0.32-0.40 ms inside MobileNetV2
-(``tests/perf/cold_cache.py``).
+Cold caches (``flush_cache_mb``, ``bench run --flush-cache MB``):
+:class:`~bench.runners.base.CacheFlush`. On this VM (32 MiB L3) a 1280x1000 fully
+connected layer takes 0.08 ms warm, 0.28-0.59 ms after a 64 MiB flush and 0.32-0.40 ms
+inside MobileNetV2 (``tests/perf/cold_cache.py``).
 
 :meth:`per_layer` is ORT's own profiler: a separate session with ``enable_profiling``,
 the same warm-up and runs, and per node the median ``*_kernel_time`` duration in ms keyed
@@ -52,7 +51,7 @@ import numpy as np
 
 from .base import CacheFlush, Prepared, Runner, RunnerError, Timing, cpu_model, timing_from_runs
 
-__all__ = ["OnnxRuntimeRunner", "IGNORED_OPTIONS", "parse_affinity", "weight_bound"]
+__all__ = ["OnnxRuntimeRunner", "IGNORED_OPTIONS", "parse_affinity"]
 
 #: Options of other runners that ``bench run`` may pass through; this runner accepts and
 #: ignores them (with a warning), so one command line can be reused across runners.
@@ -89,38 +88,6 @@ def parse_affinity(affinity: str | Iterable[int] | None) -> tuple[int, ...] | No
     return out
 
 
-def weight_bound(model: bytes) -> bool:
-    """Whether an ONNX model's weights (initializer bytes) outweigh its activations (the
-    bytes of its inputs and of every tensor it computes, shapes inferred; unknown
-    dimensions count as 1)."""
-    import onnx
-    from onnx import helper, shape_inference
-
-    try:
-        m = shape_inference.infer_shapes(onnx.load_from_string(model))
-    except Exception as e:  # onnx raises its own types
-        raise RunnerError(f"cannot infer the model's shapes: {e}") from e
-    g = m.graph
-    inits = {t.name for t in g.initializer}
-
-    def nbytes(dims: Iterable[int], elem_type: int) -> int:
-        size = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).itemsize
-        return size * int(np.prod([max(1, int(d)) for d in dims], dtype=np.int64))
-
-    weights = sum(nbytes(t.dims, t.data_type) for t in g.initializer)
-    acts = 0
-    for v in list(g.input) + list(g.value_info) + list(g.output):
-        if v.name in inits or not v.type.HasField("tensor_type"):
-            continue
-        tt = v.type.tensor_type
-        acts += nbytes([d.dim_value for d in tt.shape.dim], tt.elem_type)
-    return weights > acts
-
-
-def _nothing() -> None:
-    pass
-
-
 class OnnxRuntimeRunner(Runner):
     name = "onnxruntime"
     model_format = "onnx"
@@ -128,7 +95,7 @@ class OnnxRuntimeRunner(Runner):
 
     def __init__(self, threads: int = 1, inter_op_threads: int = 1, graph_optimization: str = "all",
                  affinity: str | Iterable[int] | None = None, precision: str = "fp32", flush_cache_mb: float = 0.0,
-                 cold: str = "all", **options: Any) -> None:
+                 **options: Any) -> None:
         try:
             import onnxruntime as ort
         except ImportError as e:  # pragma: no cover - a core dependency
@@ -159,7 +126,7 @@ class OnnxRuntimeRunner(Runner):
                 os.sched_setaffinity(0, self.affinity)
             except OSError as e:
                 raise RunnerError(f"cannot pin to CPUs {list(self.affinity)}: {e}") from e
-        self.flush = CacheFlush(flush_cache_mb, cold)
+        self.flush = CacheFlush(flush_cache_mb)
         self._seed = 0
 
     # ------------------------------------------------------------------ sessions
@@ -199,13 +166,12 @@ class OnnxRuntimeRunner(Runner):
 
     def prepare(self, model: bytes) -> Prepared:
         sess = self._session(model)
-        cold = self.flush.runs_cold(lambda: weight_bound(model))
-        return Prepared(sess, "onnx", {"feeds": self._feeds(sess), "model": model, "cold": cold})
+        return Prepared(sess, "onnx", {"feeds": self._feeds(sess), "model": model})
 
     def time(self, prepared: Prepared, *, warmup: int, runs: int) -> Timing:
         sess, feeds = prepared.handle, prepared.info["feeds"]
         run = sess.run
-        evict = self.flush.evict if prepared.info.get("cold") else _nothing
+        evict = self.flush.evict
         try:
             for _ in range(max(0, warmup)):
                 evict()
@@ -230,7 +196,7 @@ class OnnxRuntimeRunner(Runner):
         with tempfile.TemporaryDirectory(prefix="ortprof") as d:
             sess = self._session(prepared.info["model"], profile_prefix=os.path.join(d, "p"))
             feeds = prepared.info["feeds"]
-            evict = self.flush.evict if prepared.info.get("cold") else _nothing
+            evict = self.flush.evict
             for _ in range(max(0, warmup) + max(1, runs)):
                 evict()
                 sess.run(None, feeds)
