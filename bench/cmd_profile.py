@@ -47,6 +47,8 @@ from typing import Any, Mapping, Sequence
 
 from estimator.errors import UserError
 
+from .runners.base import CACHE_KEYS
+
 __all__ = ["register", "cmd_profile", "parse_types_from", "onnxruntime_fusion", "onnxruntime_op_mapping", "vela_fusion", "vela_op_mapping",
            "profile_from_db"]
 
@@ -235,11 +237,6 @@ def _load_json(path: str | None, what: str) -> Any:
         raise UserError(f"--{what}: cannot read {path}: {e.strerror or e}") from None
     except json.JSONDecodeError as e:
         raise UserError(f"--{what}: {path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
-
-
-#: Keys of a runner's environment in which a ``--types-from`` environment may differ from
-#: the profile's: how caches are treated, nothing about the machine or the runtime.
-CACHE_KEYS = frozenset({"flush_cache_mb"})
 
 
 def parse_types_from(specs: Sequence[str] | None) -> dict[int, list[str]]:

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Sequence
 
 __all__ = ["Runner", "Prepared", "Timing", "RunnerError", "RUNNERS", "get_runner", "timing_from_runs", "cpu_model",
-           "host_info", "CacheFlush"]
+           "host_info", "CacheFlush", "CACHE_KEYS"]
 
 
 class RunnerError(RuntimeError):
@@ -109,6 +109,11 @@ def host_info() -> dict[str, Any]:
         "affinity": affinity,
         "python": platform.python_version(),
     }
+
+
+#: Keys of a runner's environment that say how caches are treated (:class:`CacheFlush`):
+#: two environments that differ only in these measure the same machine and runtime.
+CACHE_KEYS = frozenset({"flush_cache_mb"})
 
 
 class CacheFlush:
