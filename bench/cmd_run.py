@@ -27,6 +27,8 @@ from estimator.errors import UserError
 from .runners.base import RUNNERS, RunnerError, get_runner
 
 DB_SUFFIXES = (".sqlite", ".sqlite3", ".db")
+#: host runners whose classifier rows are worth measuring cold as well (``--flush-cache``)
+COLD_FC_RUNNERS = ("onnxruntime", "litert")
 DEFAULT_OUT = "bench-data"
 #: Measurement protocol id, part of every environment's settings.
 PROTOCOL = "smartpad-v1"
@@ -238,6 +240,11 @@ def cmd_run(a: argparse.Namespace) -> int:
           f"({stats.padding_reused} reused) in {dt:.1f} s")
     print(f"data: {path} (env_id {env_id}, {total} rows for this environment)")
     print(f"next: bench show {path}; bench export {path} --csv {path.with_suffix('.csv')}")
+    if "fc" in types and a.runner in COLD_FC_RUNNERS and not a.flush_cache:
+        print(f"note: these fc rows are warm (weights in cache); inside a network a classifier reads its weights "
+              f"from DRAM (python tests/perf/cold_cache.py compares the two with ONNX Runtime here). To measure fc cold "
+              f"beside them: the same command with --layers fc --flush-cache 64, then bench profile {path} "
+              f"--env-id {env_id} --types-from <its env>:fc (docs/calibration.md)")
     return 1 if stats.failed and not stats.measured and not stats.already else 0
 
 

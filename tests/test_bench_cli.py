@@ -167,7 +167,9 @@ def test_profile_takes_cold_fc_rows_from_their_own_environment(tmp_path, capsys)
     common = ["--device", "host", "--samples", "2", "--prior-samples", "0", "--warmup", "1", "--runs", "2",
               "--out", str(db), "--no-progress"]
     assert main(["run", "--layers", "fc,add", *common]) == 0
+    assert "--layers fc --flush-cache 64, then bench profile" in capsys.readouterr().out  # the hint
     assert main(["run", "--layers", "fc", "--flush-cache", "4", *common]) == 0
+    assert "--types-from" not in capsys.readouterr().out
     assert main(["run", "--layers", "fc", "--threads", "2", *common]) == 0
     capsys.readouterr()
     con = sqlite3.connect(db)
