@@ -49,8 +49,8 @@ from estimator.errors import UserError
 
 from .runners.base import CACHE_KEYS
 
-__all__ = ["register", "cmd_profile", "parse_types_from", "onnxruntime_fusion", "onnxruntime_op_mapping", "vela_fusion", "vela_op_mapping",
-           "profile_from_db"]
+__all__ = ["register", "cmd_profile", "parse_types_from", "onnxruntime_fusion", "onnxruntime_op_mapping",
+           "vela_fusion", "vela_op_mapping", "profile_from_db"]
 
 
 def onnxruntime_fusion() -> dict[str, Any]:

@@ -242,8 +242,8 @@ def cmd_run(a: argparse.Namespace) -> int:
     print(f"next: bench show {path}; bench export {path} --csv {path.with_suffix('.csv')}")
     if "fc" in types and a.runner in COLD_FC_RUNNERS and not a.flush_cache:
         print(f"note: these fc rows are warm (weights in cache); inside a network a classifier reads its weights "
-              f"from DRAM (python tests/perf/cold_cache.py compares the two with ONNX Runtime here). To measure fc cold "
-              f"beside them: the same command with --layers fc --flush-cache 64, then bench profile {path} "
+              f"from DRAM (python tests/perf/cold_cache.py compares the two with ONNX Runtime here). To measure "
+              f"fc cold beside them: the same command with --layers fc --flush-cache 64, then bench profile {path} "
               f"--env-id {env_id} --types-from <its env>:fc (docs/calibration.md)")
     return 1 if stats.failed and not stats.measured and not stats.already else 0
 
