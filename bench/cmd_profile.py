@@ -7,11 +7,14 @@ from the environment record (runner, versions, host, date; kind ``measured``, or
 ``estimated`` for a cost model such as Vela) and ``--source`` as the human-readable text
 of where the numbers came from.
 
-A layer type can come from another environment of the same database that differs only
-in how caches are treated (``--types-from ENV:TYPE[,TYPE]``): e.g. the classifier's ``fc``,
-whose weights a network reads from DRAM, measured with ``bench run --layers fc
---flush-cache 64`` beside the warm rest. ``profile.json`` says which
-(``layer_environments``).
+Cold rows (``--cold-from ENV:fc,conv2d``): the weight-bound rows (weights outweigh input and
+output, :func:`estimator.layers.weight_bound`) of these types from another environment of the
+same database, one that differs only in a cache flush (``bench run --layers fc,conv2d
+--flush-cache 64``), join the warm rows with the feature ``cold=1``. Such a layer reads its
+weights once per inference, from DRAM when the network does not fit in the last-level cache;
+the estimator then predicts it from the cold rows
+(:meth:`estimator.predict.Estimator.cold_weight_bytes`). ``profile.json`` records them
+(``cold_rows``).
 
 Device-specific mapping rules go into ``profile.json``:
 
@@ -49,7 +52,7 @@ from estimator.errors import UserError
 
 from .runners.base import CACHE_KEYS
 
-__all__ = ["register", "cmd_profile", "parse_types_from", "onnxruntime_fusion", "onnxruntime_op_mapping",
+__all__ = ["register", "cmd_profile", "parse_cold_from", "onnxruntime_fusion", "onnxruntime_op_mapping",
            "vela_fusion", "vela_op_mapping", "profile_from_db"]
 
 
@@ -215,9 +218,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--source", required=True, help="where the numbers came from (free text, kept in provenance)")
     p.add_argument("--root", default=None, help="profiles directory (default: $CL_PROFILES or the repository's profiles/)")
     p.add_argument("--env-id", type=int, default=None, help="environment to take (needed when the database holds several)")
-    p.add_argument("--types-from", action="append", default=None, metavar="ENV:TYPE[,TYPE]",
-                   help="take these layer types' rows from environment ENV instead, one that differs only in how "
-                        "caches are treated (e.g. 2:fc for fc measured with --flush-cache; repeatable)")
+    p.add_argument("--cold-from", default=None, metavar="ENV:TYPE[,TYPE]",
+                   help="add the weight-bound fc/conv2d rows of environment ENV, measured with --flush-cache and "
+                        "otherwise like the profile's, as cold rows (feature cold=1: what networks too big for the "
+                        "last-level cache run), e.g. 2:fc,conv2d")
     p.add_argument("--hardware", default=None, help="hardware description (default: the environment's device name)")
     p.add_argument("--description", default=None, help="free-text description")
     p.add_argument("--fusion", default=None, metavar="JSON", help="fusion rules file (default: the runner's, if known)")
@@ -239,60 +243,61 @@ def _load_json(path: str | None, what: str) -> Any:
         raise UserError(f"--{what}: {path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
 
 
-def parse_types_from(specs: Sequence[str] | None) -> dict[int, list[str]]:
-    """``["2:fc", "3:conv2d,dwconv2d"]`` -> ``{2: ["fc"], 3: ["conv2d", "dwconv2d"]}``."""
-    out: dict[int, list[str]] = {}
-    seen: set[str] = set()
-    for spec in specs or []:
-        env_s, _, types_s = spec.partition(":")
-        types = [t.strip() for t in types_s.split(",") if t.strip()]
-        try:
-            env_id = int(env_s)
-        except ValueError:
-            env_id = -1
-        if env_id < 0 or not types:
-            raise UserError(f"--types-from {spec!r}: use ENV:TYPE[,TYPE], e.g. 2:fc")
-        again = seen.intersection(types)
-        if again:
-            raise UserError(f"--types-from: {', '.join(sorted(again))} given twice")
-        seen.update(types)
-        out.setdefault(env_id, []).extend(types)
-    return out
+def parse_cold_from(spec: str | None) -> tuple[int, list[str]] | None:
+    """``"2:fc,conv2d"`` -> ``(2, ["fc", "conv2d"])``; only :data:`~estimator.layers.COLD_TYPES`."""
+    from estimator.layers import COLD_TYPES  # noqa: PLC0415
+
+    if spec is None:
+        return None
+    env_s, _, types_s = spec.partition(":")
+    types = list(dict.fromkeys(t.strip() for t in types_s.split(",") if t.strip()))
+    if not env_s.strip().isdigit() or not types:
+        raise UserError(f"--cold-from {spec!r}: use ENV:TYPE[,TYPE], e.g. 2:fc,conv2d")
+    bad = [t for t in types if t not in COLD_TYPES]
+    if bad:
+        raise UserError(f"--cold-from: {', '.join(bad)} has no cold feature; only {', '.join(COLD_TYPES)} (layers "
+                        f"whose weights can outweigh their activations)")
+    return int(env_s), types
 
 
-def _swap_types(store: Any, db: Any, env: Mapping[str, Any], envs: Sequence[Mapping[str, Any]],
-                rows: list[dict[str, Any]], types_from: Mapping[int, Sequence[str]]
-                ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """``rows`` with the ``types_from`` types' rows taken from those environments, and the
-    ``layer_environments`` record; an environment that differs in more than :data:`CACHE_KEYS`
-    (or in its measurement settings), or lacks a type, is an error."""
-    layer_envs: dict[str, Any] = {}
-    for eid, types in types_from.items():
-        other = next((e for e in envs if e["env_id"] == eid), None)
-        if other is None:
-            raise UserError(f"--types-from {eid}: {db} has no environment {eid}")
-        if eid == env["env_id"]:
-            raise UserError(f"--types-from {eid}: that is the profile's own environment")
-        a, b = env.get("environment") or {}, other.get("environment") or {}
-        differ = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and k not in CACHE_KEYS)
-        sa, sb = env.get("settings") or {}, other.get("settings") or {}
-        differ += sorted(f"settings.{k}" for k in set(sa) | set(sb) if sa.get(k) != sb.get(k) and k != "bench_version")
-        if differ:
-            raise UserError(f"--types-from {eid}: environment {eid} differs from environment {env['env_id']} in "
-                            f"{', '.join(differ)}; only {', '.join(sorted(CACHE_KEYS))} may differ")
-        theirs = [r for r in store.export_rows(eid) if r["layer_type"] in types]
-        lacking = sorted(set(types) - {r["layer_type"] for r in theirs})
-        if lacking:
-            raise UserError(f"--types-from {eid}: environment {eid} holds no {', '.join(lacking)} rows")
-        rows = [r for r in rows if r["layer_type"] not in types] + theirs
-        for t in types:
-            layer_envs[t] = {"env_id": eid, "rows": sum(1 for r in theirs if r["layer_type"] == t),
-                             **{k: b.get(k) for k in sorted(CACHE_KEYS) if a.get(k) != b.get(k)}}
-    return rows, layer_envs
+def _cold_rows(store: Any, db: Any, env: Mapping[str, Any], envs: Sequence[Mapping[str, Any]], env_id: int,
+               types: Sequence[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The weight-bound ``types`` rows of environment ``env_id`` marked ``cold=1``, and the
+    ``cold_rows`` record. An environment that is not a cache-flushed copy of ``env`` (it
+    differs in more than :data:`CACHE_KEYS` or in its measurement settings, or flushes
+    nothing where ``env`` does not either), or holds no weight-bound row of a type, is an error."""
+    from estimator.layers import describe, weight_bound  # noqa: PLC0415
+
+    other = next((e for e in envs if e["env_id"] == env_id), None)
+    if other is None:
+        raise UserError(f"--cold-from {env_id}: {db} has no environment {env_id}")
+    a, b = env.get("environment") or {}, other.get("environment") or {}
+    differ = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and k not in CACHE_KEYS)
+    sa, sb = env.get("settings") or {}, other.get("settings") or {}
+    differ += sorted(f"settings.{k}" for k in set(sa) | set(sb) if sa.get(k) != sb.get(k) and k != "bench_version")
+    if differ:
+        raise UserError(f"--cold-from {env_id}: environment {env_id} differs from environment {env['env_id']} in "
+                        f"{', '.join(differ)}; only {', '.join(sorted(CACHE_KEYS))} may differ")
+    if not b.get("flush_cache_mb") or a.get("flush_cache_mb"):
+        raise UserError(f"--cold-from {env_id}: environment {env_id} must be measured with a cache flush "
+                        f"(bench run --flush-cache 64) and environment {env['env_id']} without one")
+    rows: list[dict[str, Any]] = []
+    for r in store.export_rows(env_id):
+        if r["layer_type"] not in types:
+            continue
+        params = json.loads(r["params"]) if isinstance(r["params"], str) else dict(r["params"])
+        if weight_bound(describe(r["layer_type"], params)):
+            rows.append({**r, "params": json.dumps({**params, "cold": 1}, sort_keys=True, separators=(",", ":"))})
+    lacking = sorted(set(types) - {r["layer_type"] for r in rows})
+    if lacking:
+        raise UserError(f"--cold-from {env_id}: environment {env_id} holds no weight-bound {', '.join(lacking)} rows")
+    record = {t: {"env_id": env_id, "rows": sum(1 for r in rows if r["layer_type"] == t),
+                  "flush_cache_mb": b.get("flush_cache_mb")} for t in types}
+    return rows, record
 
 
 def profile_from_db(db: str | Path, name: str, *, source: str, root: str | Path | None = None,
-                    env_id: int | None = None, types_from: Mapping[int, Sequence[str]] | None = None,
+                    env_id: int | None = None, cold_from: tuple[int, Sequence[str]] | None = None,
                     hardware: str | None = None, description: str | None = None,
                     fusion: Mapping[str, Any] | None = None, op_mapping: Mapping[str, Any] | None = None,
                     training: Mapping[str, Any] | None = None, force: bool = False) -> Any:
@@ -327,12 +332,13 @@ def profile_from_db(db: str | Path, name: str, *, source: str, root: str | Path 
         if not rows:
             raise UserError(f"{db}: environment {env['env_id']} holds no measurements")
         failures = [f for f in store.failures() if f["env_id"] == env["env_id"]]
-        layer_envs: dict[str, Any] = {}
-        if types_from:
-            rows, layer_envs = _swap_types(store, db, env, envs, rows, types_from)
+        cold: dict[str, Any] = {}
+        if cold_from:
+            cold_rows, cold = _cold_rows(store, db, env, envs, *cold_from)
+            rows = rows + cold_rows
     extra: dict[str, Any] = {}
-    if layer_envs:
-        extra["layer_environments"] = layer_envs
+    if cold:
+        extra["cold_rows"] = cold
     runner = env.get("runner")
     if fusion is None and runner == "vela":
         fusion = vela_fusion()
@@ -367,16 +373,16 @@ def profile_from_db(db: str | Path, name: str, *, source: str, root: str | Path 
 
 def cmd_profile(a: argparse.Namespace) -> int:
     prof = profile_from_db(a.db, a.name, source=a.source, root=a.root, env_id=a.env_id,
-                           types_from=parse_types_from(a.types_from), hardware=a.hardware,
+                           cold_from=parse_cold_from(a.cold_from), hardware=a.hardware,
                            description=a.description, fusion=_load_json(a.fusion, "fusion"),
                            op_mapping=_load_json(a.op_mapping, "op-mapping"),
                            training=_load_json(a.training, "training"), force=a.force)
     n = sum(1 for _ in prof.rows())
     print(f"wrote profile {prof.name} to {prof.path} ({n} rows, provenance {prof.provenance.kind}, runner {prof.runner})")
     print(f"source: {prof.provenance.source}")
-    for t, e in sorted((prof.extra.get("layer_environments") or {}).items()):
-        how = ", ".join(f"{k} {v}" for k, v in e.items() if k not in ("env_id", "rows"))
-        print(f"{t}: {e['rows']} rows from environment {e['env_id']}" + (f" ({how})" if how else ""))
+    for t, e in sorted((prof.extra.get("cold_rows") or {}).items()):
+        print(f"{t}: {e['rows']} weight-bound rows measured cold (flush_cache_mb {e['flush_cache_mb']}, environment "
+              f"{e['env_id']}) beside the warm ones, feature cold=1")
     cpu = prof.cpu_fallback_ops
     if cpu:
         print(f"cpu_fallback_ops: {', '.join(cpu)}")

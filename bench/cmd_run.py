@@ -100,9 +100,8 @@ def add_runner_options(p: argparse.ArgumentParser) -> None:
                    help="ONNX Runtime graph optimisation level (default all)")
     g.add_argument("--flush-cache", type=float, default=None, metavar="MB",
                    help="write an MB buffer before every run so weights come cold from DRAM, as inside a real "
-                        "network (onnxruntime, litert; e.g. 64 for a 32 MiB last-level cache; default off; measure the "
-                        "weight-bound types alone this way, e.g. --layers fc, and join them with bench profile "
-                        "--types-from)")
+                        "network (onnxruntime, litert; e.g. 64 for a 32 MiB last-level cache; default off; with --layers "
+                        "fc,conv2d, added to the warm rows by bench profile --cold-from)")
     g.add_argument("--agent", default=None, metavar="HOST:PORT", help="bench agent address (agent runner)")
     g.add_argument("--token", default=None, help="bench agent token (agent runner)")
     g.add_argument("--delegate", default=None, metavar="PATH", help="TFLite delegate library (litert)")
@@ -241,10 +240,11 @@ def cmd_run(a: argparse.Namespace) -> int:
     print(f"data: {path} (env_id {env_id}, {total} rows for this environment)")
     print(f"next: bench show {path}; bench export {path} --csv {path.with_suffix('.csv')}")
     if "fc" in types and a.runner in COLD_FC_RUNNERS and not a.flush_cache:
-        print(f"note: these fc rows are warm (weights in cache); inside a network a classifier reads its weights "
-              f"from DRAM (python tests/perf/cold_cache.py compares the two with ONNX Runtime here). To measure "
-              f"fc cold beside them: the same command with --layers fc --flush-cache 64, then bench profile {path} "
-              f"--env-id {env_id} --types-from <its env>:fc (docs/calibration.md)")
+        print(f"note: these rows are warm (weights in cache); inside a network too big for the last-level cache a "
+              f"classifier, or a wide convolution on a small map, reads its weights from DRAM (python "
+              f"tests/perf/cold_cache.py compares the two with ONNX Runtime). To measure those cold beside them: the "
+              f"same command with --layers fc,conv2d --flush-cache 64, then bench profile {path} --env-id {env_id} "
+              f"--cold-from <its env>:fc,conv2d (docs/calibration.md)")
     return 1 if stats.failed and not stats.measured and not stats.already else 0
 
 

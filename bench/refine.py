@@ -58,7 +58,7 @@ from typing import Any, Callable, Iterator, Sequence
 from estimator.errors import UserError
 
 __all__ = ["Target", "TargetWidth", "Round", "load_targets", "estimate_targets", "rank", "round_plan",
-           "write_refined_profile", "refine", "mean_lv", "cache_protocol", "MIN_GAIN", "CONFIDENCE"]
+           "write_refined_profile", "refine", "mean_lv", "MIN_GAIN", "CONFIDENCE"]
 
 #: stop when the targets' mean CM_LV width (:func:`mean_lv`) shrank by less than this in a round
 MIN_GAIN = 0.02
@@ -225,15 +225,6 @@ def round_plan(ranked: Sequence[tuple[Any, float]], *, top: int, neighbours: int
     return list(plan.values())
 
 
-def cache_protocol(base: Any, layer_type: str) -> dict[str, Any]:
-    """How BASE's rows of ``layer_type`` treated caches (:data:`~bench.runners.base.CACHE_KEYS`
-    of the environment ``bench profile --types-from`` took them from; ``{}``: warm, as the rest)."""
-    from .runners.base import CACHE_KEYS  # noqa: PLC0415
-
-    env = (base.extra.get("layer_environments") or {}).get(layer_type) or {}
-    return {k: v for k, v in env.items() if k in CACHE_KEYS}
-
-
 def _base_state(base: Any) -> tuple[set[str], int]:
     """BASE's configuration keys and its number of rows (one pass over its measurements)."""
     from .sampling import config_key  # noqa: PLC0415
@@ -352,15 +343,6 @@ def refine(base: Any, name: str, root: str | Path, targets: Sequence[Target], ru
         write_refined_profile(base, name, root, rows, provenance(rows), command, base_rows)
         return Estimator.from_profile(load_profile(name, root)) if train else None
 
-    from .runners.base import CACHE_KEYS  # noqa: PLC0415
-
-    runner_env = runner.environment()
-    mine = {k: runner_env[k] for k in CACHE_KEYS if runner_env.get(k)}
-    for t in sorted(base.extra.get("layer_environments") or {}):
-        if cache_protocol(base, t) != mine and log:
-            how = ", ".join(f"{k} {v}" for k, v in sorted(cache_protocol(base, t).items()))
-            log(f"{t}: {base.name} measured it with {how} (bench profile --types-from), this runner "
-                f"{'with ' + str(mine) if mine else 'warm'}: refining leaves {t} out")
     try:
         rows, known = _db_state(runner, db, base.name, settings, base_keys)
         est = Estimator.from_profile(base) if not rows else write(rows)
@@ -375,10 +357,8 @@ def refine(base: Any, name: str, root: str | Path, targets: Sequence[Target], ru
                 stopped = f"the {minutes:.3g}-minute budget is spent"
                 break
             skip = base_keys | known | set(exclude_keys)
-            ranked = rank(estimates, exclude=set(exclude_keys), limits=limits)
-            # a type BASE measured with caches treated otherwise than this runner does is left out
-            ranked = [(c, v) for c, v in ranked if cache_protocol(base, c.layer_type) == mine]
-            plan = round_plan(ranked, top=top, neighbours=neighbours, skip=skip, limits=limits)
+            plan = round_plan(rank(estimates, exclude=set(exclude_keys), limits=limits), top=top,
+                              neighbours=neighbours, skip=skip, limits=limits)
             if not plan:
                 stopped = "no configuration of the targets is left to measure"
                 break

@@ -41,6 +41,8 @@ from typing import Any, Callable, Mapping, Sequence
 from .errors import UserError
 
 __all__ = [
+    "COLD_TYPES",
+    "weight_bound",
     "LayerType",
     "LayerTypeSpec",
     "LayerCounts",
@@ -284,6 +286,31 @@ def _bytes(in_elems: int, out_elems: int, params: int, elem_bytes: int) -> int:
     return (in_elems + out_elems + params) * elem_bytes
 
 
+def _cold(p: Mapping[str, Any]) -> float:
+    """The ``cold`` feature: 1 for a row measured after a cache flush (``bench profile
+    --cold-from``) or a layer the estimator predicts as read from DRAM."""
+    return float(_nonneg(p, "cold", 0) > 0)
+
+
+#: Layer types with the ``cold`` feature: those whose weights can outweigh their activations.
+COLD_TYPES = ("conv2d", "fc")
+
+
+def weight_bound(counts: LayerCounts) -> bool:
+    """Whether a layer's weights outweigh its input and output (a classifier; a wide
+    convolution on a small map): inside a network big enough not to keep its weights in the
+    last-level cache, its time is their trip from DRAM."""
+    return counts.params > _in_out_elems(counts)
+
+
+def _in_out_elems(counts: LayerCounts) -> int:
+    f = counts.features
+    if "m" in f:  # fc
+        return int(f["m"] * (f["c_in"] + f["c_out"]))
+    n, c_out, h_out, w_out = (list(counts.output_shape) + [1, 1, 1, 1])[:4]
+    return int(f.get("h", 1) * f.get("w", 1) * f.get("c_in", f.get("c", 1)) + n * c_out * h_out * w_out)
+
+
 # ------------------------------------------------------------------------- counters
 
 
@@ -308,7 +335,7 @@ def _conv2d(p: dict[str, Any], eb: int) -> LayerCounts:
     feats = dict(h=h, w=w, c_in=c_in, c_out=c_out, k_h=k_h, k_w=k_w, s_h=s_h, s_w=s_w,
                  groups=g, dilation=dil, flops=2 * macs / n, params=params, act=_act_code(p),
                  c_in_g=c_in // g, c_out_g=c_out // g, c_in_align=_align(c_in // g), c_out_align=_align(c_out // g),
-                 graph_input=float(_nonneg(p, "graph_input", 0) > 0))
+                 graph_input=float(_nonneg(p, "graph_input", 0) > 0), cold=_cold(p))
     return LayerCounts(feats, macs, params, 2.0 * macs,
                        _bytes(n * h * w * c_in, n * h_out * w_out * c_out, params, eb),
                        (n, c_out, h_out, w_out))
@@ -337,7 +364,7 @@ def _fc(p: dict[str, Any], eb: int) -> LayerCounts:
     bias = _nonneg(p, "bias", 1)
     params = c_in * c_out + (c_out if bias else 0)
     macs = m * c_in * c_out
-    feats = dict(m=m, c_in=c_in, c_out=c_out, flops=2 * macs, params=params, act=_act_code(p))
+    feats = dict(m=m, c_in=c_in, c_out=c_out, flops=2 * macs, params=params, act=_act_code(p), cold=_cold(p))
     return LayerCounts(feats, macs, params, 2.0 * macs, _bytes(m * c_in, m * c_out, params, eb), (m, c_out))
 
 
@@ -465,18 +492,19 @@ _WIN = ("h", "w", "c", "k_h", "k_w", "s_h", "s_w")
 _SPECS = [
     _spec(LayerType.CONV2D,
           ("h", "w", "c_in", "c_out", "k_h", "k_w", "s_h", "s_w", "groups", "dilation", "flops", "params", "act",
-           "c_in_g", "c_out_g", "c_in_align", "c_out_align", "graph_input"),
+           "c_in_g", "c_out_g", "c_in_align", "c_out_align", "graph_input", "cold"),
           "flops", "2D convolution incl. grouped (c_in_g, c_out_g: channels per group; *_align: their "
           "power-of-two alignment, at most 16) and dilated (+ fused activation; graph_input=1: a stem reading "
-          "the network's input)", _conv2d,
+          "the network's input; cold=1: weights read from DRAM)", _conv2d,
           ("h", "w", "c_in", "c_out", "k_h", "k_w"), True),
     _spec(LayerType.DWCONV2D,
           ("h", "w", "c", "k_h", "k_w", "s_h", "s_w", "dilation", "flops", "params", "act", "c_align"),
           "flops", "depthwise 2D convolution (groups = channels; c_align: the power-of-two alignment of c, at "
           "most 16) (+ fused activation)", _dwconv2d,
           ("h", "w", "c", "k_h", "k_w"), True),
-    _spec(LayerType.FC, ("m", "c_in", "c_out", "flops", "params", "act"), "flops",
-          "fully connected / Gemm / MatMul with constant weights (+ fused activation)", _fc, ("c_in", "c_out"), True),
+    _spec(LayerType.FC, ("m", "c_in", "c_out", "flops", "params", "act", "cold"), "flops",
+          "fully connected / Gemm / MatMul with constant weights (+ fused activation; cold=1: weights read from "
+          "DRAM)", _fc, ("c_in", "c_out"), True),
     _spec(LayerType.MATMUL, ("b", "m", "k", "n_cols", "flops", "act"), "flops",
           "MatMul of two activations: (b, m, k) x (b, k, n_cols)", _matmul, ("m", "k", "n_cols")),
     _spec(LayerType.MAXPOOL, _WIN, "window-ops", "max pooling", _pool, ("h", "w", "c", "k_h", "k_w"), True),

@@ -589,14 +589,20 @@ def _sigmas(betas: Mapping[str, float], p: np.ndarray, rel_sd: np.ndarray, d_knn
     }
 
 
+#: Features a type's model leaves out when every row has the same value: ``act`` and
+#: ``graph_input`` (below), and ``cold`` (fc, conv2d), set only on rows a profile took from a
+#: cache-flushed environment (``bench profile --cold-from``).
+OPTIONAL_FEATURES = ("act", "graph_input", "cold")
+
+
 def _model_features(layer_type: str, X: np.ndarray) -> tuple[tuple[str, ...], np.ndarray]:
     """The features a type's model uses, and those columns of ``X``: the vocabulary's,
     less ``act`` where the benchmark held the fused activation fixed (a profile measured
     with one activation per type then treats every activation its fusion rules fold as
-    that one, instead of flagging them all out of range), and ``graph_input`` (conv2d)
-    where no row read the network's input."""
+    that one, instead of flagging them all out of range), ``graph_input`` (conv2d)
+    where no row read the network's input, and ``cold`` where no row was measured cold."""
     names = feature_names(layer_type)
-    keep = [j for j, f in enumerate(names) if f not in ("act", "graph_input") or (X.size and np.ptp(X[:, j]) > 0)]
+    keep = [j for j, f in enumerate(names) if f not in OPTIONAL_FEATURES or (X.size and np.ptp(X[:, j]) > 0)]
     return tuple(names[j] for j in keep), X[:, keep]
 
 

@@ -46,6 +46,8 @@ confidence for the per-layer intervals), fresh Monte Carlo draws. Both give the 
 """
 from __future__ import annotations
 
+import dataclasses
+
 import math
 import os
 import threading
@@ -59,7 +61,7 @@ from .aggregate import (COUPLINGS, DEFAULT_COUPLING, DEFAULT_SAMPLES, DEFAULT_SE
                         layer_intervals)
 from .calibration import MIN_NETWORKS, REFERENCE_CONFIDENCE, layer_kind
 from .errors import UserError
-from .layers import Layer, describe
+from .layers import Layer, describe, weight_bound
 from .models import METRICS, BatchPrediction, DeviceModels, get_models
 from .profile import Profile, load_profile
 
@@ -94,6 +96,16 @@ def make_layer(layer_type: str, params: Mapping[str, Any], name: str = "") -> La
     """A :class:`~estimator.layers.Layer` from a bare configuration (pruning tools, tests)."""
     counts = describe(layer_type, params)
     return Layer(name=name or layer_type, type=layer_type, params=dict(params), counts=counts)
+
+
+def _cache_bytes(size: str) -> int:
+    """``"32768K"`` / ``"32M"`` / ``"480 MiB"`` (sysfs / lscpu cache sizes) -> bytes; 0 if unreadable."""
+    size = str(size).strip().upper().removesuffix("B").removesuffix("I").strip()
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:], 1)
+    try:
+        return int(float(size.rstrip("KMG").strip()) * mult)
+    except ValueError:
+        return 0
 
 
 @dataclass
@@ -340,6 +352,34 @@ class Estimator:
                 out_of_design_space=ood[i], ood_reasons=list(bp.reasons[i]), fallback=fallback[i], flags=flags))
         return rows
 
+    def cold_weight_bytes(self) -> float | None:
+        """Weight bytes above which a network's weight-bound layers (:func:`~estimator.layers.
+        weight_bound`: weights outweigh input and output) read their weights from DRAM: half
+        the last-level cache of the profile's host (its fingerprint), when the profile holds
+        rows measured cold (``bench profile --cold-from``: a model with the ``cold``
+        feature); ``None`` otherwise. A network whose weights fit in the cache with room for
+        its activations keeps them there between inferences; a bigger one does not
+        (docs/calibration.md, "Weight-bound layers")."""
+        if not any("cold" in m.feature_names for m in self.models.types.values()):
+            return None
+        caches = (self.profile.fingerprint.get("host") or {}).get("caches") or {}
+        llc = _cache_bytes(caches.get("L3") or caches.get("L2") or "")
+        return llc / 2 if llc else None
+
+    def _mark_cold(self, layers: list[Layer]) -> list[Layer]:
+        """``layers`` with ``cold=1`` on their weight-bound layers of a type whose model has
+        the feature, when the network's weights exceed :meth:`cold_weight_bytes` (copies;
+        the imported network is not changed)."""
+        limit = self.cold_weight_bytes()
+        if limit is None:
+            return layers
+        per = {"int8": 1, "fp16": 2}.get(self.profile.precision, 4)
+        if sum(l.n_params for l in layers) * per <= limit:
+            return layers
+        cold_types = {t for t, m in self.models.types.items() if "cold" in m.feature_names}
+        return [dataclasses.replace(l, counts=dataclasses.replace(l.counts, features={**l.features, "cold": 1.0}))
+                if l.type in cold_types and weight_bound(l.counts) else l for l in layers]
+
     def _split_free(self, layers: Iterable[Layer]) -> tuple[list[Layer], dict[str, str], list[str]]:
         """Split off the layers whose ONNX op the profile lists in ``op_mapping.free_ops``
         (ops the target turns into views, e.g. Reshape or Slice on Vela): ``(layers to
@@ -486,6 +526,7 @@ class Estimator:
             if not name and isinstance(network, (str, Path)):
                 name = Path(network).stem
         layers, dev_free, free_warns = self._split_free(net.layers)
+        layers = self._mark_cold(layers)
         bp = self.predict_batch(layers, fast=use_fast)
         intervals: dict[str, dict[float, tuple[float, float]]] = {}
         bank = self.sample_bank if use_fast else None

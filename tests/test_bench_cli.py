@@ -160,42 +160,52 @@ def test_flush_cache_is_a_recorded_runner_setting(tmp_path, capsys):
     assert rc == 2 and "flush_cache_mb must be in [0, 4096]" in capsys.readouterr().err
 
 
-def test_profile_takes_cold_fc_rows_from_their_own_environment(tmp_path, capsys):
-    """The weight-bound type measured with a cache flush joins the warm rest in one profile;
-    an environment that differs in more than the flush is refused, naming the difference."""
+def test_profile_adds_weight_bound_rows_measured_cold(tmp_path, capsys):
+    """fc measured with a cache flush joins the warm rows as cold rows (feature cold=1); an
+    environment that differs in more than the flush is refused, naming the difference."""
     db = tmp_path / "host.sqlite"
     common = ["--device", "host", "--samples", "2", "--prior-samples", "0", "--warmup", "1", "--runs", "2",
               "--out", str(db), "--no-progress"]
     assert main(["run", "--layers", "fc,add", *common]) == 0
-    assert "--layers fc --flush-cache 64, then bench profile" in capsys.readouterr().out  # the hint
+    assert "--layers fc,conv2d --flush-cache 64, then bench profile" in capsys.readouterr().out  # the hint
     assert main(["run", "--layers", "fc", "--flush-cache", "4", *common]) == 0
-    assert "--types-from" not in capsys.readouterr().out
+    assert "--cold-from" not in capsys.readouterr().out
     assert main(["run", "--layers", "fc", "--threads", "2", *common]) == 0
     capsys.readouterr()
     con = sqlite3.connect(db)
     warm, cold, two = [r[0] for r in con.execute("SELECT env_id FROM environments ORDER BY env_id")]
-    cold_fc = sorted(r[0] for r in con.execute("SELECT t_lum_ms FROM measurements WHERE env_id=?", (cold,)))
+    from estimator.layers import describe, weight_bound
+
+    cold_fc = sorted(t for t, p in con.execute("SELECT t_lum_ms, params FROM measurements WHERE env_id=?", (cold,))
+                     if weight_bound(describe("fc", json.loads(p))))
+    assert cold_fc  # the broad space's fc rows are matrix-vector products: weights outweigh activations
     root = tmp_path / "profiles"
     rc = main(["profile", str(db), "--name", "mixed", "--root", str(root), "--source", "pytest", "--env-id", str(warm),
-               "--types-from", f"{cold}:fc"])
+               "--cold-from", f"{cold}:fc"])
     out = capsys.readouterr().out
-    assert rc == 0 and f"fc: 2 rows from environment {cold} (flush_cache_mb 4.0)" in out
+    n = len(cold_fc)
+    assert rc == 0 and f"fc: {n} weight-bound rows measured cold (flush_cache_mb 4.0, environment {cold})" in out
     rows = list(read_measurements(root / "mixed" / "measurements.csv"))
-    assert sorted(r["layer_type"] for r in rows) == ["add", "add", "fc", "fc"]
-    fc = [r for r in rows if r["layer_type"] == "fc"]
-    assert sorted(float(r["t_lum_ms"]) for r in fc) == pytest.approx(cold_fc) and {int(r["env_id"]) for r in fc} == {cold}
+    assert sorted(r["layer_type"] for r in rows) == ["add", "add", "fc", "fc"] + ["fc"] * n
+    marked = [r for r in rows if r["params"].get("cold") == 1]
+    assert sorted(float(r["t_lum_ms"]) for r in marked) == pytest.approx(cold_fc)
+    assert {int(r["env_id"]) for r in marked} == {cold}
     meta = json.loads((root / "mixed" / "profile.json").read_text())
-    assert meta["layer_environments"] == {"fc": {"env_id": cold, "rows": 2, "flush_cache_mb": 4.0}}
+    assert meta["cold_rows"] == {"fc": {"env_id": cold, "rows": n, "flush_cache_mb": 4.0}}
     for argv, msg in [
-        (["--types-from", f"{two}:fc"], f"environment {two} differs from environment {warm} in "),  # threads, ...
-        (["--types-from", f"{cold}:add"], f"environment {cold} holds no add rows"),
-        (["--types-from", "fc"], "use ENV:TYPE[,TYPE]"),
-        (["--types-from", "9:fc"], "has no environment 9"),
+        (["--cold-from", f"{two}:fc"], f"environment {two} differs from environment {warm} in "),  # threads, ...
+        (["--cold-from", f"{cold}:add"], "add has no cold feature"),
+        (["--cold-from", f"{cold}:conv2d"], f"environment {cold} holds no weight-bound conv2d rows"),
+        (["--cold-from", "fc"], "use ENV:TYPE[,TYPE]"),
+        (["--cold-from", "9:fc"], "has no environment 9"),
     ]:
         rc = main(["profile", str(db), "--name", "bad", "--root", str(root), "--source", "s", "--env-id", str(warm),
                    *argv])
         err = capsys.readouterr().err
         assert rc == 2 and msg in err, err
+    rc = main(["profile", str(db), "--name", "bad", "--root", str(root), "--source", "s", "--env-id", str(cold),
+               "--cold-from", f"{warm}:fc"])
+    assert rc == 2 and "must be measured with a cache flush" in capsys.readouterr().err
     assert not (root / "bad").exists()
 
 

@@ -114,33 +114,6 @@ def test_exclude_onnx_keeps_held_out_configurations_out(ref, capsys):
     assert [x["name"] for x in r["excluded"]] == ["onnx:held"]
 
 
-def test_a_type_measured_cold_is_not_refined_warm(ref, tmp_path, capsys):
-    """A profile whose conv2d rows came from a cache-flushed environment (bench profile
-    --types-from): a warm refine run measures the other types only, and says so."""
-    import json
-
-    from estimator.profile import load_profile
-
-    root = tmp_path / "profiles"
-    shutil.copytree(ref["root"] / DEVICE, root / DEVICE)
-    meta_path = root / DEVICE / "profile.json"
-    meta = json.loads(meta_path.read_text())
-    meta["layer_environments"] = {"conv2d": {"env_id": 2, "rows": 1, "flush_cache_mb": 64.0}}
-    meta_path.write_text(json.dumps(meta))
-    db = tmp_path / "cold.sqlite"
-    rc = _bench(["refine", "--device", DEVICE, "--name", "tiny-cold", "--root", str(root), "--onnx",
-                 str(ref["nets"]), "--rounds", "1", "--min-gain", "0", "--db", str(db), *QUICK])
-    err = capsys.readouterr().err
-    assert rc == 0, err
-    assert "conv2d: tiny measured it with flush_cache_mb 64.0 (bench profile --types-from), this runner warm: " \
-           "refining leaves conv2d out" in err
-    con = sqlite3.connect(str(db))
-    types = {r[0] for r in con.execute("SELECT layer_type FROM measurements")}
-    con.close()
-    assert types and "conv2d" not in types
-    assert load_profile("tiny-cold", root).extra["layer_environments"] == meta["layer_environments"]
-
-
 def test_sigkill_mid_round_loses_nothing(ref, tmp_path):
     db = tmp_path / "kill.sqlite"
     cmd = [sys.executable, "-m", "bench.cli", "refine", "--device", DEVICE, "--name", "tiny-kill", "--root",

@@ -124,9 +124,9 @@ class CacheFlush:
     small and, run back to back, keeps its weights in cache; inside a real network a layer
     whose weights are used once per inference (the classifier's fully connected layer) gets
     them from DRAM. Flushing also evicts the layer's input, which a network has just written
-    and so holds in cache, and leaves the cache full of dirty lines: measure only the
-    weight-bound layer types cold (``bench run --layers fc --flush-cache 64``, its own
-    environment) and take them into the warm profile (``bench profile --types-from``).
+    and so holds in cache: measure the weight-bound types cold in an environment of their own
+    (``bench run --layers fc,conv2d --flush-cache 64``) and add their weight-bound rows to the
+    warm profile as cold rows (``bench profile --cold-from``).
     ``mb`` 0 is off; when on it is part of the runner's environment (:meth:`environment`),
     so warm and cold measurements never mix in one environment.
     """

@@ -1,0 +1,53 @@
+"""Weight-bound layers predicted cold in networks too big for the last-level cache
+(``bench profile --cold-from``, :meth:`estimator.predict.Estimator.cold_weight_bytes`), on
+synthetic rows (tests/synthetic.py: a known latency function, not measurements)."""
+from __future__ import annotations
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from estimator.layers import describe, weight_bound
+from estimator.predict import Estimator, _cache_bytes
+from estimator.profile import load_profile
+from tests import synthetic
+
+
+def _conv_net(c: int = 128, h: int = 8) -> bytes:
+    """One 3x3 convolution, c -> c on an h x h map (weight-bound at 8x8, 128 channels)."""
+    w = helper.make_tensor("w", TensorProto.FLOAT, [c, c, 3, 3], [0.01] * (c * c * 9))
+    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], name="conv")
+    g = helper.make_graph([node], "net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, h, h])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, h, h])], [w])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_weight_bound_is_weights_against_input_and_output():
+    assert weight_bound(describe("fc", dict(c_in=1280, c_out=1000)))
+    assert weight_bound(describe("conv2d", dict(h=4, w=4, c_in=256, c_out=256, k_h=3, k_w=3)))
+    assert not weight_bound(describe("conv2d", dict(h=32, w=32, c_in=32, c_out=32, k_h=3, k_w=3)))
+    assert describe("fc", dict(c_in=8, c_out=8, cold=1)).features["cold"] == 1.0
+    assert [_cache_bytes(s) for s in ("32768K", "32M", "480 MiB", "", "?")] == [32 << 20, 32 << 20, 480 << 20, 0, 0]
+
+
+@pytest.mark.parametrize("l3, cold", [("64K", True), ("1024M", False)])
+def test_a_network_bigger_than_half_the_cache_reads_weight_bound_layers_cold(tmp_path, l3, cold):
+    warm = synthetic.rows(300, seed=3, c_max=160)
+    cold_rows = [dict(r, params={**r["params"], "cold": 1}, t_lum_ms=3 * r["t_lum_ms"], t_lum_lo_ms=3 * r["t_lum_lo_ms"],
+                      t_lum_hi_ms=3 * r["t_lum_hi_ms"])
+                 for r in warm if weight_bound(describe("conv2d", r["params"]))]
+    assert len(cold_rows) >= 20
+    fp = {"host": {"caches": {"L3": l3}}}
+    synthetic.write_profile(tmp_path, "both", warm + cold_rows, fingerprint=fp)
+    synthetic.write_profile(tmp_path, "warm", warm, fingerprint=fp)
+    net = _conv_net()  # 147,456 weights: 576 KiB, above half of 64 KiB, below half of 1 GiB
+    both = Estimator.from_profile(load_profile("both", tmp_path), cache_root=tmp_path / "cache")
+    only = Estimator.from_profile(load_profile("warm", tmp_path), cache_root=tmp_path / "cache")
+    assert only.cold_weight_bytes() is None  # no cold rows: the feature is not learnt, nothing changes
+    assert both.cold_weight_bytes() == _cache_bytes(l3) / 2
+    p_both = both.estimate_network(net, [0.9]).layers[0]
+    p_warm = only.estimate_network(net, [0.9]).layers[0]
+    assert p_both.features["cold"] == (1.0 if cold else 0.0)
+    ratio = p_both.prediction_ms / p_warm.prediction_ms
+    assert (ratio > 2.0) if cold else (0.7 < ratio < 1.4)
+    assert onnx.load_from_string(net).graph.node[0].name == "conv"
