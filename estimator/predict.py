@@ -367,9 +367,9 @@ class Estimator:
         return llc / 2 if llc else None
 
     def _mark_cold(self, layers: list[Layer]) -> list[Layer]:
-        """``layers`` with ``cold=1`` on their weight-bound layers of a type whose model has
-        the feature, when the network's weights exceed :meth:`cold_weight_bytes` (copies;
-        the imported network is not changed)."""
+        """``layers`` with ``cold=1`` (and the flag ``weights_cold``) on their weight-bound
+        layers of a type whose model has the feature, when the network's weights exceed
+        :meth:`cold_weight_bytes` (copies; the imported network is not changed)."""
         limit = self.cold_weight_bytes()
         if limit is None:
             return layers
@@ -377,7 +377,8 @@ class Estimator:
         if sum(l.n_params for l in layers) * per <= limit:
             return layers
         cold_types = {t for t, m in self.models.types.items() if "cold" in m.feature_names}
-        return [dataclasses.replace(l, counts=dataclasses.replace(l.counts, features={**l.features, "cold": 1.0}))
+        return [dataclasses.replace(l, counts=dataclasses.replace(l.counts, features={**l.features, "cold": 1.0}),
+                                    flags=[*l.flags, "weights_cold"])
                 if l.type in cold_types and weight_bound(l.counts) else l for l in layers]
 
     def _split_free(self, layers: Iterable[Layer]) -> tuple[list[Layer], dict[str, str], list[str]]:

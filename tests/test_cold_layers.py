@@ -48,6 +48,7 @@ def test_a_network_bigger_than_half_the_cache_reads_weight_bound_layers_cold(tmp
     p_both = both.estimate_network(net, [0.9]).layers[0]
     p_warm = only.estimate_network(net, [0.9]).layers[0]
     assert p_both.features["cold"] == (1.0 if cold else 0.0)
+    assert ("weights_cold" in p_both.flags) == cold and "weights_cold" not in p_warm.flags
     ratio = p_both.prediction_ms / p_warm.prediction_ms
     assert (ratio > 2.0) if cold else (0.7 < ratio < 1.4)
     assert onnx.load_from_string(net).graph.node[0].name == "conv"
