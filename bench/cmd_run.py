@@ -27,8 +27,6 @@ from estimator.errors import UserError
 from .runners.base import RUNNERS, RunnerError, get_runner
 
 DB_SUFFIXES = (".sqlite", ".sqlite3", ".db")
-#: host runners whose classifier rows are worth measuring cold as well (``--flush-cache``)
-COLD_FC_RUNNERS = ("onnxruntime", "litert")
 DEFAULT_OUT = "bench-data"
 #: Measurement protocol id, part of every environment's settings.
 PROTOCOL = "smartpad-v1"
@@ -239,7 +237,8 @@ def cmd_run(a: argparse.Namespace) -> int:
           f"({stats.padding_reused} reused) in {dt:.1f} s")
     print(f"data: {path} (env_id {env_id}, {total} rows for this environment)")
     print(f"next: bench show {path}; bench export {path} --csv {path.with_suffix('.csv')}")
-    if "fc" in types and a.runner in COLD_FC_RUNNERS and not a.flush_cache:
+    flush = getattr(runner, "flush", None)  # host runners that can flush their caches
+    if {"fc", "conv2d"} & set(types) and flush is not None and not flush.mb:
         print(f"note: these rows are warm (weights in cache); inside a network too big for the last-level cache a "
               f"classifier, or a wide convolution on a small map, reads its weights from DRAM (python "
               f"tests/perf/cold_cache.py compares the two with ONNX Runtime). To measure those cold beside them: the "

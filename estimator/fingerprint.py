@@ -86,6 +86,23 @@ def _caches() -> dict[str, str]:
     return out
 
 
+def cache_bytes(size: str) -> int:
+    """A cache size as :func:`_caches` records it (sysfs: ``"32768K"``; also ``"32M"``,
+    ``"480 MiB"``) -> bytes; 0 if unreadable."""
+    size = str(size).strip().upper().removesuffix("B").removesuffix("I").strip()
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:], 1)
+    try:
+        return int(float(size.rstrip("KMG").strip()) * mult)
+    except ValueError:
+        return 0
+
+
+def last_level_cache_bytes(fp: Mapping[str, Any] | None) -> int:
+    """The largest cache level a fingerprint records (L3, else L2), in bytes; 0 if none."""
+    caches = ((fp or {}).get("host") or {}).get("caches") or {}
+    return cache_bytes(caches.get("L3") or caches.get("L2") or "")
+
+
 def _machine_id() -> str:
     for p in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
         try:

@@ -297,18 +297,13 @@ COLD_TYPES = ("conv2d", "fc")
 
 
 def weight_bound(counts: LayerCounts) -> bool:
-    """Whether a layer's weights outweigh its input and output (a classifier; a wide
-    convolution on a small map): inside a network big enough not to keep its weights in the
-    last-level cache, its time is their trip from DRAM."""
-    return counts.params > _in_out_elems(counts)
-
-
-def _in_out_elems(counts: LayerCounts) -> int:
-    f = counts.features
-    if "m" in f:  # fc
-        return int(f["m"] * (f["c_in"] + f["c_out"]))
-    n, c_out, h_out, w_out = (list(counts.output_shape) + [1, 1, 1, 1])[:4]
-    return int(f.get("h", 1) * f.get("w", 1) * f.get("c_in", f.get("c", 1)) + n * c_out * h_out * w_out)
+    """Whether a layer of :data:`COLD_TYPES` has more weights than input and output elements
+    (a classifier; a wide convolution on a small map): inside a network big enough not to
+    keep its weights in the last-level cache, its time is their trip from DRAM."""
+    f, out = counts.features, counts.output_shape
+    n = out[0] if out else 1
+    inputs = n * (f["c_in"] if "m" in f else f.get("h", 1) * f.get("w", 1) * f.get("c_in", f.get("c", 1)))
+    return counts.params > inputs + math.prod(out)
 
 
 # ------------------------------------------------------------------------- counters

@@ -47,7 +47,6 @@ confidence for the per-layer intervals), fresh Monte Carlo draws. Both give the 
 from __future__ import annotations
 
 import dataclasses
-
 import math
 import os
 import threading
@@ -62,7 +61,8 @@ from .aggregate import (COUPLINGS, DEFAULT_COUPLING, DEFAULT_SAMPLES, DEFAULT_SE
 from .calibration import MIN_NETWORKS, REFERENCE_CONFIDENCE, layer_kind
 from .errors import UserError
 from .layers import Layer, describe, weight_bound
-from .models import METRICS, BatchPrediction, DeviceModels, get_models
+from .fingerprint import last_level_cache_bytes
+from .models import METRICS, BatchPrediction, DeviceModels, elem_bytes_for, get_models
 from .profile import Profile, load_profile
 
 __all__ = ["Estimator", "LayerEstimate", "NetworkEstimate", "make_layer", "parse_confidence", "METRICS"]
@@ -96,16 +96,6 @@ def make_layer(layer_type: str, params: Mapping[str, Any], name: str = "") -> La
     """A :class:`~estimator.layers.Layer` from a bare configuration (pruning tools, tests)."""
     counts = describe(layer_type, params)
     return Layer(name=name or layer_type, type=layer_type, params=dict(params), counts=counts)
-
-
-def _cache_bytes(size: str) -> int:
-    """``"32768K"`` / ``"32M"`` / ``"480 MiB"`` (sysfs / lscpu cache sizes) -> bytes; 0 if unreadable."""
-    size = str(size).strip().upper().removesuffix("B").removesuffix("I").strip()
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:], 1)
-    try:
-        return int(float(size.rstrip("KMG").strip()) * mult)
-    except ValueError:
-        return 0
 
 
 @dataclass
@@ -242,6 +232,7 @@ class Estimator:
         self._calibration: tuple[Any, dict[str, Any], list[str]] | None = None
         self._cal_lock = threading.Lock()
         self._host_warning: list[str] | None = None
+        self._cold: tuple[float | None, frozenset[str]] | None = None
 
     @classmethod
     def from_profile(cls, profile: str | Path | Profile, *, root: str | Path | None = None, target: str = "lum",
@@ -360,23 +351,23 @@ class Estimator:
         feature); ``None`` otherwise. A network whose weights fit in the cache with room for
         its activations keeps them there between inferences; a bigger one does not
         (docs/calibration.md, "Weight-bound layers")."""
-        if not any("cold" in m.feature_names for m in self.models.types.values()):
-            return None
-        caches = (self.profile.fingerprint.get("host") or {}).get("caches") or {}
-        llc = _cache_bytes(caches.get("L3") or caches.get("L2") or "")
-        return llc / 2 if llc else None
+        return self._cold_state()[0]
+
+    def _cold_state(self) -> tuple[float | None, frozenset[str]]:
+        """(:meth:`cold_weight_bytes`, the types whose model learnt ``cold``), worked out once."""
+        if self._cold is None:
+            types = frozenset(t for t, m in self.models.types.items() if "cold" in m.feature_names)
+            llc = last_level_cache_bytes(self.profile.fingerprint) if types else 0
+            self._cold = (llc / 2 if llc else None, types)
+        return self._cold
 
     def _mark_cold(self, layers: list[Layer]) -> list[Layer]:
         """``layers`` with ``cold=1`` (and the flag ``weights_cold``) on their weight-bound
         layers of a type whose model has the feature, when the network's weights exceed
         :meth:`cold_weight_bytes` (copies; the imported network is not changed)."""
-        limit = self.cold_weight_bytes()
-        if limit is None:
+        limit, cold_types = self._cold_state()
+        if limit is None or sum(l.n_params for l in layers) * elem_bytes_for(self.profile.precision) <= limit:
             return layers
-        per = {"int8": 1, "fp16": 2}.get(self.profile.precision, 4)
-        if sum(l.n_params for l in layers) * per <= limit:
-            return layers
-        cold_types = {t for t, m in self.models.types.items() if "cold" in m.feature_names}
         return [dataclasses.replace(l, counts=dataclasses.replace(l.counts, features={**l.features, "cold": 1.0}),
                                     flags=[*l.flags, "weights_cold"])
                 if l.type in cold_types and weight_bound(l.counts) else l for l in layers]

@@ -8,7 +8,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from estimator.layers import describe, weight_bound
-from estimator.predict import Estimator, _cache_bytes
+from estimator.fingerprint import cache_bytes
+from estimator.predict import Estimator
 from estimator.profile import load_profile
 from tests import synthetic
 
@@ -27,7 +28,7 @@ def test_weight_bound_is_weights_against_input_and_output():
     assert weight_bound(describe("conv2d", dict(h=4, w=4, c_in=256, c_out=256, k_h=3, k_w=3)))
     assert not weight_bound(describe("conv2d", dict(h=32, w=32, c_in=32, c_out=32, k_h=3, k_w=3)))
     assert describe("fc", dict(c_in=8, c_out=8, cold=1)).features["cold"] == 1.0
-    assert [_cache_bytes(s) for s in ("32768K", "32M", "480 MiB", "", "?")] == [32 << 20, 32 << 20, 480 << 20, 0, 0]
+    assert [cache_bytes(s) for s in ("32768K", "32M", "480 MiB", "", "?")] == [32 << 20, 32 << 20, 480 << 20, 0, 0]
 
 
 @pytest.mark.parametrize("l3, cold", [("64K", True), ("1024M", False)])
@@ -44,7 +45,7 @@ def test_a_network_bigger_than_half_the_cache_reads_weight_bound_layers_cold(tmp
     both = Estimator.from_profile(load_profile("both", tmp_path), cache_root=tmp_path / "cache")
     only = Estimator.from_profile(load_profile("warm", tmp_path), cache_root=tmp_path / "cache")
     assert only.cold_weight_bytes() is None  # no cold rows: the feature is not learnt, nothing changes
-    assert both.cold_weight_bytes() == _cache_bytes(l3) / 2
+    assert both.cold_weight_bytes() == cache_bytes(l3) / 2
     p_both = both.estimate_network(net, [0.9]).layers[0]
     p_warm = only.estimate_network(net, [0.9]).layers[0]
     assert p_both.features["cold"] == (1.0 if cold else 0.0)

@@ -138,8 +138,10 @@ class CacheFlush:
             raise RunnerError(f"flush_cache_mb must be a number of MiB, got {mb!r}") from None
         if not (0.0 <= self.mb <= 4096.0):
             raise RunnerError(f"flush_cache_mb must be in [0, 4096] MiB, got {mb!r}")
+        import numpy as np  # noqa: PLC0415 (the agent imports this module before it needs numpy)
+
         n = int(self.mb * (1 << 20)) // 8
-        self.buffer = _np().zeros(n) if n else None
+        self.buffer = np.zeros(n) if n else None
 
     def evict(self) -> None:
         """Write the buffer (a no-op when off); call before every run."""
@@ -150,11 +152,6 @@ class CacheFlush:
         """The environment key, only when on (warm environments keep their identity)."""
         return {"flush_cache_mb": self.mb} if self.mb else {}
 
-
-def _np() -> Any:
-    import numpy
-
-    return numpy
 
 
 class Runner(ABC):
