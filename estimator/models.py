@@ -106,6 +106,18 @@ costs ``pad_in(input shape) + pad_out(output shape) = a * T_b1 + (1 - a) * T_b2`
 row trains on ``T_c - a * T_b1 - (1 - a) * T_b2`` clipped into ``[lo, hi]``. The default
 ``a = 0.5`` is the interval's midpoint (the paper's choice); rows without ``T_c``,
 ``T_b1``, ``T_b2`` (and single-layer targets) always train on the midpoint.
+A row of a layer with weights (convolutions, fully connected) whose whole interval lies at
+or below zero although the layer alone (``t_single``) ran longer than its padding-only pair
+is not trained on (:func:`eq4_failed`; counted in the training report's ``skipped``): such a
+layer cannot fuse into a 1x1 pad, so a padded model cannot hide it when it is slower than its
+pads; the padded and the padding-only model were timed in different states of the machine,
+and clipped to 0 the row would train the log target on its floor. Layers without weights
+keep such rows: they may fuse into a pad (a Vela activation: 44 of ``imx93``'s rows look
+like that) or cost nothing. Measured (session 19): 9 of ``host-cpu``'s 23,728 rows (3
+conv2d, 6 depthwise), none of ``imx93``'s; one, a depthwise layer of 32 channels at 112x112
+(padded model 0.259 ms, its pair 0.262 ms, alone 0.376 ms), had MobileNetV2's first
+depthwise layer predicted at 0.017 ms (0.16 ms without it; 0.29 ms inside the network on a
+VM 1.4-1.6x slower). Rows at 0 whose layer alone is faster than its pads still train at 0.
 ``training.padding_split_by_type`` (``{"dwconv2d": 0.87, ...}``) overrides ``a`` per layer
 type, measured where the runner reports the LUM's own time inside its padded models
 (``tests/perf/padding_split.py --lum-types``). The point only
@@ -219,6 +231,7 @@ __all__ = [
     "BatchPrediction",
     "TrainingData",
     "prepare_training_data",
+    "eq4_failed",
     "training_data",
     "train_models",
     "get_models",
@@ -436,6 +449,22 @@ def _interval(row: Mapping[str, Any], target: str) -> tuple[float, float] | None
     return (max(t, 0.0), max(t, 0.0)) if math.isfinite(t) else None
 
 
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def eq4_failed(row: Mapping[str, Any], interval: tuple[float, float]) -> bool:
+    """Whether a smart-padding row's Eq. 4 lost its layer: the interval (clipped at 0) is
+    empty of time, ``t_lum_hi <= 0``, although the layer alone ran longer than its
+    padding-only pair (``t_single > max(T_b1, T_b2)``). A padded model cannot hide a layer
+    slower than its pads; the timings moved between the padded and the padding-only model,
+    and the row says nothing about the layer (see the module docstring)."""
+    if interval[1] > 0.0:
+        return False
+    t_a, b1, b2 = (row.get(k, float("nan")) for k in ("t_single_ms", "t_b1_ms", "t_b2_ms"))
+    return _finite(t_a) and _finite(b1) and _finite(b2) and t_a > max(b1, b2)
+
+
 def _training_point(row: Mapping[str, Any], lo: float, hi: float, target: str, padding_split: float) -> float:
     """The latency a row trains on: ``T_c - a * T_b1 - (1 - a) * T_b2`` (``a``: padding
     split) clipped into its interval ``[lo, hi]`` (already clipped at 0); the midpoint for
@@ -444,7 +473,7 @@ def _training_point(row: Mapping[str, Any], lo: float, hi: float, target: str, p
     if target != "lum" or padding_split == 0.5:
         return mid
     t_c, b1, b2 = (row.get(k, float("nan")) for k in ("t_padded_ms", "t_b1_ms", "t_b2_ms"))
-    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in (t_c, b1, b2)):
+    if not all(_finite(v) for v in (t_c, b1, b2)):
         return mid
     return min(max(t_c - padding_split * b1 - (1.0 - padding_split) * b2, lo), hi)
 
@@ -489,6 +518,9 @@ def prepare_training_data(rows: Iterable[Mapping[str, Any]], target: str = "lum"
             c = describe(t, params, elem_bytes=elem_bytes)
         except LayerSpecError as e:
             skip(f"{t}: invalid params ({e})")
+            continue
+        if target == "lum" and c.features.get("params", 0) > 0 and eq4_failed(row, iv):
+            skip(f"{t}: Eq. 4 lost the layer (T_LUM <= 0 although it alone outlasts its padding pair)")
             continue
         stored = row.get("ops", float("nan"))
         if math.isfinite(stored) and abs(stored - c.ops) > 1e-6 * max(c.ops, 1.0):

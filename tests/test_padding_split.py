@@ -31,7 +31,8 @@ def test_one_trains_on_tc_minus_tb1_clipped_into_the_interval():
     rs = _rows()
     # an inconsistent row whose T_c - T_b1 lies above the stored interval, and one below 0
     rs[0] = dict(rs[0], t_b1_ms=rs[0]["t_b1_ms"] - 0.05)
-    rs[1] = dict(rs[1], t_padded_ms=0.05, t_b1_ms=0.1, t_b2_ms=0.2, t_lum_lo_ms=-0.15, t_lum_hi_ms=-0.05)
+    rs[1] = dict(rs[1], t_padded_ms=0.05, t_b1_ms=0.1, t_b2_ms=0.2, t_lum_lo_ms=-0.15, t_lum_hi_ms=-0.05,
+                 t_single_ms=0.08)  # faster alone than its pads: it may cost nothing, kept at 0
     d = prepare_training_data(rs, padding_split=1.0)[0]["conv2d"]
     base = prepare_training_data(rs)[0]["conv2d"]
     np.testing.assert_array_equal(d.lo, base.lo)  # the interval does not depend on the split
@@ -151,3 +152,26 @@ def test_lum_split_fit_on_known_rows():
     assert ps.split_error(rows, 0.5) > 0.01
     zero = dict(rows[0], lo=0.0, hi=0.0)  # a point clipped to 0 ms counts as a 100 % error
     assert ps.split_error([zero], 0.5) == 1.0
+
+
+def test_rows_whose_eq4_lost_a_layer_slower_than_its_pads_are_skipped_and_counted():
+    """Session 19: host-cpu's row of a 32-channel depthwise layer at 112x112 (padded model
+    0.259 ms, padding pair 0.262 ms, alone 0.376 ms) trained at 0 and the layer was predicted
+    at 0.017 ms; such rows are reported, not trained on. A row at 0 whose layer alone is faster
+    than its pads stays (it may cost nothing)."""
+    rs = _rows()
+    lost = dict(rs[0], t_padded_ms=0.259, t_b1_ms=0.262, t_b2_ms=0.262, t_lum_lo_ms=-0.003, t_lum_hi_ms=-0.003,
+                t_single_ms=0.376)
+    free = dict(rs[1], t_padded_ms=0.259, t_b1_ms=0.262, t_b2_ms=0.262, t_lum_lo_ms=-0.003, t_lum_hi_ms=-0.003,
+                t_single_ms=0.2)
+    straddling = dict(rs[2], t_padded_ms=0.27, t_b1_ms=0.262, t_b2_ms=0.28, t_lum_lo_ms=-0.01, t_lum_hi_ms=0.008,
+                      t_single_ms=0.376)  # some of the interval above 0: trained on as before
+    data, report = prepare_training_data([lost, free, straddling] + rs[3:])
+    d = data["conv2d"]
+    assert len(d.mid) == len(rs) - 1
+    assert report["skipped"] == {"conv2d: Eq. 4 lost the layer (T_LUM <= 0 although it alone outlasts its padding "
+                                 "pair)": 1}
+    assert d.lo[0] == d.hi[0] == d.mid[0] == 0.0  # the free one, first now
+    assert d.hi[1] == 0.008
+    # single-layer targets do not use Eq. 4: every row stays
+    assert len(prepare_training_data([lost, free, straddling] + rs[3:], target="single")[0]["conv2d"].mid) == len(rs)
