@@ -108,7 +108,7 @@ row trains on ``T_c - a * T_b1 - (1 - a) * T_b2`` clipped into ``[lo, hi]``. The
 ``T_b1``, ``T_b2`` (and single-layer targets) always train on the midpoint.
 A row of a layer with weights (convolutions, fully connected) whose whole interval lies at
 or below zero although the layer alone (``t_single``) ran longer than its padding-only pair
-is not trained on (:func:`eq4_failed`; counted in the training report's ``skipped``): such a
+is not trained on (:func:`eq4_failed`; counted in the training report's ``skipped_rows``): such a
 layer cannot fuse into a 1x1 pad, so a padded model cannot hide it when it is slower than its
 pads; the padded and the padding-only model were timed in different states of the machine,
 and clipped to 0 the row would train the log target on its floor. Layers without weights

@@ -381,9 +381,11 @@ def test_evaluate_on_held_out_networks_and_in_sample_guard(cal, capsys):
     assert set(doc["results"]) == {"lum", "lum uncalibrated"}
     nets = doc["results"]["lum"]["networks"]
     assert len(nets) == 5 and "zoo:mobilenet_v2@64" in nets
-    for n, r in nets.items():
-        u = doc["results"]["lum uncalibrated"]["networks"][n]
-        assert r["measured_ms"] == u["measured_ms"] and r["predicted_ms"] != u["predicted_ms"]
+    unc = doc["results"]["lum uncalibrated"]["networks"]
+    assert all(r["measured_ms"] == unc[n]["measured_ms"] for n, r in nets.items())
+    # calibration changed the estimates: the intervals whichever correction applies (none keeps the
+    # Eq. 7 total; a network out of the calibration's scope keeps its Eq. 8 interval when wider)
+    assert any(r["intervals"]["CM_LV"]["0.9"] != unc[n]["intervals"]["CM_LV"]["0.9"] for n, r in nets.items())
     assert doc["results"]["lum"]["summary"]["families"]["zoo:mobilenet_v2"]["n"] == 1
     # the profile's own rows are in-sample: all left out, and said so
     rc = _estimator(["evaluate", "--device", "tiny-cal", "--profiles", str(cal["root"]), "--networks",
@@ -405,7 +407,10 @@ def test_service_answers_calibrated_with_uncalibrated_beside(cal):
             r = client.estimate_network(onnx, "tiny-cal", confidence=(0.8, 0.9), per_layer=False)
             assert r.calibration["applied"] and r.uncalibrated is not None
             assert set(r.uncalibrated["intervals"]["CM_LV"]) == {0.8, 0.9}
-            assert r.total_ms != r.uncalibrated["total_ms"]
+            if r.calibration["method"] != "none":  # a correction moved the Eq. 7 total
+                assert r.total_ms != r.uncalibrated["total_ms"]
+            if r.calibration["in_scope"]:  # out of scope, one family: the wider Eq. 8 interval may stand
+                assert r.interval("CM_LV", 0.9) != tuple(r.uncalibrated["intervals"]["CM_LV"][0.9])
             lo8, hi8 = r.interval("CM_LV", 0.8)
             lo9, hi9 = r.interval("CM_LV", 0.9)
             assert lo9 <= lo8 < hi8 <= hi9

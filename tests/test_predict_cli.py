@@ -103,8 +103,10 @@ def test_train_reports_metrics_and_caches(env, capsys):
     assert second["loaded_from_cache"] and second["cache_key"] == first["cache_key"]
     types = first["report"]["types"]
     assert set(types) == set(TYPES.split(","))
-    for r in types.values():
-        assert r["n_rows"] == 30
+    skipped = first["report"].get("skipped_rows", {})
+    for t, r in types.items():
+        # 30 rows a type, less those whose Eq. 4 lost the layer (measured here: a noisy machine may leave some)
+        assert r["n_rows"] == 30 - sum(n for why, n in skipped.items() if why.startswith(f"{t}: Eq. 4 lost"))
         assert 0 <= r["oob_within_10pct"] <= 1 and r["oob_rmspe"] > 0
         assert set(r["coverage"]["0.9"]) == {"CM_TV", "CM_LV", "CM_O"}
     assert _estimator(["train", "--device", "tiny-cpu", "--profiles", str(env["root"])]) == 0
