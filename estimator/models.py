@@ -453,13 +453,14 @@ def _finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and math.isfinite(v)
 
 
-def eq4_failed(row: Mapping[str, Any], interval: tuple[float, float]) -> bool:
-    """Whether a smart-padding row's Eq. 4 lost its layer: the interval (clipped at 0) is
-    empty of time, ``t_lum_hi <= 0``, although the layer alone ran longer than its
-    padding-only pair (``t_single > max(T_b1, T_b2)``). A padded model cannot hide a layer
-    slower than its pads; the timings moved between the padded and the padding-only model,
-    and the row says nothing about the layer (see the module docstring)."""
-    if interval[1] > 0.0:
+def eq4_failed(row: Mapping[str, Any], interval: tuple[float, float], weights: float) -> bool:
+    """Whether a smart-padding row's Eq. 4 lost its layer: a layer with ``weights`` (it
+    cannot fuse into a 1x1 pad) whose interval (clipped at 0) is empty of time,
+    ``t_lum_hi <= 0``, although it alone ran longer than its padding-only pair
+    (``t_single > max(T_b1, T_b2)``). A padded model cannot hide such a layer; the timings
+    moved between the padded and the padding-only model, and the row says nothing about the
+    layer (see the module docstring)."""
+    if weights <= 0 or interval[1] > 0.0:
         return False
     t_a, b1, b2 = (row.get(k, float("nan")) for k in ("t_single_ms", "t_b1_ms", "t_b2_ms"))
     return _finite(t_a) and _finite(b1) and _finite(b2) and t_a > max(b1, b2)
@@ -519,7 +520,7 @@ def prepare_training_data(rows: Iterable[Mapping[str, Any]], target: str = "lum"
         except LayerSpecError as e:
             skip(f"{t}: invalid params ({e})")
             continue
-        if target == "lum" and c.features.get("params", 0) > 0 and eq4_failed(row, iv):
+        if target == "lum" and eq4_failed(row, iv, c.features.get("params", 0)):
             skip(f"{t}: Eq. 4 lost the layer (T_LUM <= 0 although it alone outlasts its padding pair)")
             continue
         stored = row.get("ops", float("nan"))
