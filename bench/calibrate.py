@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 
 from estimator.errors import UserError
 
+from .network_measure import DEFAULT_ROUNDS, DEFAULT_RUNS, DEFAULT_WARMUP
 from .runners.base import RUNNERS, RunnerError
 
 __all__ = ["Measured", "Calibrated", "runner_defaults", "measure", "write_calibrated_profile", "describe_sources",
@@ -65,8 +66,9 @@ def runner_defaults(runner: str, base: Any) -> dict[str, Any]:
     return {}
 
 
-def measure(name: str, runner: Any, specs: Sequence[Any], *, fusion: Any, db: str | Path, rounds: int = 3,
-            runs: int = 20, warmup: int = 5, precision: str | None = None, options: dict[str, Any] | None = None,
+def measure(name: str, runner: Any, specs: Sequence[Any], *, fusion: Any, db: str | Path,
+            rounds: int = DEFAULT_ROUNDS, runs: int = DEFAULT_RUNS, warmup: int = DEFAULT_WARMUP,
+            precision: str | None = None, options: dict[str, Any] | None = None,
             progress: bool = False, log: Callable[[str], None] | None = None) -> Measured:
     """Measure ``specs`` (:mod:`bench.network_sources`) whole on ``runner`` (a
     :class:`~bench.runners.base.Runner`, closed afterwards), committing every round to ``db``;

@@ -31,6 +31,7 @@ from typing import Any
 
 from estimator.errors import UserError
 
+from .network_measure import DEFAULT_ROUNDS, DEFAULT_RUNS, DEFAULT_WARMUP
 from .cmd_run import DEFAULT_OUT, add_runner_options, db_path, given_runner_options, make_runner
 from .runners.base import RUNNERS
 
@@ -43,8 +44,6 @@ __all__ = ["register", "add_measurement_args", "DEFAULT_NETWORKS", "DEFAULT_SPAC
 #: 60 s for the 20 scaled ones), 2-3 minutes of wall time with building
 DEFAULT_NETWORKS = 60
 DEFAULT_SPACES = "mobilenet,resnet,scaled"
-#: interleaved rounds over the networks (a cost model is asked once)
-DEFAULT_ROUNDS = 3
 
 
 def _sources_args(p: argparse.ArgumentParser) -> None:
@@ -76,8 +75,10 @@ def add_measurement_args(p: argparse.ArgumentParser) -> Any:
     m.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS,
                    help="interleaved rounds over all networks; a network's latency is the median of its rounds' "
                         f"medians (default {DEFAULT_ROUNDS}; a cost model is asked once)")
-    m.add_argument("--runs", type=int, default=20, help="timed runs per network and round (default 20)")
-    m.add_argument("--warmup", type=int, default=5, help="untimed runs per network and round (default 5)")
+    m.add_argument("--runs", type=int, default=DEFAULT_RUNS,
+                   help=f"timed runs per network and round (default {DEFAULT_RUNS})")
+    m.add_argument("--warmup", type=int, default=DEFAULT_WARMUP,
+                   help=f"untimed runs per network and round (default {DEFAULT_WARMUP})")
     return m
 
 

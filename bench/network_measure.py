@@ -43,10 +43,17 @@ from .network_sources import NetworkSpec, weightless
 from .runners.base import Prepared, Runner, RunnerError
 from .storage import Store
 
-__all__ = ["NetworkResult", "measure_networks", "runner_model", "write_network_set", "network_rows", "moved_warning"]
+__all__ = ["NetworkResult", "measure_networks", "runner_model", "write_network_set", "network_rows", "moved_warning",
+           "DEFAULT_ROUNDS", "DEFAULT_RUNS", "DEFAULT_WARMUP"]
 
 #: measurement protocol id of whole networks (part of the environment's settings)
 PROTOCOL = "network-v1"
+#: the timing defaults of every whole-network measurement (bench calibrate, networks, check;
+#: nas search --calibrate): interleaved rounds over the networks, and per network and round
+#: the untimed and timed inferences (a cost model is asked once)
+DEFAULT_ROUNDS = 3
+DEFAULT_RUNS = 20
+DEFAULT_WARMUP = 5
 #: the median network's round-to-round spread (%) beyond which the measurement warns
 SPREAD_WARN_PCT = 20.0
 #: networks stay prepared between rounds while their runner-format models add up to this
@@ -127,7 +134,8 @@ def _bar(total: int, desc: str, enabled: bool) -> Any:
 
 
 def measure_networks(runner: Runner, store: Store, env_id: int, specs: Sequence[NetworkSpec], *, fusion: Any,
-                     warmup: int = 5, runs: int = 20, rounds: int = 3, precision: str = "fp32",
+                     warmup: int = DEFAULT_WARMUP, runs: int = DEFAULT_RUNS, rounds: int = DEFAULT_ROUNDS,
+                     precision: str = "fp32",
                      progress: bool = False, log: Callable[[str], None] | None = None) -> list[NetworkResult]:
     """Build, record, prepare, then time ``specs`` in interleaved rounds (see the module
     docstring); returns one result per spec, in order."""
