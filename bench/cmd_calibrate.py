@@ -31,8 +31,8 @@ from typing import Any
 
 from estimator.errors import UserError
 
-from .network_measure import DEFAULT_ROUNDS, DEFAULT_RUNS, DEFAULT_WARMUP
 from .cmd_run import DEFAULT_OUT, add_runner_options, db_path, given_runner_options, make_runner
+from .network_measure import DEFAULT_ROUNDS, DEFAULT_RUNS, DEFAULT_WARMUP
 from .runners.base import RUNNERS
 
 __all__ = ["register", "add_measurement_args", "DEFAULT_NETWORKS", "DEFAULT_SPACES"]
