@@ -82,7 +82,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from estimator.errors import UserError
-from estimator.layers import LayerType
+from estimator.layers import SPECS, LayerType
 
 from .modelgen import same_pads
 from .sampling import Config, Limits, _within, limits_for
@@ -140,10 +140,8 @@ _FUSED_ACTS = (("hardswish", 1.0), ("sigmoid", 1.0), ("hardsigmoid", 1.0), ("tan
 
 
 def _draw_fused_act(r: np.random.Generator) -> tuple[str, dict[str, Any]]:
-    from .sampling import _DRAW
-
     t = LayerType.CONV2D if r.random() < 0.6 else LayerType.DWCONV2D
-    p = _DRAW[t](r, True)
+    p = SPECS[t].draw(r, True)
     p["act"] = str(_choice(r, _FUSED_ACTS))
     return t, p
 

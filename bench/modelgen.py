@@ -52,6 +52,10 @@ for JSON), :func:`make_weights`, :func:`make_inputs`, :func:`same_pads`; builder
 
 How each benchable type is padded (Fig. 5c) and which LUT keys it uses
 ----------------------------------------------------------------------
+Each type's LUM (its input shapes and its IR ops) comes from its module in
+:mod:`estimator.layers` (``lum_inputs``, ``lum_output``, ``lum_ops``); this module wraps it
+in padding convolutions and never names a type.
+
 Padding-only pairs live in a lookup table keyed by ``(h, w, c)``. :func:`padding_keys`
 returns, for a LUM, the keys of its *input side* (one per LUM input) and its *output
 side*. Eq. 4 then uses
@@ -95,21 +99,14 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from estimator.layers import (
-    ACTIVATION_KINDS,
-    RESIZE_MODES,
-    SPECS,
-    LayerSpecError,
-    LayerType,
-    bench_params,
-    describe,
-    fused_act,
-)
+from estimator.layers import BENCHABLE_TYPES, SPECS, LayerSpecError, bench_params, describe, fused_act
+from estimator.layers.ir import Op, TensorSpec, jsonable as _jsonable
+from estimator.layers.params import opt_int as _int, same_pads
 
 __all__ = [
     "Op",
@@ -136,50 +133,8 @@ OPSET = 17
 #: ``(h, w, c)``: the key of a padding-only pair.
 HWC = tuple[int, int, int]
 
-#: Types this module can build padded models for (the vocabulary's ``benchable`` types).
-BENCHABLE_TYPES: tuple[str, ...] = tuple(t for t, s in SPECS.items() if s.benchable)
-
-
 #: Activation of the padding convs.
 PAD_ACT = "relu"
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """A graph input or output (float32)."""
-
-    name: str
-    shape: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Op:
-    """One operation of a :class:`ModelIR`.
-
-    ``inputs`` are tensor names (graph inputs or earlier ops' ``output``); ``shape`` is the
-    output shape (NCHW for rank 4); ``attrs`` depend on ``kind`` (module docstring).
-    """
-
-    kind: str
-    name: str
-    inputs: tuple[str, ...]
-    output: str
-    shape: tuple[int, ...]
-    attrs: Mapping[str, Any] = field(default_factory=dict)
-    act: str | None = None
-    role: str = "lum"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "name": self.name, "inputs": list(self.inputs), "output": self.output,
-                "shape": list(self.shape), "attrs": _jsonable(dict(self.attrs)), "act": self.act, "role": self.role}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Op":
-        attrs = dict(d.get("attrs", {}))
-        if "pads" in attrs:
-            attrs["pads"] = tuple(attrs["pads"])
-        return cls(d["kind"], d["name"], tuple(d["inputs"]), d["output"], tuple(d["shape"]), attrs,
-                   d.get("act"), d.get("role", "lum"))
 
 
 @dataclass(frozen=True)
@@ -242,62 +197,7 @@ class PaddingKeys:
         return tuple(dict.fromkeys((*self.inputs, self.output)))
 
 
-def _jsonable(v: Any) -> Any:
-    if isinstance(v, dict):
-        return {k: _jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, np.generic):
-        return v.item()
-    return v
-
-
 # ----------------------------------------------------------------------- param helpers
-
-
-def same_pads(size: int, k: int, s: int, d: int = 1) -> tuple[int, int]:
-    """TensorFlow SAME padding along one axis: (begin, end), end >= begin."""
-    out = -(-size // s)
-    total = max((out - 1) * s + (k - 1) * d + 1 - size, 0)
-    return total // 2, total - total // 2
-
-
-def _padding_name(h: int, w: int, k_h: int, k_w: int, s_h: int, s_w: int, d_h: int, d_w: int,
-                  pads: tuple[int, int, int, int]) -> str:
-    if pads == (0, 0, 0, 0):
-        return "valid"
-    (t, b), (l, r) = same_pads(h, k_h, s_h, d_h), same_pads(w, k_w, s_w, d_w)
-    if pads == (t, l, b, r):
-        return "same"
-    return "explicit"
-
-
-def _int(p: Mapping[str, Any], key: str, default: int) -> int:
-    v = p.get(key)
-    return default if v is None else int(v)
-
-
-def _window_attrs(p: Mapping[str, Any], *, dilated: bool) -> dict[str, Any]:
-    k_h, k_w = int(p["k_h"]), int(p["k_w"])
-    s_h, s_w = _int(p, "s_h", 1), _int(p, "s_w", 1)
-    d_h, d_w = (_int(p, "d_h", 1), _int(p, "d_w", 1)) if dilated else (1, 1)
-    dt, dl = d_h * (k_h - 1) // 2, d_w * (k_w - 1) // 2  # the vocabulary's default pads
-    pads = (_int(p, "p_t", dt), _int(p, "p_l", dl), _int(p, "p_b", dt), _int(p, "p_r", dl))
-    a: dict[str, Any] = dict(k_h=k_h, k_w=k_w, s_h=s_h, s_w=s_w, pads=pads)
-    if dilated:
-        a.update(d_h=d_h, d_w=d_w)
-    a["padding"] = _padding_name(int(p["h"]), int(p["w"]), k_h, k_w, s_h, s_w, d_h, d_w, pads)
-    return a
-
-
-def _concat_channels(p: Mapping[str, Any]) -> list[int]:
-    chans = p.get("channels")
-    if chans is None:
-        k = _int(p, "n_inputs", 2)
-        chans = [p[f"c_in{i + 1}"] for i in range(k)]
-    if isinstance(chans, str):
-        chans = chans.replace(",", " ").split()
-    return [int(c) for c in chans]
 
 
 def _lum_act(layer_type: str, p: Mapping[str, Any]) -> str | None:
@@ -306,27 +206,6 @@ def _lum_act(layer_type: str, p: Mapping[str, Any]) -> str | None:
     if a == "other":
         raise LayerSpecError("act='other' names no operator a benchmark model can be built with")
     return a
-
-
-def _act_kind(p: Mapping[str, Any]) -> str:
-    kind = p.get("kind", "relu")
-    if not isinstance(kind, str):
-        names = {v: k for k, v in ACTIVATION_KINDS.items()}
-        kind = names.get(int(kind), "other")
-    if kind not in ACTIVATION_KINDS or kind == "other":
-        raise LayerSpecError(f"activation kind {kind!r} cannot be benchmarked; known: "
-                             f"{', '.join(k for k in ACTIVATION_KINDS if k != 'other')}")
-    return kind
-
-
-def _resize_mode(p: Mapping[str, Any]) -> str:
-    mode = p.get("mode", "nearest")
-    if not isinstance(mode, str):
-        names = {v: k for k, v in RESIZE_MODES.items()}
-        mode = names.get(int(mode), "")
-    if mode not in RESIZE_MODES:
-        raise LayerSpecError(f"resize mode {mode!r} unknown; known: {', '.join(RESIZE_MODES)}")
-    return mode
 
 
 # ------------------------------------------------------------------------- LUM building
@@ -354,93 +233,15 @@ def _check_benchable(layer_type: str, params: Mapping[str, Any]) -> None:
 def _lum_spec(layer_type: str, params: Mapping[str, Any]) -> _LumSpec:
     _check_benchable(layer_type, params)
     counts = describe(layer_type, params)  # validates and gives the output shape
-    p = params
-    t = layer_type
-    ins: tuple[tuple[int, int, int, int], ...]
-    if t == LayerType.CONV2D:
-        ins = ((1, int(p["c_in"]), int(p["h"]), int(p["w"])),)
-    elif t in (LayerType.DWCONV2D, LayerType.MAXPOOL, LayerType.AVGPOOL, LayerType.GLOBALPOOL,
-               LayerType.ACTIVATION, LayerType.RESIZE):
-        ins = ((1, int(p["c"]), int(p["h"]), int(p["w"])),)
-    elif t == LayerType.FC:
-        if _int(p, "m", 1) != 1:
-            raise LayerSpecError(f"fc with m={p['m']} rows cannot be benchmarked; only m=1 is")
-        ins = ((1, int(p["c_in"]), 1, 1),)
-        return _LumSpec(ins, (1, int(p["c_out"]), 1, 1))
-    elif t in (LayerType.ADD, LayerType.MUL):
-        c, h, w = int(p["c"]), int(p["h"]), int(p["w"])
-        bc = _int(p, "broadcast", 0)
-        if bc:
-            eb = _int(p, "elems_b", c)
-            if eb not in (c, 1):
-                raise LayerSpecError(f"broadcast operand with elems_b={eb} cannot be benchmarked; "
-                                     f"use elems_b={c} (shape (1,c,1,1)) or 1")
-            ins = ((1, c, h, w), (1, eb, 1, 1))
-        else:
-            ins = ((1, c, h, w), (1, c, h, w))
-    elif t == LayerType.CONCAT:
-        h, w = int(p["h"]), int(p["w"])
-        ins = tuple((1, c, h, w) for c in _concat_channels(p))
-    else:  # pragma: no cover - guarded by _check_benchable
-        raise LayerSpecError(f"no model builder for {t!r}")
-    out = counts.output_shape
-    return _LumSpec(ins, (int(out[0]), int(out[1]), int(out[2]), int(out[3])))
+    spec = SPECS[layer_type]
+    return _LumSpec(tuple(spec.lum_inputs(params, counts)), spec.lum_output(params, counts))
 
 
 def _lum_ops(layer_type: str, p: Mapping[str, Any], ins: Sequence[str], spec: _LumSpec,
              out_name: str, *, single: bool = False) -> list[Op]:
     """The LUM as IR ops, reading tensors ``ins``, writing ``out_name`` (NCHW; for a
     single-layer fc, ``(1, c_in)`` -> ``(1, c_out)`` without flatten/reshape glue)."""
-    t = layer_type
-    shp = spec.output_shape
-    act = _lum_act(t, p)
-    if t in (LayerType.CONV2D, LayerType.DWCONV2D):
-        a = _window_attrs(p, dilated=True)
-        if t == LayerType.CONV2D:
-            c_in, c_out, g = int(p["c_in"]), int(p["c_out"]), _int(p, "groups", 1)
-        else:
-            c_in = int(p["c"])
-            c_out, g = c_in * _int(p, "multiplier", 1), c_in
-        a.update(c_in=c_in, c_out=c_out, groups=g, bias=bool(_int(p, "bias", 1)),
-                 depthwise=(g == c_in and g > 1 and c_out % c_in == 0) or (t == LayerType.DWCONV2D))
-        return [Op("conv", "lum", tuple(ins), out_name, shp, a, act)]
-    if t == LayerType.FC:
-        c_in, c_out = int(p["c_in"]), int(p["c_out"])
-        gemm_attrs = dict(c_in=c_in, c_out=c_out, bias=bool(_int(p, "bias", 1)))
-        if single:
-            return [Op("gemm", "lum", tuple(ins), out_name, (1, c_out), gemm_attrs, act)]
-        return [
-            Op("flatten", "lum/flatten_in", tuple(ins), "lum_flat", (1, c_in), {}, None, "aux"),
-            Op("gemm", "lum", ("lum_flat",), "lum_gemm", (1, c_out), gemm_attrs, act),
-            Op("reshape", "lum/reshape_out", ("lum_gemm",), out_name, shp, {}, None, "aux"),
-        ]
-    if t in (LayerType.MAXPOOL, LayerType.AVGPOOL):
-        return [Op(t, "lum", tuple(ins), out_name, shp, _window_attrs(p, dilated=False))]
-    if t == LayerType.GLOBALPOOL:
-        mode = p.get("mode", "avg")
-        if mode not in ("avg", "max"):
-            raise LayerSpecError(f"globalpool mode {mode!r} unknown; use 'avg' or 'max'")
-        return [Op("globalpool", "lum", tuple(ins), out_name, shp, {"mode": mode})]
-    if t in (LayerType.ADD, LayerType.MUL):
-        return [Op(t, "lum", tuple(ins), out_name, shp, {}, act)]
-    if t == LayerType.CONCAT:
-        return [Op("concat", "lum", tuple(ins), out_name, shp, {"axis": 1})]
-    if t == LayerType.ACTIVATION:
-        kind = _act_kind(p)
-        aa: dict[str, Any] = {"kind": kind}
-        if kind == "leakyrelu":
-            aa["alpha"] = float(p.get("alpha", 0.1))
-        elif kind == "elu":
-            aa["alpha"] = float(p.get("alpha", 1.0))
-        elif kind == "clip":
-            aa["min"], aa["max"] = float(p.get("min", -1.0)), float(p.get("max", 1.0))
-        return [Op("act", "lum", tuple(ins), out_name, shp, aa)]
-    if t == LayerType.RESIZE:
-        mode = _resize_mode(p)
-        coord = "asymmetric" if mode == "nearest" else "half_pixel"
-        return [Op("resize", "lum", tuple(ins), out_name, shp,
-                   dict(h_out=int(p["h_out"]), w_out=int(p["w_out"]), mode=mode, coord=coord))]
-    raise LayerSpecError(f"no model builder for {t!r}")  # pragma: no cover
+    return SPECS[layer_type].lum_ops(p, ins, spec.output_shape, out_name, _lum_act(layer_type, p), single=single)
 
 
 def _hwc_of(shape: Sequence[int]) -> HWC:
@@ -455,9 +256,9 @@ def lum_io_shapes(layer_type: str, params: Mapping[str, Any]
 
 
 def _reads_graph_input(layer_type: str, params: Mapping[str, Any]) -> bool:
-    """A conv2d with raw param ``graph_input=1`` reads the network's input (a stem): its
-    padded model has no input-side padding, see :func:`padded_model`."""
-    return layer_type == LayerType.CONV2D and _int(params, "graph_input", 0) > 0
+    """Whether the LUM reads the network's input (a stem): its padded model has no
+    input-side padding, see :func:`padded_model`."""
+    return SPECS[layer_type].reads_graph_input(params)
 
 
 def padding_keys(layer_type: str, params: Mapping[str, Any]) -> PaddingKeys:
@@ -485,8 +286,7 @@ def single_layer_model(layer_type: str, params: Mapping[str, Any]) -> ModelIR:
     s = _lum_spec(layer_type, params)
     shapes: Sequence[tuple[int, ...]] = s.input_shapes
     out_shape: tuple[int, ...] = s.output_shape
-    if layer_type == LayerType.FC:  # a plain (1, c_in) -> (1, c_out) Gemm
-        shapes, out_shape = [(1, s.input_shapes[0][1])], (1, s.output_shape[1])
+    shapes, out_shape = SPECS[layer_type].single_layer_io(s.input_shapes, s.output_shape)
     inputs = tuple(TensorSpec(f"x{i}", tuple(shp)) for i, shp in enumerate(shapes))
     ops = _lum_ops(layer_type, params, [t.name for t in inputs], s, "y", single=True)
     return ModelIR(_model_name("single", layer_type, params), "single", inputs,

@@ -57,13 +57,17 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from estimator.layers import ACTIVATION_KINDS, LayerSpecError, LayerType, describe
+from estimator.layers import SAMPLED_TYPES, SPECS, LayerSpecError, describe
+from estimator.layers.params import same_pads
+from estimator.layers.space import PRIOR_C as _PRIOR_C
+from estimator.layers.space import PRIOR_HW as _PRIOR_HW
+from estimator.layers.space import SPACE_MAX
 
-from .modelgen import BENCHABLE_TYPES, lum_io_shapes, same_pads
+from .modelgen import lum_io_shapes
 
 __all__ = ["Config", "Limits", "DEFAULT_LIMITS", "limits_for", "config_key", "canonical_params",
            "sample_type", "make_plan", "in_space", "neighbours", "SPACE_MAX", "SAMPLED_TYPES"]
@@ -91,10 +95,6 @@ DEFAULT_LIMITS: dict[str, Limits] = {
     "tensorrt": Limits(2e10, 1 << 25, 1 << 25),
     "agent": Limits(1e9, 1 << 22, 1 << 22),
 }
-
-#: The raw parameter space.
-SPACE_MAX = dict(hw=1024, k=11, s=2, c=2048, fc_c=4096, dilation=4)
-
 
 def limits_for(runner: str, *, max_ops: float | None = None, max_elems: int | None = None,
                max_params: int | None = None) -> Limits:
@@ -127,223 +127,7 @@ class Config:
         return cls(layer_type, p, config_key(layer_type, p), float(describe(layer_type, p).ops))
 
 
-# --------------------------------------------------------------------- raw space draws
-
-
-def _loguniform_int(r: np.random.Generator, lo: int, hi: int) -> int:
-    return int(min(hi, max(lo, math.floor(math.exp(r.uniform(math.log(lo), math.log(hi + 1)))))))
-
-
-_COMMON_C = (3, 8, 16, 24, 32, 40, 48, 64, 80, 96, 112, 128, 144, 160, 192, 240, 256, 320, 384, 480, 512, 576,
-             640, 672, 768, 960, 1024, 1152, 1280, 1536, 2048)
-_COMMON_HW = (7, 8, 13, 14, 16, 20, 26, 28, 32, 40, 52, 56, 64, 80, 104, 112, 128, 160, 208, 224, 256, 320, 416,
-              512, 640)
-#: Network prior: feature-map sizes of 224/256/320-input CNNs and 320/640-input detectors.
-_PRIOR_HW = (7, 8, 10, 13, 14, 16, 20, 26, 28, 32, 40, 52, 56, 64, 80, 112, 128, 160, 224, 320)
-#: Network prior: channel counts (multiples of 8, the MobileNet/EfficientNet/ResNet ladders).
-_PRIOR_C = tuple(sorted(set(c for c in _COMMON_C if c % 8 == 0) | {56, 72, 88, 120, 136, 184, 200, 232, 272, 288, 336, 400,
-                                                       432, 528, 720, 816, 864, 896, 1088, 1232, 1344, 1824}))
-
-
-def _channels(r: np.random.Generator, hi: int = SPACE_MAX["c"], prior: bool = False, h: int | None = None) -> int:
-    if prior:  # CNNs widen as they downsample: at h x h, about 14336/h channels at most, /16 at least
-        top = min(hi, max(64, 14336 // h)) if h else hi
-        cands = [c for c in _PRIOR_C if top // 16 <= c <= top]
-        return int(cands[r.integers(len(cands))])
-    u = r.random()
-    if u < 0.4:
-        cands = [c for c in _COMMON_C if c <= hi]
-        return int(cands[r.integers(len(cands))])
-    c = _loguniform_int(r, 1, hi)
-    if u < 0.7 and c >= 8:  # networks like multiples of 8
-        c = min(hi, int(round(c / 8)) * 8)
-    return c
-
-
-def _hw(r: np.random.Generator, prior: bool = False) -> tuple[int, int]:
-    if prior:
-        h = int(_PRIOR_HW[r.integers(len(_PRIOR_HW))])
-        return h, h
-    u = r.random()
-    if u < 0.35:
-        h = int(_COMMON_HW[r.integers(len(_COMMON_HW))])
-    else:
-        h = _loguniform_int(r, 1, SPACE_MAX["hw"])
-    if r.random() < 0.75:
-        return h, h
-    return h, _loguniform_int(r, 1, SPACE_MAX["hw"])
-
-
-def _kernel(r: np.random.Generator, *, pool: bool = False, prior: bool = False) -> tuple[int, int]:
-    ks: tuple[int, ...]
-    ps: tuple[float, ...]
-    if prior:
-        k = int(r.choice((2, 3, 5, 7), p=(0.25, 0.55, 0.15, 0.05)) if pool else
-                r.choice((1, 3, 5, 7), p=(0.45, 0.4, 0.08, 0.07)))
-        if not pool and k > 1 and r.random() < 0.06:  # Inception-style 1xk / kx1
-            return (1, k) if r.random() < 0.5 else (k, 1)
-        return k, k
-    if pool:
-        ks, ps = (2, 3, 5, 7, 9, 11, 4, 6, 8, 10), (0.3, 0.35, 0.12, 0.05, 0.04, 0.02, 0.03, 0.03, 0.03, 0.03)
-    else:
-        ks, ps = (1, 3, 5, 7, 2, 4, 6, 8, 9, 10, 11), (0.3, 0.33, 0.1, 0.08, 0.03, 0.03, 0.03, 0.03, 0.03, 0.02, 0.02)
-    k = int(r.choice(ks, p=np.array(ps) / sum(ps)))
-    u = r.random()
-    if u < 0.12 and not pool and k > 1:  # Inception-style 1xk / kx1
-        return (1, k) if r.random() < 0.5 else (k, 1)
-    if u < 0.17:  # any asymmetric pair
-        return int(r.integers(1, SPACE_MAX["k"] + 1)), int(r.integers(1, SPACE_MAX["k"] + 1))
-    return k, k
-
-
-def _strides(r: np.random.Generator, prior: bool = False) -> tuple[int, int]:
-    if prior:
-        return (1, 1) if r.random() < 0.75 else (2, 2)
-    u = r.random()
-    if u < 0.6:
-        return 1, 1
-    if u < 0.95:
-        return 2, 2
-    return (1, 2) if r.random() < 0.5 else (2, 1)
-
-
-def _pads(r: np.random.Generator, h: int, w: int, k_h: int, k_w: int, s_h: int, s_w: int,
-          d_h: int = 1, d_w: int = 1, prior: bool = False) -> dict[str, int]:
-    """TensorFlow SAME (80 %; always in the network prior) or VALID (20 %) padding, written
-    out explicitly."""
-    if prior or r.random() < 0.8:
-        (t, b), (l, rr) = same_pads(h, k_h, s_h, d_h), same_pads(w, k_w, s_w, d_w)
-        return dict(p_t=t, p_l=l, p_b=b, p_r=rr)
-    return dict(p_t=0, p_l=0, p_b=0, p_r=0)
-
-
-def _draw_conv2d(r: np.random.Generator, prior: bool = False) -> dict[str, Any]:
-    h, w = _hw(r, prior)
-    c_in = 3 if prior and r.random() < 0.05 else _channels(r, prior=prior, h=h)  # 3: an RGB stem
-    c_out = _channels(r, prior=prior, h=h)
-    k_h, k_w = _kernel(r, prior=prior)
-    s_h, s_w = _strides(r, prior)
-    d = 1 if prior or r.random() < 0.9 or max(k_h, k_w) == 1 else int(r.integers(2, SPACE_MAX["dilation"] + 1))
-    g = 1
-    if r.random() < (0.05 if prior else 0.15):
-        gcd = math.gcd(c_in, c_out)
-        divs = [x for x in (2, 4, 8, 16, 32, 64) if gcd % x == 0 and x < gcd]
-        if divs:
-            g = int(divs[r.integers(len(divs))])
-    p = dict(h=h, w=w, c_in=c_in, c_out=c_out, k_h=k_h, k_w=k_w, s_h=s_h, s_w=s_w)
-    if g > 1:
-        p["groups"] = g
-    if d > 1:
-        p.update(d_h=d, d_w=d)
-    p.update(_pads(r, h, w, k_h, k_w, s_h, s_w, d, d, prior))
-    return p
-
-
-def _draw_dwconv2d(r: np.random.Generator, prior: bool = False) -> dict[str, Any]:
-    h, w = _hw(r, prior)
-    c = _channels(r, prior=prior, h=h)
-    if prior:  # depthwise kernels are 3x3, 5x5, now and then 7x7
-        k_h = k_w = int(r.choice((3, 5, 7), p=(0.6, 0.3, 0.1)))
-    else:
-        k_h, k_w = _kernel(r)
-    s_h, s_w = _strides(r, prior)
-    d = 1 if prior or r.random() < 0.93 or max(k_h, k_w) == 1 else int(r.integers(2, SPACE_MAX["dilation"] + 1))
-    p = dict(h=h, w=w, c=c, k_h=k_h, k_w=k_w, s_h=s_h, s_w=s_w)
-    if d > 1:
-        p.update(d_h=d, d_w=d)
-    if r.random() < (0.0 if prior else 0.05):
-        p["multiplier"] = int(r.choice((2, 4)))
-    p.update(_pads(r, h, w, k_h, k_w, s_h, s_w, d, d, prior))
-    return p
-
-
-def _draw_fc(r: np.random.Generator, prior: bool = False) -> dict[str, Any]:
-    c_out = 1000 if r.random() < (0.4 if prior else 0.1) else _channels(r, SPACE_MAX["fc_c"], prior)
-    return dict(c_in=_channels(r, SPACE_MAX["fc_c"], prior), c_out=c_out)
-
-
-def _draw_pool(r: np.random.Generator, prior: bool = False) -> dict[str, Any]:
-    h, w = _hw(r, prior)
-    k_h, k_w = _kernel(r, pool=True, prior=prior)
-    if prior and k_h == 5 and r.random() < 0.5:
-        s_h, s_w = 1, 1  # SPPF 5x5/1
-    elif r.random() < (0.6 if prior else 0.4):
-        s_h, s_w = (2, 2) if k_h > 1 else (1, 1)  # 2x2/2, 3x3/2
-    else:
-        s_h, s_w = _strides(r, prior)
-    p = dict(h=h, w=w, c=_channels(r, prior=prior, h=h), k_h=k_h, k_w=k_w, s_h=s_h, s_w=s_w)
-    p.update(_pads(r, h, w, k_h, k_w, s_h, s_w, prior=prior))
-    return p
-
-
-def _draw_globalpool(r: np.random.Generator, prior: bool = False) -> dict[str, Any]:
-    h, w = _hw(r, prior)
-    p: dict[str, Any] = dict(h=h, w=w, c=_channels(r, prior=prior, h=h))
-    if r.random() < (0.05 if prior else 0.2):
-        p["mode"] = "max"
-    return p
-
-
-def _draw_eltwise(r: np.random.Generator, p_broadcast: float, prior: bool = False) -> dict[str, Any]:
-    h, w = _hw(r, prior)
-    p: dict[str, Any] = dict(h=h, w=w, c=_channels(r, prior=prior, h=h))
-    if r.random() < p_broadcast:
-        p["broadcast"] = 1
-    return p
-
-
-def _draw_concat(r: np.random.Generator, prior: bool = False) -> dict[str, Any]:
-    h, w = _hw(r, prior)
-    k = 2 if r.random() < 0.8 else int(r.integers(3, 5))
-    if k == 2:
-        return dict(h=h, w=w, c_in1=_channels(r, 1024, prior, h), c_in2=_channels(r, 1024, prior, h))
-    c = _channels(r, 512, prior, h)
-    chans = [c] * k if r.random() < 0.6 else [_channels(r, 512, prior, h) for _ in range(k)]  # SPPF: equal
-    return dict(h=h, w=w, channels=chans)
-
-
-_ACT_KINDS = tuple(k for k in ACTIVATION_KINDS if k not in ("other", "clip"))
-
-
-def _draw_activation(r: np.random.Generator, prior: bool = False) -> dict[str, Any]:
-    h, w = _hw(r, prior)
-    return dict(h=h, w=w, c=_channels(r, prior=prior, h=h), kind=str(_ACT_KINDS[r.integers(len(_ACT_KINDS))]))
-
-
-def _draw_resize(r: np.random.Generator, prior: bool = False) -> dict[str, Any]:
-    h, w = _hw(r, prior)
-    u = r.random()
-    if prior:  # FPN/YOLO upsampling: x2 nearest, sometimes bilinear
-        return dict(h=h, w=w, c=_channels(r, prior=True, h=h), h_out=2 * h, w_out=2 * w,
-                    mode="nearest" if u < 0.8 else "linear")
-    if u < 0.6:
-        f = 2
-        h_out, w_out = h * f, w * f
-    elif u < 0.75:
-        h_out, w_out = h * 4, w * 4
-    elif u < 0.85:
-        h_out, w_out = max(1, h // 2), max(1, w // 2)
-    else:
-        h_out, w_out = _loguniform_int(r, 1, SPACE_MAX["hw"]), _loguniform_int(r, 1, SPACE_MAX["hw"])
-    mode = "nearest" if r.random() < 0.6 else "linear"
-    return dict(h=h, w=w, c=_channels(r), h_out=h_out, w_out=w_out, mode=mode)
-
-
-#: Network prior: the fused activation of the LUM, by layer type (``act`` raw param; the
-#: first entry is the LUM's default and leaves ``act`` out). Kernels differ by activation
-#: (ONNX Runtime fuses ReLU into its convolution kernels but applies Clip/ReLU6 as a second
-#: pass: 40 % slower depthwise convs), and networks use more than ReLU. Hard-swish, the
-#: activation of MobileNetV3 and of the ``mobilenet``/``scaled`` NAS spaces, folds into the
-#: convolution on ONNX Runtime 1.32 and on Vela (:mod:`bench.cmd_profile`), so the forests
-#: need convolutions with it fused; its 10 % came out of ReLU's share, after ReLU in the
-#: order, so that only the configurations whose hash falls in that tenth changed.
-_PRIOR_ACTS: dict[str, tuple[tuple[str | None, float], ...]] = {
-    LayerType.CONV2D: (("relu", .35), ("hardswish", .10), ("relu6", .25), ("none", .15), ("leakyrelu", .05),
-                       ("sigmoid", .05), ("hardsigmoid", .05)),
-    LayerType.DWCONV2D: (("relu", .35), ("hardswish", .10), ("relu6", .3), ("none", .2), ("hardsigmoid", .05)),
-    LayerType.FC: ((None, .6), ("relu", .3), ("sigmoid", .05), ("hardsigmoid", .05)),
-    LayerType.ADD: (("relu", .5), ("none", .5)),
-}
+# ------------------------------------------------------------- network prior variants
 
 
 def _unit_hash(layer_type: str, params: Mapping[str, Any], salt: str) -> float:
@@ -352,49 +136,19 @@ def _unit_hash(layer_type: str, params: Mapping[str, Any], salt: str) -> float:
     return int.from_bytes(h[:8], "little") / 2.0**64
 
 
-#: Network prior: the share of drawn convolutions whose channel counts are moved off the
-#: multiple-of-8 ladder (:func:`_prior_variants`). Networks do use such counts: ShuffleNetV2
-#: 1.0x splits 116 channels into two branches of 58, width multipliers and channel
-#: pruning give arbitrary ones. Kernels care: ONNX Runtime's NCHWc convolutions need
-#: channels in multiples of its vector block (16 fp32 lanes with AVX-512) and its
-#: depthwise kernel runs 5-10x slower per channel when c is not a multiple of 4 (measured
-#: on host-cpu: 3x3 depthwise at 56x56, c=56: 0.89 us per channel, c=58: 5.5 us).
-_PRIOR_OFF_LADDER: dict[str, float] = {LayerType.CONV2D: 0.15, LayerType.DWCONV2D: 0.25}
-#: Offsets that move a channel count off the ladder: every residue modulo 8 except 0.
-_OFF_LADDER_OFFSETS = (-7, -6, -5, -4, -3, -2, -1, 1, 2, 3, 4, 5, 6, 7)
-
-
-def _off_ladder(layer_type: str, p: Mapping[str, Any], key: str) -> int:
-    """Channel count ``p[key]`` moved by a hash-chosen offset off the multiple-of-8 ladder
-    (kept within 1..SPACE_MAX["c"])."""
-    c = int(p[key])
-    d = _OFF_LADDER_OFFSETS[int(len(_OFF_LADDER_OFFSETS) * _unit_hash(layer_type, p, f"off-ladder:{key}"))]
-    if not 1 <= c + d <= SPACE_MAX["c"]:
-        d = -d
-    return max(1, c + d)
-
-
 def _prior_variants(layer_type: str, p: dict[str, Any]) -> dict[str, Any]:
-    """The prior's off-ladder channel counts (conv2d, dwconv2d), fused activation and
-    (conv2d) grouped variants, chosen by a hash of the drawn configuration instead of the
-    generator, so that adding them left the other draws (and configurations measured
-    before) unchanged: a configuration that keeps its drawn channels, the LUM's default
-    activation and no groups has the key it had without this step."""
-    p = dict(p)
-    share = _PRIOR_OFF_LADDER.get(layer_type, 0.0)
-    if share and p.get("groups", 1) == 1 and _unit_hash(layer_type, p, "off-ladder") < share:
-        if layer_type == LayerType.DWCONV2D:
-            keys: tuple[str, ...] = ("c",)
-        else:  # c_in, c_out or both (never the RGB stem's 3 input channels)
-            keys = (("c_in",), ("c_out",), ("c_in", "c_out"))[int(3 * _unit_hash(layer_type, p, "off-ladder-which"))]
-            keys = tuple(k for k in keys if p[k] != 3) or ("c_out",)
-        moved = {k: _off_ladder(layer_type, p, k) for k in keys}
-        p.update(moved)
-    if layer_type == LayerType.CONV2D and p.get("groups", 1) == 1 and _unit_hash(layer_type, p, "groups") < 0.1:
-        gw = (8, 16, 32, 64)[int(4 * _unit_hash(layer_type, p, "group-width"))]  # RegNet/ResNeXt group widths
-        if p["c_in"] % gw == 0 and p["c_in"] // gw > 1 and p["c_out"] % (p["c_in"] // gw) == 0:
-            p["groups"] = p["c_in"] // gw
-    acts = _PRIOR_ACTS.get(layer_type)
+    """The prior's type-specific variants (off-ladder channel counts, groups:
+    :meth:`~estimator.layers.registry.LayerTypeSpec.prior_variant`) and fused activation
+    (:attr:`~estimator.layers.registry.LayerTypeSpec.prior_acts`), chosen by a hash of the
+    drawn configuration instead of the generator, so that adding them left the other draws
+    (and configurations measured before) unchanged: a configuration that keeps its drawn
+    channels, the LUM's default activation and no groups has the key it had without this
+    step. Kernels differ by fused activation (ONNX Runtime fuses ReLU into its convolution
+    kernels but applies Clip/ReLU6 as a second pass: 40 % slower depthwise convs), and
+    networks use more than ReLU."""
+    spec = SPECS[layer_type]
+    p = spec.prior_variant(dict(p), lambda q, salt: _unit_hash(layer_type, q, salt))
+    acts = spec.prior_acts
     if acts:
         u, acc = _unit_hash(layer_type, p, "act"), 0.0
         for i, (a, w) in enumerate(acts):
@@ -404,39 +158,6 @@ def _prior_variants(layer_type: str, p: dict[str, Any]) -> dict[str, Any]:
                     p["act"] = a if a is not None else "none"
                 break
     return p
-
-
-_DRAW: dict[str, Callable[[np.random.Generator, bool], dict[str, Any]]] = {
-    LayerType.CONV2D: _draw_conv2d,
-    LayerType.DWCONV2D: _draw_dwconv2d,
-    LayerType.FC: _draw_fc,
-    LayerType.MAXPOOL: _draw_pool,
-    LayerType.AVGPOOL: _draw_pool,
-    LayerType.GLOBALPOOL: _draw_globalpool,
-    LayerType.ADD: lambda r, prior: _draw_eltwise(r, 0.05, prior),
-    LayerType.MUL: lambda r, prior: _draw_eltwise(r, 0.6, prior),
-    LayerType.CONCAT: _draw_concat,
-    LayerType.ACTIVATION: _draw_activation,
-    LayerType.RESIZE: _draw_resize,
-}
-
-#: Types with a sampler (the benchable types, in vocabulary order).
-SAMPLED_TYPES: tuple[str, ...] = tuple(t for t in BENCHABLE_TYPES if t in _DRAW)
-
-
-def _in_ranges(layer_type: str, p: Mapping[str, Any], ins: Sequence[tuple[int, ...]], out: tuple[int, ...]) -> bool:
-    if layer_type == LayerType.FC:
-        return max(int(p["c_in"]), int(p["c_out"])) <= SPACE_MAX["fc_c"]
-    if max(max(s[2], s[3]) for s in (*ins, out)) > SPACE_MAX["hw"]:
-        return False
-    chans = [s[1] for s in ins] if layer_type == LayerType.CONCAT else [s[1] for s in (*ins, out)]
-    if max(chans) > SPACE_MAX["c"]:
-        return False
-    if max(int(p.get(k) or 1) for k in ("k_h", "k_w")) > SPACE_MAX["k"]:
-        return False
-    if max(int(p.get(k) or 1) for k in ("s_h", "s_w")) > SPACE_MAX["s"]:
-        return False
-    return max(int(p.get(k) or 1) for k in ("d_h", "d_w")) <= SPACE_MAX["dilation"]
 
 
 def limit_reason(layer_type: str, params: Mapping[str, Any], lim: Limits) -> str | None:
@@ -459,7 +180,7 @@ def _within(layer_type: str, params: Mapping[str, Any], lim: Limits) -> Config |
     if limit_reason(layer_type, params, lim) is not None:
         return None
     ins, out = lum_io_shapes(layer_type, params)
-    if not _in_ranges(layer_type, params, ins, out):
+    if not SPECS[layer_type].in_ranges(params, ins, out):
         return None
     p = dict(params)
     return Config(layer_type, p, config_key(layer_type, p), float(describe(layer_type, p).ops))
@@ -481,7 +202,7 @@ def sample_type(layer_type: str, samples: int, *, seed: int = 0, limits: Limits 
                 pool_factor: int = 10, prior: bool = False) -> list[Config]:
     """``samples`` distinct configurations of one type, balanced across log10(ops), from the
     broad space or (``prior=True``) from the network prior."""
-    if layer_type not in _DRAW:
+    if layer_type not in SAMPLED_TYPES:
         raise LayerSpecError(f"no sampler for layer type {layer_type!r}; sampled types: {', '.join(SAMPLED_TYPES)}")
     if samples < 1:
         return []
@@ -494,7 +215,7 @@ def sample_type(layer_type: str, samples: int, *, seed: int = 0, limits: Limits 
     max_attempts = want * 50
     while len(pool) < want and attempts < max_attempts:
         attempts += 1
-        raw = _DRAW[layer_type](r, prior)
+        raw = SPECS[layer_type].draw(r, prior)
         cfg = _within(layer_type, _prior_variants(layer_type, raw) if prior else raw, limits)
         if cfg is not None and cfg.key not in pool:
             pool[cfg.key] = cfg

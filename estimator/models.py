@@ -241,13 +241,14 @@ __all__ = [
 
 #: The sources that determine a trained model (the training code, the layer vocabulary's
 #: features, the predictive-distribution families, the flattened forests and k-NN arrays).
-_TRAINING_SOURCES = ("models.py", "layers.py", "aggregate.py", "fastpath.py")
+_TRAINING_SOURCES = ("models.py", "aggregate.py", "fastpath.py", "layers/*.py")
 
 
 def _code_version() -> str:
     h = hashlib.sha256()
-    for name in _TRAINING_SOURCES:
-        h.update(Path(__file__).with_name(name).read_bytes())
+    for pattern in _TRAINING_SOURCES:
+        for path in sorted(Path(__file__).parent.glob(pattern)):
+            h.update(path.read_bytes())
     return f"models-8:{h.hexdigest()[:16]}"
 
 

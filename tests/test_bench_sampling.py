@@ -151,7 +151,7 @@ def test_network_prior_moves_a_share_of_conv_channels_off_the_ladder(monkeypatch
     multiples of 4 and counts that are not occur (ONNX Runtime's depthwise kernel is 5-10x
     slower per channel off multiples of 4). Adding the variant changed no other
     configuration: every on-ladder configuration has the key it had without it."""
-    import bench.sampling as sampling
+    from estimator.layers import SPECS
 
     types = ["conv2d", "dwconv2d", "add"]
     plan = make_plan(types, 0, prior_samples=400, seed=0, limits=LIM)
@@ -168,7 +168,8 @@ def test_network_prior_moves_a_share_of_conv_channels_off_the_ladder(monkeypatch
     # the rest of the prior is the plan measured before the variant existed (the prior is
     # the first n distinct valid draws: an off-ladder variant over the limits or equal to
     # an earlier one makes the plan draw once more, so compare with a longer old plan)
-    monkeypatch.setattr(sampling, "_PRIOR_OFF_LADDER", {})
+    for t in ("conv2d", "dwconv2d"):
+        monkeypatch.setattr(SPECS[t], "off_ladder_share", 0.0)
     old = make_plan(types, 0, prior_samples=400, seed=0, limits=LIM)
     assert not any(ch % 8 and ch != 3 for c in old for ch in _chans(c))
     before = {c.key for c in make_plan(types, 0, prior_samples=450, seed=0, limits=LIM)}

@@ -1,0 +1,69 @@
+"""concat: channel concatenation of k inputs."""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from . import space
+from .ir import Op
+from .params import LayerSpecError, io_bytes, positive
+from .registry import NCHW, LayerCounts, LayerTypeSpec, register
+
+
+def input_channels(p: Mapping[str, Any]) -> list[int]:
+    """Channels per input: raw param ``channels`` (a list or "a,b,c"), else ``c_in1..c_in{n_inputs}``."""
+    chans = p.get("channels")
+    if chans is None:
+        k = positive(p, "n_inputs", 2)
+        chans = [positive(p, f"c_in{i + 1}") for i in range(k)]
+    if isinstance(chans, str):
+        chans = [int(x) for x in chans.replace(",", " ").split()]
+    chans = [int(c) for c in chans]
+    if len(chans) < 1 or min(chans) < 1:
+        raise LayerSpecError(f"concat needs >= 1 input with >= 1 channel, got {chans}")
+    return chans
+
+
+@register
+class Concat(LayerTypeSpec):
+    """Smart padding: one pad-in conv 1 -> c_i per input from the shared graph input; keys
+    ``(h, w, c_i)`` in, ``(h, w, sum c_i)`` out."""
+
+    name = "concat"
+    order = 100
+    features = ("h", "w", "c_out", "n_inputs", "c_in1", "c_in2")
+    ops_unit = "elements"
+    summary = "channel concatenation (ops = elements moved = bytes moved / element size)"
+    required = ("h", "w")
+    benchable = True
+    sampled = True
+
+    def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
+        n, h, w = positive(p, "n", 1), positive(p, "h"), positive(p, "w")
+        chans = input_channels(p)
+        c_out = sum(chans)
+        out = n * h * w * c_out
+        feats = dict(h=h, w=w, c_out=c_out, n_inputs=len(chans), c_in1=chans[0],
+                     c_in2=chans[1] if len(chans) > 1 else 0)
+        return LayerCounts(feats, 0, 0, float(out), io_bytes(out, out, 0, eb), (n, c_out, h, w))
+
+    def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts) -> tuple[NCHW, ...]:
+        h, w = int(p["h"]), int(p["w"])
+        return tuple((1, c, h, w) for c in input_channels(p))
+
+    def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
+                act: str | None, *, single: bool = False) -> list[Op]:
+        return [Op("concat", "lum", tuple(ins), out_name, out_shape, {"axis": 1})]
+
+    def draw(self, r: np.random.Generator, prior: bool) -> dict[str, Any]:
+        h, w = space.hw(r, prior)
+        k = 2 if r.random() < 0.8 else int(r.integers(3, 5))
+        if k == 2:
+            return dict(h=h, w=w, c_in1=space.channels(r, 1024, prior, h), c_in2=space.channels(r, 1024, prior, h))
+        c = space.channels(r, 512, prior, h)
+        chans = [c] * k if r.random() < 0.6 else [space.channels(r, 512, prior, h) for _ in range(k)]  # SPPF: equal
+        return dict(h=h, w=w, channels=chans)
+
+    def in_ranges(self, p: Mapping[str, Any], ins: Sequence[tuple[int, ...]], out: tuple[int, ...]) -> bool:
+        return self._in_ranges(p, ins, out, [s[1] for s in ins])  # the inputs' channels, not their sum

@@ -1,0 +1,70 @@
+"""fc: fully connected / Gemm / MatMul with constant weights, with a fused activation."""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from . import space
+from .ir import Op
+from .params import LayerSpecError, act_code, cold, io_bytes, nonneg, opt_int, positive
+from .registry import NCHW, LayerCounts, LayerTypeSpec, register
+
+
+@register
+class Fc(LayerTypeSpec):
+    name = "fc"
+    order = 30
+    features = ("m", "c_in", "c_out", "flops", "params", "act", "cold")
+    ops_unit = "flops"
+    summary = "fully connected / Gemm / MatMul with constant weights (+ fused activation; cold=1: weights read from DRAM)"
+    required = ("c_in", "c_out")
+    benchable = True
+    takes_act = True
+    lum_default_act = None
+    prior_acts = ((None, .6), ("relu", .3), ("sigmoid", .05), ("hardsigmoid", .05))
+    sampled = True
+
+    def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
+        m = positive(p, "m", 1)  # rows (batch x tokens)
+        c_in, c_out = positive(p, "c_in"), positive(p, "c_out")
+        bias = nonneg(p, "bias", 1)
+        params = c_in * c_out + (c_out if bias else 0)
+        macs = m * c_in * c_out
+        feats = dict(m=m, c_in=c_in, c_out=c_out, flops=2 * macs, params=params, act=act_code(p), cold=cold(p))
+        return LayerCounts(feats, macs, params, 2.0 * macs, io_bytes(m * c_in, m * c_out, params, eb), (m, c_out))
+
+    # Smart padding pads spatially 1x1: graph input (1, 1, 1, 1) -> conv 1 -> c_in -> flatten
+    # (1, c_in) -> Gemm -> reshape (1, c_out, 1, 1) -> conv c_out -> 1, i.e. the padding pairs
+    # of a global-pool output. The flatten/reshape glue is counted in T_c (real networks have
+    # the same flatten before their classifier). Only one row (m = 1) is benchable.
+
+    def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts) -> tuple[NCHW, ...]:
+        if opt_int(p, "m", 1) != 1:
+            raise LayerSpecError(f"fc with m={p['m']} rows cannot be benchmarked; only m=1 is")
+        return ((1, int(p["c_in"]), 1, 1),)
+
+    def lum_output(self, p: Mapping[str, Any], counts: LayerCounts) -> NCHW:
+        return 1, int(p["c_out"]), 1, 1
+
+    def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
+                act: str | None, *, single: bool = False) -> list[Op]:
+        c_in, c_out = int(p["c_in"]), int(p["c_out"])
+        gemm_attrs = dict(c_in=c_in, c_out=c_out, bias=bool(opt_int(p, "bias", 1)))
+        if single:
+            return [Op("gemm", "lum", tuple(ins), out_name, (1, c_out), gemm_attrs, act)]
+        return [
+            Op("flatten", "lum/flatten_in", tuple(ins), "lum_flat", (1, c_in), {}, None, "aux"),
+            Op("gemm", "lum", ("lum_flat",), "lum_gemm", (1, c_out), gemm_attrs, act),
+            Op("reshape", "lum/reshape_out", ("lum_gemm",), out_name, out_shape, {}, None, "aux"),
+        ]
+
+    def single_layer_io(self, ins: tuple[NCHW, ...], out: NCHW) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+        return ((1, ins[0][1]),), (1, out[1])  # a plain (1, c_in) -> (1, c_out) Gemm
+
+    def draw(self, r: np.random.Generator, prior: bool) -> dict[str, Any]:
+        c_out = 1000 if r.random() < (0.4 if prior else 0.1) else space.channels(r, space.SPACE_MAX["fc_c"], prior)
+        return dict(c_in=space.channels(r, space.SPACE_MAX["fc_c"], prior), c_out=c_out)
+
+    def in_ranges(self, p: Mapping[str, Any], ins: Sequence[tuple[int, ...]], out: tuple[int, ...]) -> bool:
+        return max(int(p["c_in"]), int(p["c_out"])) <= space.SPACE_MAX["fc_c"]

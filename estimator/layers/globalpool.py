@@ -1,0 +1,42 @@
+"""globalpool: global average or max pooling to (n, c, 1, 1)."""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from . import space
+from .ir import Op
+from .params import LayerSpecError, io_bytes, positive
+from .registry import NCHW, LayerCounts, LayerTypeSpec, register
+
+
+@register
+class GlobalPool(LayerTypeSpec):
+    name = "globalpool"
+    order = 70
+    features = ("h", "w", "c")
+    ops_unit = "elements"
+    summary = "global average/max pooling"
+    required = ("h", "w", "c")
+    benchable = True
+    sampled = True
+
+    def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
+        n, h, w, c = positive(p, "n", 1), positive(p, "h"), positive(p, "w"), positive(p, "c")
+        return LayerCounts(dict(h=h, w=w, c=c), 0, 0, float(n * h * w * c), io_bytes(n * h * w * c, n * c, 0, eb),
+                           (n, c, 1, 1))
+
+    def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
+                act: str | None, *, single: bool = False) -> list[Op]:
+        mode = p.get("mode", "avg")
+        if mode not in ("avg", "max"):
+            raise LayerSpecError(f"globalpool mode {mode!r} unknown; use 'avg' or 'max'")
+        return [Op("globalpool", "lum", tuple(ins), out_name, out_shape, {"mode": mode})]
+
+    def draw(self, r: np.random.Generator, prior: bool) -> dict[str, Any]:
+        h, w = space.hw(r, prior)
+        p: dict[str, Any] = dict(h=h, w=w, c=space.channels(r, prior=prior, h=h))
+        if r.random() < (0.05 if prior else 0.2):
+            p["mode"] = "max"
+        return p

@@ -1,0 +1,25 @@
+"""pad: explicit padding (not benchmarked: a roofline fallback, flagged)."""
+from __future__ import annotations
+
+from typing import Any
+
+from .params import io_bytes, positive
+from .registry import LayerCounts, LayerTypeSpec, register
+
+
+@register
+class Pad(LayerTypeSpec):
+    name = "pad"
+    order = 130
+    features = ("h", "w", "c", "h_out", "w_out", "c_out")
+    ops_unit = "elements"
+    summary = "explicit padding"
+    required = ("h", "w", "c")
+
+    def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
+        n, h, w, c = positive(p, "n", 1), positive(p, "h"), positive(p, "w"), positive(p, "c")
+        h_out, w_out = positive(p, "h_out", h), positive(p, "w_out", w)
+        c_out = positive(p, "c_out", c)
+        out = n * c_out * h_out * w_out
+        return LayerCounts(dict(h=h, w=w, c=c, h_out=h_out, w_out=w_out, c_out=c_out), 0, 0, float(out),
+                           io_bytes(n * h * w * c, out, 0, eb), (n, c_out, h_out, w_out))

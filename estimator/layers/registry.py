@@ -1,0 +1,262 @@
+"""The layer-type registry: one :class:`LayerTypeSpec` subclass per module of this package.
+
+A layer type owns everything about itself in its module: its features and counts
+(:meth:`~LayerTypeSpec.count`), its smart-padding layer under measurement
+(:meth:`~LayerTypeSpec.lum_inputs`, :meth:`~LayerTypeSpec.lum_ops`), its sampling draws and
+network prior (:meth:`~LayerTypeSpec.draw`, :meth:`~LayerTypeSpec.prior_variant`,
+:attr:`~LayerTypeSpec.prior_acts`), and which activation it takes fused. Modules register
+their type with :func:`register`; every module of the package is imported on first use
+(:func:`discover`), so a new type is one new module. ``bench.modelgen``,
+``bench.sampling`` and the estimator loop over :data:`SPECS` and never name a type.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Mapping, Sequence
+
+import numpy as np
+
+from .ir import Op
+from .params import LayerSpecError
+from .space import SPACE_MAX, UnitHash
+
+__all__ = [
+    "LayerType",
+    "LayerTypeSpec",
+    "LayerCounts",
+    "Layer",
+    "NCHW",
+    "register",
+    "SPECS",
+]
+
+#: An NCHW shape.
+NCHW = tuple[int, int, int, int]
+
+
+class LayerType:
+    """String constants for the layer types that code outside their module names (a type
+    module needs no entry here)."""
+
+    CONV2D = "conv2d"
+    DWCONV2D = "dwconv2d"
+    FC = "fc"
+    MATMUL = "matmul"
+    MAXPOOL = "maxpool"
+    AVGPOOL = "avgpool"
+    GLOBALPOOL = "globalpool"
+    ADD = "add"
+    MUL = "mul"
+    CONCAT = "concat"
+    ACTIVATION = "activation"
+    RESIZE = "resize"
+    PAD = "pad"
+    SLICE = "slice"
+    TRANSPOSE = "transpose"
+    RESHAPE = "reshape"
+    SOFTMAX = "softmax"
+    OTHER = "other"
+
+
+@dataclass(frozen=True)
+class LayerCounts:
+    """What :meth:`LayerTypeSpec.count` derives from raw parameters."""
+
+    features: dict[str, float]
+    macs: int
+    params: int
+    ops: float
+    bytes: int
+    output_shape: tuple[int, ...]
+
+
+class LayerTypeSpec:
+    """One layer type. Subclass it in the type's own module and decorate with :func:`register`.
+
+    Conventions: ``ops`` is ``2 * MACs`` for compute layers, output elements x window for
+    pools and elements moved for memory-bound layers; ``bytes`` is (input + output elements
+    + parameters) x element size; batch ``n`` multiplies MACs, ops and bytes but is not a
+    feature (profiles are benchmarked at batch 1).
+    """
+
+    #: The type's name (raw ``type`` of a layer, a profile row, the proto's LayerSpec).
+    name: ClassVar[str]
+    #: Position in :data:`LAYER_TYPES` (which orders listings and plans).
+    order: ClassVar[int]
+    #: The feature vector the models see, in order.
+    features: ClassVar[tuple[str, ...]]
+    #: ``"flops"``, ``"window-ops"`` or ``"elements"``: what ``ops`` (Eq. 7's divisor) counts.
+    ops_unit: ClassVar[str]
+    summary: ClassVar[str]
+    #: Raw parameters that must be given (others have defaults).
+    required: ClassVar[tuple[str, ...]] = ()
+    #: Whether smart padding can measure the type (its inputs and output are NCHW tensors a
+    #: 1x1 padding conv can feed and consume): then :meth:`lum_ops` builds it.
+    benchable: ClassVar[bool] = False
+    #: Whether the type takes a fused activation (raw param ``act``, feature ``act``): the
+    #: producers that device fusion rules may fold an activation into.
+    takes_act: ClassVar[bool] = False
+    #: The fused activation of the benchmarked LUM when a row names none (Table 2 of the
+    #: paper: conv2d, dwconv2d and add carry a ReLU, fc and mul none).
+    lum_default_act: ClassVar[str | None] = None
+    #: Network prior: fused activations of the LUM with their shares; the first is the
+    #: LUM's default and leaves ``act`` out (``bench.sampling``).
+    prior_acts: ClassVar[tuple[tuple[str | None, float], ...]] = ()
+
+    # ------------------------------------------------------------------ counts
+
+    def count(self, p: dict[str, Any], elem_bytes: int) -> LayerCounts:
+        """Features, MACs, parameters, ops, bytes and output shape from raw parameters;
+        :class:`LayerSpecError` for a missing parameter or an impossible configuration."""
+        raise NotImplementedError
+
+    # ----------------------------------------------------------- smart padding
+
+    def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts) -> tuple[NCHW, ...]:
+        """NCHW shapes of the LUM's inputs (default: one ``(1, c, h, w)``)."""
+        return ((1, int(p["c"]), int(p["h"]), int(p["w"])),)
+
+    def lum_output(self, p: Mapping[str, Any], counts: LayerCounts) -> NCHW:
+        """NCHW shape of the LUM's output (default: the counted output shape)."""
+        out = counts.output_shape
+        return int(out[0]), int(out[1]), int(out[2]), int(out[3])
+
+    def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
+                act: str | None, *, single: bool = False) -> list[Op]:
+        """The LUM as model-IR ops reading tensors ``ins`` and writing ``out_name``;
+        ``act`` is its fused activation; ``single``: the single-layer model (Fig. 5a)."""
+        raise LayerSpecError(f"no model builder for {self.name!r}")
+
+    def single_layer_io(self, ins: tuple[NCHW, ...], out: NCHW) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+        """Graph input and output shapes of the single-layer model (default: the LUM's)."""
+        return ins, out
+
+    def reads_graph_input(self, p: Mapping[str, Any]) -> bool:
+        """Whether the LUM reads the network's input (its padded model has no input side)."""
+        return False
+
+    # ---------------------------------------------------------------- sampling
+
+    #: Whether :meth:`draw` is implemented (the type is part of sampling plans).
+    sampled: ClassVar[bool] = False
+
+    def draw(self, r: np.random.Generator, prior: bool) -> dict[str, Any]:
+        """Raw parameters drawn from the broad space or (``prior``) the network prior."""
+        raise LayerSpecError(f"no sampler for layer type {self.name!r}")
+
+    def prior_variant(self, p: dict[str, Any], unit: UnitHash) -> dict[str, Any]:
+        """The network prior's type-specific variant of a drawn configuration (off-ladder
+        channels, groups), chosen by ``unit`` (a hash of the configuration), not by the
+        generator: a configuration that keeps its draw keeps its key."""
+        return p
+
+    def in_ranges(self, p: Mapping[str, Any], ins: Sequence[tuple[int, ...]], out: tuple[int, ...]) -> bool:
+        """Whether a valid configuration lies inside the broad space (:data:`SPACE_MAX`)."""
+        return self._in_ranges(p, ins, out, [s[1] for s in (*ins, out)])
+
+    @staticmethod
+    def _in_ranges(p: Mapping[str, Any], ins: Sequence[tuple[int, ...]], out: tuple[int, ...],
+                   chans: Sequence[int]) -> bool:
+        if max(max(s[2], s[3]) for s in (*ins, out)) > SPACE_MAX["hw"]:
+            return False
+        if max(chans) > SPACE_MAX["c"]:
+            return False
+        if max(int(p.get(k) or 1) for k in ("k_h", "k_w")) > SPACE_MAX["k"]:
+            return False
+        if max(int(p.get(k) or 1) for k in ("s_h", "s_w")) > SPACE_MAX["s"]:
+            return False
+        return max(int(p.get(k) or 1) for k in ("d_h", "d_w")) <= SPACE_MAX["dilation"]
+
+    def __repr__(self) -> str:
+        return f"<layer type {self.name}>"
+
+
+#: The vocabulary, by type name, in :attr:`LayerTypeSpec.order` (filled by :func:`discover`).
+SPECS: dict[str, LayerTypeSpec] = {}
+_REGISTERED: list[LayerTypeSpec] = []
+
+
+def register(cls: type[LayerTypeSpec]) -> type[LayerTypeSpec]:
+    """Class decorator: add the type to the registry."""
+    if any(s.name == cls.name for s in _REGISTERED):
+        raise RuntimeError(f"layer type {cls.name!r} registered twice")
+    _REGISTERED.append(cls())
+    return cls
+
+
+def discover() -> None:
+    """Import every module of this package (each type module registers its type), then
+    fill :data:`SPECS` in :attr:`LayerTypeSpec.order`."""
+    for mod in pkgutil.iter_modules([str(Path(__file__).parent)]):
+        importlib.import_module(f"{__package__}.{mod.name}")
+    SPECS.clear()
+    for s in sorted(_REGISTERED, key=lambda s: (s.order, s.name)):
+        SPECS[s.name] = s
+
+
+@dataclass
+class Layer:
+    """One layer of a network, as the estimator sees it (after fusion)."""
+
+    name: str
+    type: str
+    params: dict[str, Any]
+    counts: LayerCounts
+    op_type: str = ""  # main ONNX op (for type 'other', the unknown op)
+    nodes: list[str] = field(default_factory=list)  # ONNX node names folded into this layer
+    input_shapes: list[tuple[int, ...]] = field(default_factory=list)
+    output_shapes: list[tuple[int, ...]] = field(default_factory=list)
+    activation: str | None = None  # fused activation kind
+    flags: list[str] = field(default_factory=list)
+
+    @property
+    def features(self) -> dict[str, float]:
+        return self.counts.features
+
+    @property
+    def macs(self) -> int:
+        return self.counts.macs
+
+    @property
+    def n_params(self) -> int:
+        return self.counts.params
+
+    @property
+    def ops(self) -> float:
+        return self.counts.ops
+
+    @property
+    def bytes(self) -> int:
+        return self.counts.bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "type": self.type,
+            "op_type": self.op_type,
+            "params": dict(self.params),
+            "features": dict(self.features),
+            "macs": self.macs,
+            "n_params": self.n_params,
+            "ops": self.ops,
+            "bytes": self.bytes,
+            "input_shapes": [list(s) for s in self.input_shapes],
+            "output_shapes": [list(s) for s in self.output_shapes],
+            "activation": self.activation,
+            "nodes": list(self.nodes),
+            "flags": list(self.flags),
+        }
+
+
+def spec_for(layer_type: str) -> LayerTypeSpec:
+    """The registered type, or a :class:`LayerSpecError` naming the known ones."""
+    try:
+        return SPECS[layer_type]
+    except KeyError:
+        raise LayerSpecError(f"unknown layer type {layer_type!r}; known: {', '.join(SPECS)}") from None
+
+
+__all__ += ["spec_for", "discover"]

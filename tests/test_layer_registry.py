@@ -1,0 +1,47 @@
+"""The layer-type registry: each type is one module that owns its counts, its smart-padding
+LUM and its sampler, and the model generator and sampling plans loop over the registry."""
+import numpy as np
+import pytest
+
+from bench.modelgen import padded_model, padding_keys, single_layer_model
+from bench.sampling import in_space
+from estimator.layers import BENCHABLE_TYPES, LAYER_TYPES, SAMPLED_TYPES, SPECS, LayerSpecError, describe
+
+
+def test_each_type_is_its_own_module():
+    for name, spec in SPECS.items():
+        assert type(spec).__module__ == f"estimator.layers.{name}", (name, type(spec).__module__)
+        assert spec.name == name and spec.features and spec.summary
+    assert LAYER_TYPES[-1] == "other"  # never dropped: the catch-all comes last
+    assert len({s.order for s in SPECS.values()}) == len(SPECS)
+
+
+@pytest.mark.parametrize("layer_type", SAMPLED_TYPES)
+def test_every_sampled_type_draws_configurations_its_lum_builds(layer_type):
+    spec = SPECS[layer_type]
+    assert layer_type in BENCHABLE_TYPES
+    r = np.random.default_rng(0)
+    built = 0
+    for prior in (False, True):
+        for _ in range(20):
+            p = spec.draw(r, prior)
+            try:
+                counts = describe(layer_type, p)
+            except LayerSpecError:
+                continue  # an invalid draw is rejected by the plan, not built
+            if not in_space(layer_type, p):
+                continue
+            ir = padded_model(layer_type, p)
+            assert ir.outputs[0].shape[1] == 1  # the pad-out conv closes every padded model
+            assert [o.role for o in ir.ops].count("pad_out") == 1
+            assert ir.lum_op_names(), layer_type
+            keys = padding_keys(layer_type, p)
+            assert keys.output[2] == (counts.output_shape[1] if len(counts.output_shape) == 4 else keys.output[2])
+            single_layer_model(layer_type, p)
+            built += 1
+    assert built >= 10, (layer_type, built)
+
+
+def test_a_type_without_a_lum_builder_is_refused_with_the_benchable_list():
+    with pytest.raises(LayerSpecError, match="cannot be benchmarked with smart padding"):
+        padded_model("softmax", dict(h=1, w=8, c=8))
