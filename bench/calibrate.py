@@ -73,7 +73,7 @@ def measure(name: str, runner: Any, specs: Sequence[Any], *, fusion: Any, db: st
     """Measure ``specs`` (:mod:`bench.network_sources`) whole on ``runner`` (a
     :class:`~bench.runners.base.Runner`, closed afterwards), committing every round to ``db``;
     ``log`` also gets :func:`bench.network_measure.moved_warning`'s warning."""
-    from .cmd_run import _exclusive, _version  # noqa: PLC0415
+    from .measure import bench_version, exclusive  # noqa: PLC0415
     from .network_measure import PROTOCOL, measure_networks, moved_warning  # noqa: PLC0415
     from .smartpad import default_precision  # noqa: PLC0415
     from .storage import Store  # noqa: PLC0415
@@ -84,11 +84,11 @@ def measure(name: str, runner: Any, specs: Sequence[Any], *, fusion: Any, db: st
         precision = precision or ("int8" if runner.name == "vela" else default_precision(runner.model_format))
         path = Path(db)
         settings = {"protocol": PROTOCOL, "warmup": warmup, "runs": runs, "rounds": rounds,
-                    "model_format": runner.model_format, "precision": precision, "bench_version": _version()}
+                    "model_format": runner.model_format, "precision": precision, "bench_version": bench_version()}
         if log is not None:
             log(f"{len(specs)} networks on {name} with {runner.name} -> {path}")
         env = runner.environment()
-        with Store(path) as store, _exclusive(path):
+        with Store(path) as store, exclusive(path):
             env_id = store.environment_id(name, env, settings)
             t0 = time.monotonic()
             results = measure_networks(runner, store, env_id, specs, fusion=fusion, warmup=warmup, runs=runs,

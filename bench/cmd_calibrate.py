@@ -31,7 +31,8 @@ from typing import Any
 
 from estimator.errors import UserError
 
-from .cmd_run import DEFAULT_OUT, add_runner_options, db_path, given_runner_options, make_runner
+from .cmd_run import DEFAULT_OUT, add_runner_options, db_path, given_runner_options
+from .measure import make_runner
 from .network_measure import DEFAULT_ROUNDS, DEFAULT_RUNS, DEFAULT_WARMUP
 from .runners.base import RUNNERS
 

@@ -32,7 +32,8 @@ from typing import Any
 from estimator.errors import UserError
 
 from .cmd_calibrate import add_measurement_args
-from .cmd_run import add_runner_options, given_runner_options, make_runner
+from .cmd_run import add_runner_options, given_runner_options
+from .measure import make_runner
 
 __all__ = ["register", "DEFAULT_NETWORKS", "DRIFT_WARN", "pick"]
 

@@ -25,7 +25,8 @@ from typing import Any
 from estimator.errors import UserError
 
 from .cmd_calibrate import _check_name, source_specs
-from .cmd_run import DEFAULT_OUT, add_runner_options, given_runner_options, make_runner
+from .cmd_run import DEFAULT_OUT, add_runner_options, given_runner_options
+from .measure import make_runner
 from .refine import MIN_GAIN
 from .runners.base import RUNNERS
 

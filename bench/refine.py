@@ -10,7 +10,7 @@ The library behind ``bench refine`` (the CLI is :mod:`bench.cmd_refine`). Each r
    step in size or channels, within the sampling limits; then two steps, up to
    :data:`RINGS`), until ``top`` ranked configurations have added
    something, with smart padding through ``bench run``'s one measuring path
-   (:func:`bench.cmd_run.measure_plan`: every row committed as it is taken, resumable);
+   (:func:`bench.measure.measure_plan`: every row committed as it is taken, resumable);
 4. writes profile NAME (:func:`write_refined_profile`): BASE's layer rows, then the refine
    database's rows, BASE's network rows and side files unchanged, and ``refined`` in
    ``profile.json`` (base, targets, excluded networks, rounds, rows added, device seconds,
@@ -321,7 +321,7 @@ def refine(base: Any, name: str, root: str | Path, targets: Sequence[Target], ru
     from estimator.predict import Estimator  # noqa: PLC0415
     from estimator.profile import load_profile, write_profile_json  # noqa: PLC0415
 
-    from .cmd_run import layer_settings, measure_plan  # noqa: PLC0415
+    from .measure import layer_settings, measure_plan  # noqa: PLC0415
 
     db = Path(db)
     db.parent.mkdir(parents=True, exist_ok=True)

@@ -31,7 +31,7 @@ step does not use goes to the next. Training and reloading are not counted: with
 that got rows) about 8 s of wall time per step on the shipped host-cpu profile (23.7k rows;
 a step with a 0.25-minute slice took 23 s in all).
 
-"Can run here" has one rule, shared with ``--calibrate`` (:func:`nas.search.device_runner`):
+"Can run here" has one rule, shared with ``--calibrate`` (:func:`nas.device.device_runner`):
 the device's runner (with ``--calibrate-option``) can be built on this machine.
 """
 from __future__ import annotations
@@ -97,7 +97,7 @@ def prepare_refine(req: Any, err: TextIO) -> RefineSetup:
     and the runner checked on this machine. Sets ``req.profiles`` to ``OUT/profiles``."""
     from estimator.profile import default_root, load_profile, staged_profile  # noqa: PLC0415
 
-    from .search import device_runner  # noqa: PLC0415
+    from .device import device_runner  # noqa: PLC0415
 
     s = req.settings
     out = Path(req.out)
@@ -187,7 +187,7 @@ class Refiner:
         from bench.refine import load_targets, refine  # noqa: PLC0415
         from bench.sampling import limits_for  # noqa: PLC0415
 
-        from .search import device_runner  # noqa: PLC0415
+        from .device import device_runner  # noqa: PLC0415
 
         st = self.setup
         base = st.base

@@ -18,6 +18,7 @@ from typing import Any, Callable, TextIO
 
 from estimator.errors import UserError
 
+from .device import device_runner
 from .report import write_reports
 from .scoring import latency_constraint
 from .storage import default_url, open_storage, redact
@@ -155,22 +156,6 @@ def connect(req: SearchRequest, stack: list[Any]) -> Any:
     client = EstimationClient(srv.address, timeout_s=120.0)
     stack.append(client)
     return client
-
-
-def device_runner(base: Any, options: dict[str, Any], flag: str) -> tuple[dict[str, Any], Any]:
-    """The device's runner built on this machine, and its options (``options`` over the base
-    profile's defaults, :func:`bench.calibrate.runner_defaults`): the one rule of whether
-    ``--calibrate`` and ``--refine`` can measure the device here (a runner whose package is
-    missing, or whose options are wrong, is one line naming ``flag``)."""
-    from bench.calibrate import runner_defaults  # noqa: PLC0415
-    from bench.cmd_run import make_runner  # noqa: PLC0415
-
-    given = {**runner_defaults(base.runner, base), **options}
-    try:
-        return given, make_runner(base.runner, given)
-    except UserError as e:
-        raise UserError(f"{flag} measures {base.name} here with its runner, which cannot run on this machine: "
-                        f"{e}") from None
 
 
 def calibrate_device(req: SearchRequest, err: TextIO) -> Path:

@@ -90,7 +90,7 @@ def _log(text: str) -> None:
 def _measure(name: str, runner: str, options: dict[str, Any], specs: list[Any], fusion: Any, db: Path,
              args: argparse.Namespace, rounds: int) -> Any:
     from bench.calibrate import measure
-    from bench.cmd_run import make_runner
+    from bench.measure import make_runner
 
     return measure(name, make_runner(runner, dict(options)), specs, fusion=fusion, db=db, rounds=rounds,
                    runs=args.runs, warmup=args.warmup, precision=options.get("precision"), options=dict(options),

@@ -151,7 +151,7 @@ def measure_zoo(names: list[str], threads: int, args: argparse.Namespace) -> dic
     """Time zoo networks whole with ONNX Runtime through bench's one whole-network path
     (:mod:`bench.network_measure`: interleaved rounds, committed to ``--db`` as taken)."""
     from bench.calibrate import measure
-    from bench.cmd_run import make_runner
+    from bench.measure import make_runner
     from bench.network_sources import zoo_specs
 
     specs = zoo_specs([(n, args.resolution) for n in names])

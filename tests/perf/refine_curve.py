@@ -116,7 +116,7 @@ def _profile_from_rows(template: Any, name: str, root: Path, rows: list[dict[str
 
 def _measure_plan(runner_name: str, options: dict[str, Any], db: Path, device: str, samples: int,
                   args: argparse.Namespace) -> None:
-    from bench.cmd_run import make_runner, measure_plan
+    from bench.measure import make_runner, measure_plan
     from bench.sampling import SAMPLED_TYPES, limits_for, make_plan
 
     plan = make_plan(list(SAMPLED_TYPES), samples, prior_samples=samples, seed=0, limits=limits_for(runner_name))
@@ -169,7 +169,7 @@ def _point(strategy: str, label: str, minutes: float, ev: dict[str, Any]) -> dic
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from bench.calibrate import measure
-    from bench.cmd_run import make_runner
+    from bench.measure import make_runner
     from bench.network_plan import held_out_keys
     from bench.network_sources import parse_zoo, space_specs, zoo_specs
     from bench.refine import load_targets, refine
