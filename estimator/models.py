@@ -75,7 +75,7 @@ linear target. Then:
   linearly with the distance from the benchmarked design space whatever the layer's size:
   in-space layers get about the relative error the forest makes at the typical distance,
   far-from-data layers proportionally wider intervals. With the floor at a tenth of the
-  typical distance (before issue 17), near-duplicate benchmark rows (``d`` close to 0)
+  typical distance, near-duplicate benchmark rows (``d`` close to 0)
   with ordinary residuals set the score's tail, and every layer of the type paid for it. crepes' k-NN estimator clips scaled features to the
   training range, which would cap the distance of an out-of-range layer; we switch that
   clipping off after fitting (``nn_scaler.clip = False``) so distances keep growing
