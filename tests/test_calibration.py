@@ -1,4 +1,4 @@
-"""Network-level calibration (issue 18): the math on hand-computed cases, then `bench
+"""Network-level calibration: the math on hand-computed cases, then `bench
 calibrate` / `bench networks` end to end on ONNX Runtime with a small real profile measured
 here, the calibrated estimates through the CLI and the gRPC service, the warnings, bad input,
 and a resume after SIGKILL."""

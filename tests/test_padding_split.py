@@ -96,7 +96,7 @@ def test_split_moves_the_target_not_the_calibration():
     assert np.median(pred1 / mid) > np.median(pred5 / mid)
 
 
-# ------------------------------------------------------------ per layer type (issue 5)
+# ------------------------------------------------------------ per layer type
 
 
 def test_per_type_split_moves_only_its_type():
