@@ -9,8 +9,8 @@ the median ratio here / there over the networks, and a warning beside the comman
 Why a timing check beside the fingerprint warning (:mod:`estimator.fingerprint`): VMs of one
 type cloned from one image agree on everything the fingerprint records (CPU model and flags,
 caches, kernel, runtime, even ``/etc/machine-id``), and a VM's speed moves with what shares its
-host. Measured on the VM of session 12, whose fingerprint matched session 10's profile in full:
-at one time the zoo networks ran 19.5 % slower in median than that profile predicted (up to 28 %;
+host. Measured on a VM whose fingerprint matched an earlier ``host-cpu`` profile's in full: at
+one time the zoo networks ran 19.5 % slower in median than that profile predicted (up to 28 %;
 resnet18 22.7 ms against 19.8 ms) and ``bench check`` said 1.14x; 80 minutes later resnet18 took
 19.8 ms again and ``bench check`` said 0.96x. Nothing in the fingerprint changed.
 

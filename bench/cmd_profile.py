@@ -65,10 +65,10 @@ def onnxruntime_fusion() -> dict[str, Any]:
     convolution's sum input. SiLU (x * sigmoid(x)) stays a kernel of its own (ONNX Runtime
     turns it into one QuickGelu kernel, not part of the convolution's).
 
-    HardSwish, measured with ONNX Runtime 1.32.0 (session 12): Conv -> HardSwish -> Conv
-    profiles as two NCHWc conv kernels and no HardSwish kernel, and in the ``mobilenet``
-    NAS space's samples none of a network's HardSwish nodes runs as a kernel. Left out
-    of these rules (profiles before session 12, e.g. the shipped ``host-cpu``), each
+    HardSwish, measured with ONNX Runtime 1.32.0: Conv -> HardSwish -> Conv profiles as
+    two NCHWc conv kernels and no HardSwish kernel, and in the ``mobilenet`` NAS space's
+    samples none of a network's HardSwish nodes runs as a kernel. Where it is left out of
+    the rules (a profile's ``fusion`` written without it), each
     HardSwish is estimated as a standalone activation layer, which smart padding measures
     unfused (after the padding convolution's own ReLU: HardSigmoid + Mul kernels): in one
     sample 1.79 ms of a 4.92 ms estimate went to layers that cost nothing as kernels."""
@@ -80,7 +80,7 @@ def onnxruntime_fusion() -> dict[str, Any]:
 
 #: ONNX ops ONNX Runtime's CPU execution provider runs as views of their input: their
 #: kernels alias the input buffer (no data moved). Measured with ONNX Runtime 1.32.0
-#: (session 13, ``taskset -c 1``, per-node profile of synthetic graphs): Reshape, Flatten,
+#: (``taskset -c 1``, per-node profile of synthetic graphs): Reshape, Flatten,
 #: Squeeze and Unsqueeze kernels take 2-4 us whatever the tensor (64 x 56 x 56 included),
 #: where a copy of that tensor takes 25 us or more. The layout reorders ONNX Runtime puts
 #: around them, when their neighbours run in its blocked (NCHWc) layout, are kernels of

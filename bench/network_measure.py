@@ -13,7 +13,7 @@ evaluate a profile against, ``estimator evaluate --networks DIR``) both run
    others wait on disk in the runner's format and are prepared again for each timing and
    released after it. An interpreter holds its weights two or three times over: 66 networks
    with the zoo's VGG-16 and ResNet-50, all prepared at once in LiteRT fp32, were killed at
-   16 GB (session 15); this way the same run peaked at 7.8 GB (session 16);
+   16 GB; this way the same run peaks at 7.8 GB;
 2. the networks are timed in ``rounds`` interleaved rounds (every network once per round,
    ``warmup`` untimed and ``runs`` timed inferences), so a slow spell of a shared machine
    hits all networks alike; each round of each network is committed as it is taken
@@ -22,7 +22,7 @@ evaluate a profile against, ``estimator evaluate --networks DIR``) both run
    of the round medians) says how much the target moved meanwhile. When the median network's
    spread exceeds :data:`SPREAD_WARN_PCT`, :func:`moved_warning` says so and the commands print
    it: something else loaded the target, and a calibration would learn that noise. Measured
-   (session 15-16, 2-vCPU AMD VM, 60 networks in 3 rounds): ONNX Runtime at 1 thread 2.5-6 %,
+   (2-vCPU AMD VM, 60 networks in 3 rounds): ONNX Runtime at 1 thread 2.5-6 %,
    at 2 threads 14.5 %, at 2 threads while another job ran 44 %.
 
 A cost model (Vela) is asked once per network (``rounds = runs = 1``): its whole-network

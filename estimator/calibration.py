@@ -1,146 +1,27 @@
-"""Network-level calibration: whole networks measured on the target correct the Eq. 7 total
-and calibrate the network intervals conformally.
+"""Network-level calibration: whole networks timed on the target (a profile's ``networks.csv``)
+correct the Eq. 7 total and calibrate the network intervals conformally.
 
-Why
----
-The per-layer models compose (Eq. 7) and their intervals convolve (Eq. 8), but nothing in
-that chain ever meets a whole network run on the target. Measured: the ``host-cpu`` profile
-of session 7 was 25-45 % low on another VM of the same CPU model string, and 2.1-2.6x high
-on the VM of session 8; its 90 % CM_LV intervals covered none of the networks. Part of the
-gap is per-network and per-node work that a smart-padding benchmark subtracts away and that
-differs between machines. A few dozen whole networks, each timed in milliseconds on the
-target, are the cheapest truth there is; conformal prediction is made to use exactly that.
-
-Two steps, on a profile's network rows (``networks.csv``, :mod:`estimator.dataset`)
------------------------------------------------------------------------------------
-1. **Bias correction** of the Eq. 7 total ``p``. Candidates, simplest first
-   (:data:`METHODS`), each fitted by non-negative least squares on *relative* errors
-   (``sum ((y - yhat) / y)^2``; latencies span decades):
-
-   * ``scale``: ``yhat = a p``;
-   * ``scale+constant``: ``yhat = a p + c`` (a per-network overhead the benchmark does not
-     see: the runtime's call, input and output handling);
-   * ``scale+per-layer``: ``yhat = a p + b n + c`` (``n`` estimated layers: a per-node
-     dispatch cost that differs between the benchmark's small models and a network);
-   * ``per-type``: ``yhat = sum_t a_t p_t`` (``p_t`` the Eq. 7 time of the network's layers of
-     type ``t``): another machine need not be slower by one factor. Measured (session 15, the
-     ``host-cpu`` profile of an Intel Sapphire Rapids VM on an AMD EPYC VM, ONNX Runtime at 1
-     thread): conv2d ran 1.7x its estimate, depthwise 1.0-1.2x, the classifier's GEMVs 0.2-0.4x;
-     one scale left 17 % on held-out zoo networks at 86 %-wide bands. Each ``a_t`` is pulled
-     toward the common scale ``s`` (the ``scale`` fit on the same rows) by a ridge term
-     ``TYPE_RIDGE * sum_t (a_t / s - 1)^2`` beside the relative residuals, so a type that
-     carries little of the rows' time keeps ``s``, and so does a type no row has (it
-     gets ``s`` in new networks too);
-   * ``per-kernel``: ``per-type`` with convolutions split by kernel window (the *kind* of a
-     layer, :func:`layer_kind`: ``dwconv2d@7x7``), the same ridge: another runtime need not
-     run every kernel window of a type alike. Measured (session 15's LiteRT fp32 rows against
-     the ``host-cpu`` ONNX Runtime profile, re-fitted in session 17): XNNPACK's 7x7 depthwise
-     convolutions ran 8.8x their estimate, 3x3 and 5x5 ones 1.5 and 1.1x; ``per-type`` gave
-     ``dwconv2d`` one factor, 4.9, and charged it to the held-out zoo networks' 3x3 ones. Its
-     leave-family-out band on the calibration set was 153 % against ``per-type``'s 183 %, so it
-     was adopted: held-out zoo 30.0 -> 23.8 % at 232 -> 181 % width (uncalibrated 35.8 %).
-     On every other target it lost to the simpler choice (band 34-134 % against 28-64 %).
-
-   Coefficients are non-negative, so a correction never predicts a negative time. The start is
-   ``none`` (no correction: the Eq. 7 total as it is, the intervals still calibrated); each
-   candidate, simplest first, replaces the current choice only if cross-validation on the
-   network rows shows it helps: its cross-validated 90 % CM_LV interval (the conformal band of
-   step 2 built from out-of-fold predictions, i.e. what the calibrated intervals would be) is at
-   least :data:`ADOPT_GAIN` (10 %) narrower on average, where the folds hold out whole families
-   (every sample of one NAS space, one zoo family, one user file: leave-family-out). Rows of a
-   single family (leave-one-out) cannot show that a richer form holds beyond it: only ``scale``
-   is tried. The bands are compared relative to their centre (relative to the measured latency,
-   a correction that predicts low looks narrow, and ``none`` often does). Then, with three
-   families or more, ``none`` replaces the chosen correction when its leave-family-out mean
-   |error| is 10 % smaller: a correction fitted on some families that does worse on the others
-   is not applied (calibration must not raise the error). With two families each is predicted
-   by the other alone, and the error says how far apart the two are, not whether a correction
-   carries: two families running 1.5x and 2.7x their estimate would be left 33 % and 63 % low.
-
-   Measured. Until session 16 ``scale`` was the start and ``none`` had to earn its place; on a
-   fresh profile calibrated on its own VM (session 16, AMD EPYC, ONNX Runtime 1 thread) that
-   applied a 1.035 scale (band 35 % against ``none``'s 34 %) and took the held-out zoo from
-   5.5 % to 7.9 %; with ``none`` as the start it stays at 5.5 % (24/26 covered at 33 %). Vela's
-   whole-network estimates for imx93 agree with the per-layer sum: band 28 % against scale's
-   32 %, so ``none``. ONNX Runtime at 2 threads from the 1-thread Intel profile on an AMD VM,
-   calibration rounds whose timings were bimodal (44 % round spread): the small ``mobilenet``
-   samples ran 25 % slower than the scale fitted on the other spaces said and the ``resnet``
-   ones 20 % faster; ``scale`` cross-validated worse in error (18.9 % against 14.4 %) and tied
-   in band (66 % against 64 %), and had taken the held-out zoo from 11.2 % to 19.6 %; now
-   ``none``: 11.2 % at 67 % width, 26/26 covered.
-
-   ``per-type`` must win that test like the others. Until session 15 it was not a candidate:
-   on Vela's whole-network estimates of 40 samples of two spaces (imx93) it narrowed the
-   leave-one-out band but widened the leave-family-out one (types fitted on one space
-   mispredict the other), and without the ridge its coefficients went degenerate on LiteRT
-   (types that always occur together traded their time, one at 0, one at 3x). With two families
-   whose compositions differ this much (the ``resnet`` space is 90-99 % conv2d) the family left
-   out always holds types the other cannot fit: on the AMD VM above, 40 samples of two spaces
-   gave per-type a band of 81 % (scale 108 %), 60 of three 39 % (scale 82 %); so the default
-   calibration set samples three spaces (``bench calibrate``), and the ridge keeps what the rows
-   do not show at the common scale.
-
-2. **Conformal intervals**, per confidence metric ``m`` (CM_TV, CM_LV, CM_O) and level.
-   A network's *uncertainty* is the spread of its Eq. 8 interval at
-   :data:`REFERENCE_CONFIDENCE` in log units, ``s_m = ln(1 + (hi - lo) / (2 p))`` (the
-   relative half-width for narrow intervals; it grows slowly for the CM_O intervals of
-   networks far from the layer data, which reach 30x their prediction); the nonconformity
-   score of a network row is ::
-
-       r = |ln(y / yhat)| / (s_m + beta_m),     beta_m = median of s_m over the rows
-
-   with ``yhat`` the chosen correction's leave-one-out prediction (fitted without the row),
-   so no row scores a fit that saw it (the jackknife; the rows are exchangeable with the
-   networks the guarantee is for, below). The interval at confidence ``c`` is ::
-
-       yhat * exp(+-q_c (s_m + beta_m)),    q_c = the ceil(c (n+1))-th smallest score
-
-   (:func:`estimator.aggregate.conformal_index`, the same rule as crepes). Networks whose
-   Eq. 8 interval is wider get wider calibrated intervals; ``beta_m`` keeps networks whose
-   Eq. 8 interval happens to be narrow from getting a degenerate one. In log space the
-   interval stays positive and scales with the network. Beyond ``n / (n+1)`` conformal
-   prediction cannot bound the value with ``n`` rows: the largest score is used and the
-   estimate warns.
-
-The assumption, and what keeps its limits visible
--------------------------------------------------
-The coverage guarantee holds for networks drawn like the calibration networks
-(exchangeable with them): calibrate on samples of the search space you search, or on
-networks like the ones you deploy. Two signals stay on when a network is not like them:
-
-* CM_O still flags layers far from the *layer* rows (``out_of_design_space``) and their
-  wider Eq. 8 CM_O spread widens the calibrated CM_O interval: calibration never hides them;
-* when the rows hold two or more families, every network's interval uses the larger of two
-  quantiles: the leave-one-out scores' above and those of the *leave-family-out* predictions
-  (how far the correction is off on a family it was not fitted on). A network's family is
-  rarely one of the calibration's: the exchangeable unit is the family, not the row, and
-  leave-one-out scores only say how far the correction is off within families it has seen.
-  Measured (session 13, README): on session 12's own VM, with the leave-one-out band for the
-  networks the composition check below counts as in scope, 21 of 26 held-out zoo networks
-  were covered at 18 % mean width; the misses were "in scope" (MobileNetV3 -9 and -11 %,
-  RegNet +15 %, SqueezeNet +12 %) with 15-23 % bands. With the leave-family-out band for
-  every network: 25/26 at 21 %; ONNX Runtime at 2 threads 22/26 at 28 % -> 26/26 at 39 %.
-  These are the held-out networks this choice was judged on: not a blind figure for it;
-* a network *unlike the calibration networks* (its share of predicted time per layer type
-  farther, in L1 distance, from every calibration network than any calibration network is
-  from the others, or its total outside the calibration totals' range by more than 2x) is
-  flagged ``in_scope = False`` with a warning. With one family its intervals are the union
-  of the calibrated interval and its Eq. 8 interval scaled by the correction (nothing tells
-  how far the correction is off elsewhere).
-
-Too few rows (fewer than :data:`MIN_NETWORKS`) leave estimates uncalibrated, with a
-warning; calibration never changes an estimate silently.
-
-When the calibration families disagree
----------------------------------------
-With two or more families, the report gives each family's *shift*: the median of
-``ln(y / yhat)`` over its rows, ``yhat`` the correction fitted without that family. A shift
-beyond :data:`FAMILY_SHIFT_WARN` (20 %) means the bias learnt on the other families does not
-carry to this one, so it may not carry to the networks being estimated either: the report
-holds a ``warning``, ``bench calibrate`` prints it, and every calibrated estimate repeats it.
-Measured (session 10, 40 samples of the ``mobilenet`` and ``resnet`` spaces): LiteRT fp32 on
-an ONNX Runtime profile +63 % / -24 % (the correction then made the held-out zoo networks'
-error worse, 23.6 -> 48.1 %); the other targets 5-17 %.
+1. Bias correction of the Eq. 7 total ``p`` (non-negative least squares on relative errors).
+   The start is ``none``; each of :data:`METHODS`, simplest first (``scale`` ``a p`` ...
+   ``per-type`` ``sum_t a_t p_t``, ``per-kernel`` with convolutions split by kernel window, each
+   ``a_t`` pulled toward the common scale by :data:`TYPE_RIDGE`), replaces the current choice only
+   when its cross-validated 90 % band, relative to its centre, is :data:`ADOPT_GAIN` narrower.
+   The folds hold out whole families (a NAS space, a zoo family, a user file); one family tries
+   only ``scale``, leave-one-out. With three or more families ``none`` comes back when its
+   leave-family-out error is :data:`ADOPT_GAIN` smaller. Why: another machine is not off by one
+   factor (the Intel ``host-cpu`` on an AMD VM ran conv2d 1.7x, fc 0.3x its estimate), while on a
+   profile's own machine a 1.035 scale that narrowed nothing raised the held-out error 5.5 -> 7.9 %.
+2. Conformal intervals per metric ``m``: a row's score is ``|ln(y / yhat)| / (s_m + beta_m)``,
+   ``yhat`` the leave-one-out prediction, ``s_m = ln(1 + h)``, ``h`` the relative half-width of the
+   network's Eq. 8 interval at :data:`REFERENCE_CONFIDENCE`, ``beta_m`` the rows' median ``s_m``.
+   The interval is ``yhat exp(+-q (s_m + beta_m))``, ``q`` the ``ceil(c (n+1))``-th smallest score
+   (the largest, with a warning, if too few rows). With two or more families ``q`` is at least that
+   quantile of the leave-family-out scores: a deployed network's family is rarely a calibration family
+   (held-out zoo, profile's own VM: 21/26 covered at 18 % width by leave-one-out scores, 25/26 at 21 %).
+3. Coverage holds for networks like the calibration networks. One farther (L1 over per-type time
+   shares) from every row than the rows are from each other, or with a total beyond 2x their range,
+   is ``in_scope = False``; a family shifted beyond :data:`FAMILY_SHIFT_WARN` when predicted from
+   the others makes :func:`family_warning` warn; under :data:`MIN_NETWORKS` rows, no calibration.
 """
 from __future__ import annotations
 
@@ -175,9 +56,9 @@ NO_CORRECTION = "none"
 #: (none also replaces a correction when its cross-validated error is this fraction smaller)
 ADOPT_GAIN = 0.10
 #: ``per-type``'s pull of each type's scale toward the common one, against the sum of the
-#: rows' squared relative residuals (session 15, AMD target of the Intel profile, the 60 rows of
-#: the default set: 0.01-1 gave leave-family-out bands of 39-58 %, 0.1 and 0.3 the narrowest,
-#: 0.1 the lower leave-family-out error, 11.1 %)
+#: rows' squared relative residuals (chosen on the Intel ``host-cpu`` profile calibrated on an
+#: AMD VM with the default set's 60 rows: 0.01-1 gave leave-family-out bands of 39-58 %, 0.1
+#: and 0.3 the narrowest, 0.1 the lower leave-family-out error, 11.1 %)
 TYPE_RIDGE = 0.1
 #: the type column of ``per-type`` that collects the types no calibration row has
 OTHER_TYPES = "*"

@@ -1,9 +1,9 @@
 """Where a profile's numbers were measured, and how the machine at hand differs.
 
-A profile measured on one machine holds on that machine. Tried on another 2-vCPU VM with
-the same CPU model string ("AMD EPYC"), the ``host-cpu`` profile of session 7 was 25-45 %
-low on every network; on the VM of session 8 (AVX-512 VP2INTERSECT, a newer core) the
-same networks ran 2.1-2.6x faster than it predicted. Nothing warned. So every profile
+A profile measured on one machine holds on that machine. An earlier ``host-cpu`` profile,
+measured on a 2-vCPU AMD EPYC VM, was 25-45 % low on every network on another VM with the
+same CPU model string, and on a third (AVX-512 VP2INTERSECT, a newer core) the same
+networks ran 2.1-2.6x faster than it predicted. Nothing warned. So every profile
 records a *fingerprint* of the host and runtime its rows came from, and estimates warn
 when a host-runner profile is used where either differs.
 

@@ -75,7 +75,7 @@ linear target. Then:
   linearly with the distance from the benchmarked design space whatever the layer's size:
   in-space layers get about the relative error the forest makes at the typical distance,
   far-from-data layers proportionally wider intervals. With the floor at a tenth of the
-  typical distance (before issue 17), near-duplicate benchmark rows (``d`` close to 0)
+  typical distance, near-duplicate benchmark rows (``d`` close to 0)
   with ordinary residuals set the score's tail, and every layer of the type paid for it. crepes' k-NN estimator clips scaled features to the
   training range, which would cap the distance of an out-of-range layer; we switch that
   clipping off after fitting (``nn_scaler.clip = False``) so distances keep growing
@@ -113,7 +113,7 @@ layer cannot fuse into a 1x1 pad, so a padded model cannot hide it when it is sl
 pads; the padded and the padding-only model were timed in different states of the machine,
 and clipped to 0 the row would train the log target on its floor. Layers without weights
 keep such rows: they may fuse into a pad (a Vela activation: 44 of ``imx93``'s rows look
-like that) or cost nothing. Measured (session 19): 9 of ``host-cpu``'s 23,728 rows (3
+like that) or cost nothing. Measured: 9 of ``host-cpu``'s 23,728 rows (3
 conv2d, 6 depthwise), none of ``imx93``'s; one, a depthwise layer of 32 channels at 112x112
 (padded model 0.259 ms, its pair 0.262 ms, alone 0.376 ms), had MobileNetV2's first
 depthwise layer predicted at 0.017 ms (0.16 ms without it; 0.29 ms inside the network on a

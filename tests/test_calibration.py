@@ -1,4 +1,4 @@
-"""Network-level calibration (issue 18): the math on hand-computed cases, then `bench
+"""Network-level calibration: the math on hand-computed cases, then `bench
 calibrate` / `bench networks` end to end on ONNX Runtime with a small real profile measured
 here, the calibrated estimates through the CLI and the gRPC service, the warnings, bad input,
 and a resume after SIGKILL."""
@@ -81,7 +81,7 @@ def test_richer_correction_only_when_leave_family_out_says_so():
 
 def test_per_type_scales_when_types_move_apart_and_the_common_scale_for_types_unseen():
     # another machine: convolutions 1.7x their estimate, the classifier's GEMVs 0.3x, the rest 1.2x
-    # (session 15's AMD VM against the Intel profile); three families with different compositions
+    # (the Intel host-cpu profile on an AMD EPYC VM); three families with different compositions
     rng = np.random.default_rng(3)
     true = {"conv2d": 1.7, "fc": 0.3, "add": 1.2}
     rows = []
@@ -117,7 +117,7 @@ def test_per_type_scales_when_types_move_apart_and_the_common_scale_for_types_un
 
 
 def test_per_kernel_scales_a_kernel_window_that_runs_unlike_its_type():
-    # LiteRT (XNNPACK) against an ONNX Runtime profile (session 15's rows): 7x7 depthwise
+    # LiteRT (XNNPACK) against an ONNX Runtime profile (measured on an AMD EPYC VM): 7x7 depthwise
     # convolutions ran about 9x their estimate, 3x3 ones 1.5x, everything else about 1.8x; one
     # factor for dwconv2d cannot be right for both, one per kernel window can
     from estimator.calibration import by_type, layer_kind
@@ -198,8 +198,8 @@ def test_no_correction_when_it_cross_validates_worse_in_error():
 
 def test_no_correction_unless_one_earns_its_place():
     # the profile's own machine: the totals are right within noise, and a 3 % scale fitted on
-    # the calibration families narrows nothing; it is not applied (session 16: a fresh profile
-    # calibrated on its own VM went 5.5 -> 7.9 % on the held-out zoo with a 1.035 scale)
+    # the calibration families narrows nothing; it is not applied (a fresh profile calibrated on
+    # its own VM went 5.5 -> 7.9 % on the held-out zoo with a 1.035 scale)
     rng = np.random.default_rng(6)
     p = rng.uniform(1, 30, 60)
     fams = [f"f{i % 3}" for i in range(60)]

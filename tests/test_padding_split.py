@@ -96,7 +96,7 @@ def test_split_moves_the_target_not_the_calibration():
     assert np.median(pred1 / mid) > np.median(pred5 / mid)
 
 
-# ------------------------------------------------------------ per layer type (issue 5)
+# ------------------------------------------------------------ per layer type
 
 
 def test_per_type_split_moves_only_its_type():
@@ -155,7 +155,7 @@ def test_lum_split_fit_on_known_rows():
 
 
 def test_rows_whose_eq4_lost_a_layer_slower_than_its_pads_are_skipped_and_counted():
-    """Session 19: host-cpu's row of a 32-channel depthwise layer at 112x112 (padded model
+    """host-cpu's row of a 32-channel depthwise layer at 112x112 (padded model
     0.259 ms, padding pair 0.262 ms, alone 0.376 ms) trained at 0 and the layer was predicted
     at 0.017 ms; such rows are reported, not trained on. A row at 0 whose layer alone is faster
     than its pads stays (it may cost nothing)."""

@@ -11,7 +11,7 @@ after another, so the workers of the sessions just timed spin beside the one bei
 more than one thread the workers stop spinning when a run returns
 (``session.force_spinning_stop``; inside a run they still spin between operators, as in
 deployment); this is part of :meth:`environment`. One thread does not spin at all.
-Measured (session 17, 2-vCPU AMD VM, ONNX Runtime 1.32, 2 threads; 60 sessions of 6 zoo
+Measured (2-vCPU AMD VM, ONNX Runtime 1.32, 2 threads; 60 sessions of 6 zoo
 models alive, 3 rounds of batches of 20 runs, 3 processes per setting, alternating): the share
 of batches 25 % or more slower than a single long-lived session was 0.71, 0.72 and 0.02 with
 spinning, 0.45, 0.45 and 0.11 with it stopped; MobileNetV2's median 6.6 and 4.1-4.9 ms (one
