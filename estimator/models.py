@@ -7,13 +7,13 @@ For every layer type with at least ``min_rows`` usable benchmark rows, one
 layer's feature vector (:func:`estimator.layers.feature_vector`); a layer's latency is
 ``t_op * ops`` (Eq. 7). ``t_op`` is divided by the type's median ``t_op`` (scikit-learn
 stops splitting nodes whose impurity is below machine epsilon, and raw ``t_op`` values
-around 1e-9 ms would make every tree a stump), and by default the forest is fitted on
-``log(t_op)`` and predicts ``exp`` of the trees' mean (``target_transform="log"``): a
+around 1e-9 ms would make every tree a stump), and the forest is fitted on
+``log(t_op)`` and predicts ``exp`` of the trees' mean: a
 benchmark's layers span 6-8 decades of ops and ``t_op`` spans 3-4 decades (dispatch
 overhead dominates small layers), so a squared-error forest on raw ``t_op`` spends its
 splits on the small layers and mispredicts the large ones (measured on an ONNX Runtime
 CPU benchmark: held-out RMSPE 0.6-2 with log vs 2-1900 with the raw target, per type).
-``target_transform="linear"`` keeps the raw target. Rows measured at or below 0 ms
+Rows measured at or below 0 ms
 (below the timing resolution) are trained on half the type's smallest positive latency;
 their calibration residuals use the measured interval as it is. The hyperparameters
 (``max_features`` x ``min_samples_leaf``) are chosen from a small grid by the out-of-bag
@@ -281,7 +281,6 @@ class TrainingOptions:
     seed: int = 0
     fallback_peak_quantile: float = 0.95
     fallback_o_min_factor: float = 4.0
-    target_transform: str = "log"  # "log": forest on log(t_op) (default); "linear": on t_op itself
     # the grid search sees a type's first grid_rows(n) rows: the last checkpoint of the series
     # min_rows, x grid_growth, ... at or below n (1.0: all rows; see the module docstring)
     grid_growth: float = 1.25
@@ -319,8 +318,6 @@ class TrainingOptions:
             raise bad(f"fallback_o_min_factor must be >= 1, got {self.fallback_o_min_factor}")
         if not (1.0 <= self.grid_growth <= 100.0):  # also refuses NaN
             raise bad(f"grid_growth must be in [1, 100] (1: the grid search sees every row), got {self.grid_growth!r}")
-        if self.target_transform not in ("log", "linear"):
-            raise bad(f"target_transform must be 'log' or 'linear', got {self.target_transform!r}")
         if not (0.0 <= self.padding_split <= 1.0):  # also refuses NaN
             raise bad(f"padding_split must be in [0, 1] (the pad-in conv's share of a padding-only pair; "
                       f"0.5 trains on Eq. 4's midpoint), got {self.padding_split!r}")
@@ -365,10 +362,6 @@ class TrainingOptions:
                     if not isinstance(v, (list, tuple)):
                         raise TypeError
                     kw[k] = tuple(type(default[0])(x) for x in v)
-                elif isinstance(default, str):
-                    if not isinstance(v, str):
-                        raise TypeError
-                    kw[k] = v
                 elif isinstance(default, bool) or isinstance(v, bool):
                     raise TypeError
                 elif isinstance(default, int):
@@ -668,7 +661,6 @@ class TypeModel:
     feature_names: tuple[str, ...]
     n_rows: int
     t_scale: float  # ms per op that the forest's target is divided by
-    log_target: bool  # the forest predicts log(t_op / t_scale)
     hyperparams: dict[str, Any]
     grid: list[dict[str, Any]]
     betas: dict[str, float]  # difficulty floors (see _sigmas)
@@ -695,8 +687,7 @@ class TypeModel:
     knn_de = property(lambda self: self.reference.knn_de, doc="crepes' k-NN difficulty estimator")
     regressors = property(lambda self: self.reference.regressors, doc="metric -> crepes ConformalRegressor")
 
-    _SCALARS = ("feature_names", "n_rows", "t_scale", "log_target", "hyperparams", "grid", "betas", "knn_threshold",
-                "report")
+    _SCALARS = ("feature_names", "n_rows", "t_scale", "hyperparams", "grid", "betas", "knn_threshold", "report")
 
     def arrays(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """``(JSON-ready numbers, plain arrays)`` for the model cache (:meth:`from_arrays`)."""
@@ -721,9 +712,9 @@ class TypeModel:
     # -- training
     @staticmethod
     def _targets(data: TrainingData, options: TrainingOptions
-                 ) -> tuple[tuple[str, ...], np.ndarray, float, np.ndarray, np.ndarray, bool]:
-        """``(feature names, X, t_scale, y, y_fit, log_target)``: the model's features, the
-        target ``y = t_op / t_scale`` and what the forest fits (``log(y)`` by default)."""
+                 ) -> tuple[tuple[str, ...], np.ndarray, float, np.ndarray, np.ndarray]:
+        """``(feature names, X, t_scale, y, y_fit)``: the model's features, the target
+        ``y = t_op / t_scale`` and what the forest fits, ``log(y)``."""
         t = data.layer_type
         names, X = _model_features(t, data.X)
         ops = data.ops
@@ -733,26 +724,23 @@ class TypeModel:
             raise ModelError(f"{t}: no positive measured latency")
         t_scale = float(np.median(pos))
         y = t_op / t_scale
-        log_target = options.target_transform == "log"
-        if log_target:  # rows measured at <= 0 ms train on half the type's smallest positive latency
-            floor_ms = 0.5 * float(data.mid[data.mid > 0].min())
-            y_fit = np.log(np.maximum(data.mid, floor_ms) / ops / t_scale)
-        else:
-            y_fit = y
-        return names, X, t_scale, y, y_fit, log_target
+        # rows measured at <= 0 ms train on half the type's smallest positive latency
+        floor_ms = 0.5 * float(data.mid[data.mid > 0].min())
+        y_fit = np.log(np.maximum(data.mid, floor_ms) / ops / t_scale)
+        return names, X, t_scale, y, y_fit
 
     @classmethod
     def grid_search(cls, data: TrainingData, options: TrainingOptions, n_jobs: int = 1) -> list[dict[str, Any]]:
         """The out-of-bag RMSPE of ``t_op`` of every grid cell (``grid_estimators`` trees),
         fitted on all of ``data`` (:meth:`fit` passes the first :func:`grid_rows`)."""
-        _, X, _, y, y_fit, log_target = cls._targets(data, options)
+        _, X, _, y, y_fit = cls._targets(data, options)
         grid: list[dict[str, Any]] = []
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "Some inputs do not have OOB scores"
             for mf in options.grid_max_features:
                 for msl in options.grid_min_samples_leaf:
                     rf = _forest(options.grid_estimators, mf, msl, options.seed, n_jobs).fit(X, y_fit)
-                    oob = np.exp(rf.oob_prediction_) if log_target else np.asarray(rf.oob_prediction_, dtype=float)
+                    oob = np.exp(rf.oob_prediction_)
                     score = _rmspe(oob, y)
                     if not math.isfinite(score):
                         score = float(np.sqrt(np.nanmean((oob - y) ** 2)))
@@ -786,26 +774,22 @@ class TypeModel:
             grid = cls.grid_search(grid_data(data, options), options, n_jobs)
         grid = [dict(g) for g in grid]
         mf, msl = cls.best_cell(grid)
-        names, X, t_scale, y, y_fit, log_target = cls._targets(data, options)
+        names, X, t_scale, y, y_fit = cls._targets(data, options)
         ops = data.ops
         y_lo, y_hi = data.lo / ops / t_scale, data.hi / ops / t_scale
-
-        def to_top(v: np.ndarray) -> np.ndarray:
-            return np.exp(v) if log_target else np.asarray(v, dtype=float)
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "Some inputs do not have OOB scores"
             forest = _forest(options.n_estimators, mf, msl, options.seed, n_jobs).fit(X, y_fit)
-        oob = to_top(np.asarray(forest.oob_prediction_, dtype=float))
+        oob = np.exp(np.asarray(forest.oob_prediction_, dtype=float))
         if not np.all(np.isfinite(oob)):
             raise ModelError(f"{t}: some rows have no out-of-bag prediction; raise n_estimators")
 
         # difficulty estimators (crepes), out-of-bag. The spread of the trees' t_op
-        # predictions: their standard deviation, or for a log-target forest t_op_hat times
-        # the standard deviation of the trees' log predictions (delta method).
+        # predictions: t_op_hat times the standard deviation of the trees' log predictions
+        # (delta method).
         var_de = DifficultyEstimator().fit(X, learner=forest, scaler=False, beta=0.0, oob=True)
-        sd_fit = np.sqrt(np.maximum(np.asarray(var_de.apply(), dtype=float), 0.0))
-        rel_sd = sd_fit if log_target else sd_fit / np.maximum(oob, _TINY)
+        rel_sd = np.sqrt(np.maximum(np.asarray(var_de.apply(), dtype=float), 0.0))
         sd_ms = rel_sd * oob * t_scale * ops
         cal = data.calibration_mask()  # the rows that calibrate (the plan's; see the module docstring)
         beta_tv = options.beta_rel * float(np.median(rel_sd[cal])) or options.beta_rel * 1e-3
@@ -840,9 +824,8 @@ class TypeModel:
                     for m, cr in regressors.items()}
 
         ref = ReferenceModel(forest, var_de, knn_de, regressors)
-        model = cls(t, names, n, t_scale, log_target,
-                    {"max_features": mf, "min_samples_leaf": msl, "n_estimators": options.n_estimators,
-                     "target_transform": options.target_transform},
+        model = cls(t, names, n, t_scale,
+                    {"max_features": mf, "min_samples_leaf": msl, "n_estimators": options.n_estimators},
                     grid, betas, FastKNN.from_estimator(knn_de), float(d_loo.max()),
                     X.min(axis=0), X.max(axis=0), families, {}, ref)
         model.report = model._oob_report(data, oob, sig)
@@ -884,12 +867,8 @@ class TypeModel:
         X = np.asarray(X, dtype=float)
         mean = self.forest.predict(X)
         sd = np.sqrt(np.var([est.predict(X) for est in self.forest.estimators_], axis=0))
-        if self.log_target:
-            p = np.exp(mean)
-            rel_sd = sd
-        else:
-            p = mean
-            rel_sd = sd / np.maximum(p, _TINY)
+        p = np.exp(mean)
+        rel_sd = sd
         d_knn = np.asarray(self.knn_de.apply(X), dtype=float)
         sig = _sigmas(self.betas, p, rel_sd, d_knn, self.t_scale, ops)
         t_op_ms = p * self.t_scale
