@@ -23,7 +23,8 @@ Device-specific mapping rules go into ``profile.json``:
 * ``op_mapping``: operators the target leaves on the CPU (``--op-mapping FILE.json``);
   ``cpu_fallback_ops`` (ONNX op types) are flagged ``cpu_fallback_op`` in every estimate;
 * ``training``: :class:`estimator.models.TrainingOptions` overrides (``--training
-  FILE.json``), e.g. the device's measured ``padding_split`` (``tests/perf/padding_split.py``).
+  FILE.json``), e.g. the device's measured ``padding_split_by_type``
+  (``tests/perf/padding_split.py --lum-types``).
 
 For a database measured with the ``onnxruntime`` runner, ``fusion`` defaults to ONNX
 Runtime's CPU graph optimisations (:func:`onnxruntime_fusion`) and ``op_mapping`` to the ops
@@ -227,7 +228,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fusion", default=None, metavar="JSON", help="fusion rules file (default: the runner's, if known)")
     p.add_argument("--op-mapping", default=None, metavar="JSON", help="op_mapping file (default: the runner's, if known)")
     p.add_argument("--training", default=None, metavar="JSON",
-                   help="training options file (estimator.models.TrainingOptions overrides, e.g. padding_split)")
+                   help="training options file (estimator.models.TrainingOptions overrides, e.g. "
+                        "padding_split_by_type)")
     p.add_argument("--force", action="store_true", help="replace an existing profile of that name")
     p.set_defaults(func=cmd_profile)
 

@@ -27,8 +27,8 @@ relative to its width before refining, :func:`mean_lv`) shrank by less than ``mi
 Ranking. A layer's score is ``((hi_O - lo_O) + (hi_LV - lo_LV)) / network total`` at 0.9
 confidence: its two per-layer interval widths (CM_O for coverage, large far from the
 measured rows; CM_LV for variance) as a share of its network's latency. Summed over a
-network's layers this is the network's two relative widths added (exactly so under
-comonotone coupling, an upper bound under the others), so a layer's score is what it adds
+network's layers this is the network's two relative widths added (exactly so were its layer
+errors perfectly correlated, an upper bound under the estimator's couplings), so a layer's score is what it adds
 to them, and a configuration's score (summed over every layer of every target that uses it)
 treats each target alike whatever its latency. Configurations
 outside the sampling limits (:func:`bench.sampling.in_space`) or used by an excluded network

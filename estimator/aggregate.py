@@ -41,9 +41,7 @@ interval at confidence ``c`` is the equal-tailed pair of empirical quantiles
 (``inverted_cdf``) of the sums. A fixed ``seed`` makes the result deterministic. For a
 single-layer network this reproduces the layer interval (up to Monte Carlo resolution
 at jump points of the discrete distribution). Independence is the paper's assumption;
-``coupling="comonotone"`` gives the other extreme (perfectly correlated layer errors:
-the sum of the layer intervals), to be compared against measured networks.
-``coupling="type"`` sits between them: layer errors are perfectly correlated *within* a
+``coupling="type"`` takes layer errors as perfectly correlated *within* a
 family (a layer type, or all fallback layers) and independent across families: every
 layer of a family takes the same draw (slot 0 of its stream), so a family contributes
 ``sum(scale) x draw (+ sum(center))`` to a sample. Measured networks show why: what a
@@ -408,7 +406,7 @@ class NetworkInterval:
         return self.upper - self.lower
 
 
-COUPLINGS = ("independent", "type", "comonotone")
+COUPLINGS = ("independent", "type")
 #: The estimator's default coupling (``estimator predict/evaluate``, the service, nas): on
 #: the measured host-cpu profile, independent CM_LV 90 % intervals covered 11 of 14
 #: networks, per-type coupling all 14 (README, tests/perf/estimator_accuracy.py).
@@ -423,17 +421,14 @@ def aggregate(dist: DistBatch, confidences: Sequence[float], *, n_samples: int =
 
     ``coupling="independent"`` (default): Monte Carlo convolution of the layers'
     distributions (Eq. 8), i.e. independent layer errors; relative widths shrink roughly
-    as 1/sqrt(layers). ``coupling="comonotone"``: perfectly correlated layer errors (every
-    layer at the same quantile), whose interval is exactly the sum of the layer intervals;
-    the conservative bound when layer errors share a systematic cause. ``coupling="type"``:
-    perfectly correlated within a layer type (family), independent across types (see the
-    module docstring).
+    as 1/sqrt(layers). ``coupling="type"``: perfectly correlated within a layer type
+    (family), independent across types (see the module docstring).
 
     ``bank`` takes the draws from kept sample-slot blocks (the same numbers, see
     :class:`SampleBank`); without it every block is drawn here.
 
-    Returns ``({confidence: NetworkInterval}, samples_or_None)`` (samples for the Monte
-    Carlo couplings, independent and type). Deterministic for a fixed ``seed``. An empty network has the
+    Returns ``({confidence: NetworkInterval}, samples_or_None)`` (the Monte Carlo totals
+    when ``return_samples``). Deterministic for a fixed ``seed``. An empty network has the
     degenerate interval ``[0, 0]``.
     """
     for c in confidences:
@@ -441,15 +436,6 @@ def aggregate(dist: DistBatch, confidences: Sequence[float], *, n_samples: int =
             raise ValueError(f"confidence must be in (0, 1), got {c}")
     if coupling not in COUPLINGS:
         raise ValueError(f"coupling must be one of {COUPLINGS}, got {coupling!r}")
-    if coupling == "comonotone":
-        out_c: dict[float, NetworkInterval] = {}
-        for c in confidences:
-            lo_l, hi_l = layer_intervals(dist, c, clip_min=None)
-            l_, h_ = float(lo_l.sum()), float(hi_l.sum())
-            if clip_min is not None:
-                l_, h_ = max(l_, clip_min), max(h_, clip_min)
-            out_c[float(c)] = NetworkInterval(float(c), l_, h_)
-        return out_c, None
     if len(dist) == 0:
         return {float(c): NetworkInterval(float(c), 0.0, 0.0) for c in confidences}, (
             np.zeros(n_samples) if return_samples else None)

@@ -138,7 +138,7 @@ def print_estimate(est: NetworkEstimate, out: Any = None) -> None:
     print(_table(rows, header), file=out)
     print("", file=out)
     how = {"type": "layer errors correlated within a layer type, independent across types",
-           "independent": "independent layer errors", "comonotone": "comonotone layer errors"}
+           "independent": "independent layer errors"}
     cal = est.calibration
     if est.uncalibrated is not None:
         print(f"total: {_fmt_ms(est.total_ms)} ms, calibrated on {cal.get('n_networks')} whole networks "
@@ -499,8 +499,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="training target: smart-padding LUM times (default) or single-layer times")
     p.add_argument("--coupling", choices=COUPLINGS, default=DEFAULT_COUPLING,
                    help="network intervals (Eq. 8): 'type' (default): layer errors correlated within a layer "
-                        "type, independent across types; 'independent'; or 'comonotone' (the sum of the layer "
-                        "intervals)")
+                        "type, independent across types; or 'independent'")
     p.add_argument("--json", action="store_true", help="print the estimate as JSON")
     p.add_argument("--plot", metavar="FILE", help="write a per-layer interval-width figure (png/pdf/svg)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar while training")
@@ -525,8 +524,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     e.add_argument("--target", choices=(*TARGETS, "both"), default="lum",
                    help="lum (smart padding), single (single-layer times) or both side by side")
     e.add_argument("--coupling", choices=COUPLINGS, default=DEFAULT_COUPLING,
-                   help="network intervals: layer errors correlated within a type (default), independent, or "
-                        "comonotone")
+                   help="network intervals: layer errors correlated within a type (default) or independent")
     e.add_argument("--plot", metavar="FILE", help="write a predicted-vs-measured figure")
     e.add_argument("--json", action="store_true", help="print the evaluation as JSON")
     e.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -18,8 +18,8 @@ t_b2_ms         median latency T_b2 of the output padding-only pair (h_out, w_ou
 t_lum_lo_ms     T_c - max(T_b1, T_b2)   (Eq. 4)
 t_lum_hi_ms     T_c - min(T_b1, T_b2)   (Eq. 4)
 t_lum_ms        midpoint of [t_lum_lo_ms, t_lum_hi_ms]: the training target at the default
-                padding split (a profile's ``training.padding_split`` a trains on
-                t_padded_ms - a * t_b1_ms - (1 - a) * t_b2_ms instead, see estimator.models)
+                padding split (a profile's ``training.padding_split_by_type`` a trains its
+                types on t_padded_ms - a * t_b1_ms - (1 - a) * t_b2_ms instead, see estimator.models)
 padded_p10_ms, padded_p90_ms, padded_mad_ms   dispersion of the padded-model runs
 n_runs          timed runs per measurement
 runner          runner name

@@ -428,12 +428,8 @@ class FastModels:
         for (t, X), P, (_, keys) in zip(parts, self.forests.tree_predictions(parts), missing):
             te = self.types[t]
             mdl = te.model
-            if mdl.log_target:
-                p = np.exp(P.mean(axis=0))
-                rel_sd = P.std(axis=0)
-            else:
-                p = P.mean(axis=0)
-                rel_sd = P.std(axis=0) / np.maximum(p, 1e-12)
+            p = np.exp(P.mean(axis=0))
+            rel_sd = P.std(axis=0)
             d_knn = te.knn.apply(X)
             out_of_range = (X < mdl.feat_min) | (X > mdl.feat_max)
             far = d_knn > mdl.knn_threshold * (1 + 1e-9)

@@ -7,13 +7,13 @@ For every layer type with at least ``min_rows`` usable benchmark rows, one
 layer's feature vector (:func:`estimator.layers.feature_vector`); a layer's latency is
 ``t_op * ops`` (Eq. 7). ``t_op`` is divided by the type's median ``t_op`` (scikit-learn
 stops splitting nodes whose impurity is below machine epsilon, and raw ``t_op`` values
-around 1e-9 ms would make every tree a stump), and by default the forest is fitted on
-``log(t_op)`` and predicts ``exp`` of the trees' mean (``target_transform="log"``): a
+around 1e-9 ms would make every tree a stump), and the forest is fitted on
+``log(t_op)`` and predicts ``exp`` of the trees' mean: a
 benchmark's layers span 6-8 decades of ops and ``t_op`` spans 3-4 decades (dispatch
 overhead dominates small layers), so a squared-error forest on raw ``t_op`` spends its
 splits on the small layers and mispredicts the large ones (measured on an ONNX Runtime
 CPU benchmark: held-out RMSPE 0.6-2 with log vs 2-1900 with the raw target, per type).
-``target_transform="linear"`` keeps the raw target. Rows measured at or below 0 ms
+Rows measured at or below 0 ms
 (below the timing resolution) are trained on half the type's smallest positive latency;
 their calibration residuals use the measured interval as it is. The hyperparameters
 (``max_features`` x ``min_samples_leaf``) are chosen from a small grid by the out-of-bag
@@ -99,13 +99,15 @@ How the smart-padding interval enters calibration
 -------------------------------------------------
 A smart-padding measurement does not give the layer's latency, it gives an interval
 ``[t_lum_lo, t_lum_hi]`` (Eq. 4) that contains it (intersected with ``[0, inf)``: a
-latency is never negative). The model is trained on one point of that interval, set by
-the profile's ``training.padding_split`` ``a`` (the pad-in conv's share of a padding-only
-pair, measured per device by ``tests/perf/padding_split.py``): the padded model's padding
+latency is never negative). The model is trained on one point of that interval: its
+midpoint (the paper's choice), unless the profile's ``training.padding_split_by_type``
+(``{"dwconv2d": 0.77, ...}``) gives a layer type a split ``a``, the pad-in conv's share of
+the padding in its padded models, measured where the runner reports the LUM's own time
+inside them (``tests/perf/padding_split.py --lum-types``): the padded model's padding
 costs ``pad_in(input shape) + pad_out(output shape) = a * T_b1 + (1 - a) * T_b2``, so a
-row trains on ``T_c - a * T_b1 - (1 - a) * T_b2`` clipped into ``[lo, hi]``. The default
-``a = 0.5`` is the interval's midpoint (the paper's choice); rows without ``T_c``,
-``T_b1``, ``T_b2`` (and single-layer targets) always train on the midpoint.
+row of that type trains on ``T_c - a * T_b1 - (1 - a) * T_b2`` clipped into ``[lo, hi]``
+(``a = 0.5`` is the midpoint); rows without ``T_c``, ``T_b1``, ``T_b2`` (and single-layer
+targets) always train on the midpoint.
 A row of a layer with weights (convolutions, fully connected) whose whole interval lies at
 or below zero although the layer alone (``t_single``) ran longer than its padding-only pair
 is not trained on (:func:`eq4_failed`; counted in the training report's ``skipped_rows``): such a
@@ -118,10 +120,7 @@ conv2d, 6 depthwise), none of ``imx93``'s; one, a depthwise layer of 32 channels
 (padded model 0.259 ms, its pair 0.262 ms, alone 0.376 ms), had MobileNetV2's first
 depthwise layer predicted at 0.017 ms (0.16 ms without it; 0.29 ms inside the network on a
 VM 1.4-1.6x slower). Rows at 0 whose layer alone is faster than its pads still train at 0.
-``training.padding_split_by_type`` (``{"dwconv2d": 0.87, ...}``) overrides ``a`` per layer
-type, measured where the runner reports the LUM's own time inside its padded models
-(``tests/perf/padding_split.py --lum-types``). The point only
-moves the forest's target: the interval, and the calibration below, do not depend on it.
+The point only moves the forest's target: the interval, and the calibration below, do not depend on it.
 Each calibration row's nonconformity is the *worst case over the interval*, around the
 interval's midpoint ``mid = (lo + hi) / 2``::
 
@@ -282,15 +281,13 @@ class TrainingOptions:
     seed: int = 0
     fallback_peak_quantile: float = 0.95
     fallback_o_min_factor: float = 4.0
-    target_transform: str = "log"  # "log": forest on log(t_op) (default); "linear": on t_op itself
     # the grid search sees a type's first grid_rows(n) rows: the last checkpoint of the series
     # min_rows, x grid_growth, ... at or below n (1.0: all rows; see the module docstring)
     grid_growth: float = 1.25
-    # the pad-in conv's share alpha of a padding pair: smart-padding rows train on
-    # T_c - alpha * T_b1 - (1 - alpha) * T_b2 (0.5: Eq. 4's midpoint; see the module docstring)
-    padding_split: float = 0.5
-    # per-type overrides of padding_split, ((layer type, alpha), ...) sorted; a profile's
-    # training.padding_split_by_type {"dwconv2d": 0.87, ...} (tests/perf/padding_split.py --lum-types)
+    # per-type padding splits, ((layer type, alpha), ...) sorted: smart-padding rows of these
+    # types train on T_c - alpha * T_b1 - (1 - alpha) * T_b2, the others on Eq. 4's midpoint
+    # (alpha 0.5; see the module docstring); a profile's training.padding_split_by_type
+    # {"dwconv2d": 0.87, ...} (tests/perf/padding_split.py --lum-types)
     padding_split_by_type: tuple[tuple[str, float], ...] = ()
     # conformal calibration (scores and difficulty floors) uses only the first N rows of the
     # measurements (a profile's sampling plan); later rows (bench refine's, chosen for their
@@ -320,11 +317,6 @@ class TrainingOptions:
             raise bad(f"fallback_o_min_factor must be >= 1, got {self.fallback_o_min_factor}")
         if not (1.0 <= self.grid_growth <= 100.0):  # also refuses NaN
             raise bad(f"grid_growth must be in [1, 100] (1: the grid search sees every row), got {self.grid_growth!r}")
-        if self.target_transform not in ("log", "linear"):
-            raise bad(f"target_transform must be 'log' or 'linear', got {self.target_transform!r}")
-        if not (0.0 <= self.padding_split <= 1.0):  # also refuses NaN
-            raise bad(f"padding_split must be in [0, 1] (the pad-in conv's share of a padding-only pair; "
-                      f"0.5 trains on Eq. 4's midpoint), got {self.padding_split!r}")
         if isinstance(self.calibration_rows, bool) or int(self.calibration_rows) != self.calibration_rows \
                 or self.calibration_rows < 0:
             raise bad(f"calibration_rows must be an integer >= 0 (0: every row), got {self.calibration_rows!r}")
@@ -336,8 +328,6 @@ class TrainingOptions:
         d = asdict(self)
         d["grid_max_features"] = [float(x) for x in self.grid_max_features]
         d["grid_min_samples_leaf"] = [int(x) for x in self.grid_min_samples_leaf]
-        if d["padding_split"] == 0.5:  # the default trains exactly as before: keep earlier cache keys
-            del d["padding_split"]
         if self.padding_split_by_type:
             d["padding_split_by_type"] = dict(self.padding_split_by_type)
         else:  # the default trains exactly as before: keep earlier cache keys
@@ -366,10 +356,6 @@ class TrainingOptions:
                     if not isinstance(v, (list, tuple)):
                         raise TypeError
                     kw[k] = tuple(type(default[0])(x) for x in v)
-                elif isinstance(default, str):
-                    if not isinstance(v, str):
-                        raise TypeError
-                    kw[k] = v
                 elif isinstance(default, bool) or isinstance(v, bool):
                     raise TypeError
                 elif isinstance(default, int):
@@ -406,7 +392,7 @@ class TrainingData:
     bytes: np.ndarray  # (n,)
     lo: np.ndarray  # (n,) measured interval, ms (clipped at 0)
     hi: np.ndarray
-    mid: np.ndarray  # (n,) training point, ms, in [lo, hi]: the midpoint unless padding_split != 0.5
+    mid: np.ndarray  # (n,) training point, ms, in [lo, hi]: the midpoint unless a per-type padding split
     params: list[dict[str, Any]] = field(default_factory=list)
     #: (n,) bool: the rows conformal calibration uses (``TrainingOptions.calibration_rows``);
     #: None: every row
@@ -467,35 +453,32 @@ def eq4_failed(row: Mapping[str, Any], interval: tuple[float, float], weights: f
     return _finite(t_a) and _finite(b1) and _finite(b2) and t_a > max(b1, b2)
 
 
-def _training_point(row: Mapping[str, Any], lo: float, hi: float, target: str, padding_split: float) -> float:
+def _training_point(row: Mapping[str, Any], lo: float, hi: float, target: str, split: float) -> float:
     """The latency a row trains on: ``T_c - a * T_b1 - (1 - a) * T_b2`` (``a``: padding
     split) clipped into its interval ``[lo, hi]`` (already clipped at 0); the midpoint for
     ``a = 0.5``, for single-layer targets and for rows without ``T_c``, ``T_b1``, ``T_b2``."""
     mid = (lo + hi) / 2.0
-    if target != "lum" or padding_split == 0.5:
+    if target != "lum" or split == 0.5:
         return mid
     t_c, b1, b2 = (row.get(k, float("nan")) for k in ("t_padded_ms", "t_b1_ms", "t_b2_ms"))
     if not all(_finite(v) for v in (t_c, b1, b2)):
         return mid
-    return min(max(t_c - padding_split * b1 - (1.0 - padding_split) * b2, lo), hi)
+    return min(max(t_c - split * b1 - (1.0 - split) * b2, lo), hi)
 
 
 def prepare_training_data(rows: Iterable[Mapping[str, Any]], target: str = "lum", elem_bytes: int = 4,
-                          padding_split: float = 0.5, padding_split_by_type: Mapping[str, float] | None = None,
+                          padding_split_by_type: Mapping[str, float] | None = None,
                           calibration_rows: int = 0) -> tuple[dict[str, TrainingData], dict[str, Any]]:
     """Group benchmark rows by type into arrays; returns ``(data_by_type, skipped_report)``.
 
-    ``padding_split`` (``TrainingOptions.padding_split``) sets each smart-padding row's
-    training point (``TrainingData.mid``, see :func:`_training_point`), overridden per
-    layer type by ``padding_split_by_type``; the intervals ``lo``/``hi`` do not depend on it.
+    ``padding_split_by_type`` (``TrainingOptions.padding_split_by_type``) sets the smart-padding
+    rows' training point (``TrainingData.mid``, see :func:`_training_point`) of the types it
+    names (the others: the midpoint, a split of 0.5); the intervals ``lo``/``hi`` do not depend on it.
     ``calibration_rows`` > 0 marks the rows at or after that position in ``rows`` as training
     only (``TrainingData.calibrate``)."""
     by_type = dict(padding_split_by_type or {})
     if target not in TARGETS:
         raise ModelError(f"unknown training target {target!r}; known: {', '.join(TARGETS)}")
-    if not (0.0 <= padding_split <= 1.0):
-        raise ModelError(f"padding_split must be in [0, 1] (the pad-in conv's share of a padding-only pair; "
-                         f"0.5 trains on Eq. 4's midpoint), got {padding_split!r}")
     acc: dict[str, dict[str, list]] = {}
     skipped: dict[str, int] = {}
     ops_mismatch = 0
@@ -535,7 +518,7 @@ def prepare_training_data(rows: Iterable[Mapping[str, Any]], target: str = "lum"
         a["bytes"].append(float(c.bytes))
         a["lo"].append(iv[0])
         a["hi"].append(iv[1])
-        a["mid"].append(_training_point(row, iv[0], iv[1], target, by_type.get(t, padding_split)))
+        a["mid"].append(_training_point(row, iv[0], iv[1], target, by_type.get(t, 0.5)))
         a["params"].append(params)
     out: dict[str, TrainingData] = {}
     for t, a in acc.items():
@@ -551,8 +534,7 @@ def training_data(rows: Iterable[Mapping[str, Any]], target: str, elem_bytes: in
                   ) -> tuple[dict[str, TrainingData], dict[str, Any]]:
     """:func:`prepare_training_data` with the options that shape training rows taken from
     ``options`` (padding splits, calibration rows): what :func:`train_models` trains on."""
-    return prepare_training_data(rows, target, elem_bytes, padding_split=options.padding_split,
-                                 padding_split_by_type=dict(options.padding_split_by_type),
+    return prepare_training_data(rows, target, elem_bytes, padding_split_by_type=dict(options.padding_split_by_type),
                                  calibration_rows=options.calibration_rows)
 
 
@@ -669,7 +651,6 @@ class TypeModel:
     feature_names: tuple[str, ...]
     n_rows: int
     t_scale: float  # ms per op that the forest's target is divided by
-    log_target: bool  # the forest predicts log(t_op / t_scale)
     hyperparams: dict[str, Any]
     grid: list[dict[str, Any]]
     betas: dict[str, float]  # difficulty floors (see _sigmas)
@@ -696,8 +677,7 @@ class TypeModel:
     knn_de = property(lambda self: self.reference.knn_de, doc="crepes' k-NN difficulty estimator")
     regressors = property(lambda self: self.reference.regressors, doc="metric -> crepes ConformalRegressor")
 
-    _SCALARS = ("feature_names", "n_rows", "t_scale", "log_target", "hyperparams", "grid", "betas", "knn_threshold",
-                "report")
+    _SCALARS = ("feature_names", "n_rows", "t_scale", "hyperparams", "grid", "betas", "knn_threshold", "report")
 
     def arrays(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """``(JSON-ready numbers, plain arrays)`` for the model cache (:meth:`from_arrays`)."""
@@ -722,9 +702,9 @@ class TypeModel:
     # -- training
     @staticmethod
     def _targets(data: TrainingData, options: TrainingOptions
-                 ) -> tuple[tuple[str, ...], np.ndarray, float, np.ndarray, np.ndarray, bool]:
-        """``(feature names, X, t_scale, y, y_fit, log_target)``: the model's features, the
-        target ``y = t_op / t_scale`` and what the forest fits (``log(y)`` by default)."""
+                 ) -> tuple[tuple[str, ...], np.ndarray, float, np.ndarray, np.ndarray]:
+        """``(feature names, X, t_scale, y, y_fit)``: the model's features, the target
+        ``y = t_op / t_scale`` and what the forest fits, ``log(y)``."""
         t = data.layer_type
         names, X = _model_features(t, data.X)
         ops = data.ops
@@ -734,26 +714,23 @@ class TypeModel:
             raise ModelError(f"{t}: no positive measured latency")
         t_scale = float(np.median(pos))
         y = t_op / t_scale
-        log_target = options.target_transform == "log"
-        if log_target:  # rows measured at <= 0 ms train on half the type's smallest positive latency
-            floor_ms = 0.5 * float(data.mid[data.mid > 0].min())
-            y_fit = np.log(np.maximum(data.mid, floor_ms) / ops / t_scale)
-        else:
-            y_fit = y
-        return names, X, t_scale, y, y_fit, log_target
+        # rows measured at <= 0 ms train on half the type's smallest positive latency
+        floor_ms = 0.5 * float(data.mid[data.mid > 0].min())
+        y_fit = np.log(np.maximum(data.mid, floor_ms) / ops / t_scale)
+        return names, X, t_scale, y, y_fit
 
     @classmethod
     def grid_search(cls, data: TrainingData, options: TrainingOptions, n_jobs: int = 1) -> list[dict[str, Any]]:
         """The out-of-bag RMSPE of ``t_op`` of every grid cell (``grid_estimators`` trees),
         fitted on all of ``data`` (:meth:`fit` passes the first :func:`grid_rows`)."""
-        _, X, _, y, y_fit, log_target = cls._targets(data, options)
+        _, X, _, y, y_fit = cls._targets(data, options)
         grid: list[dict[str, Any]] = []
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "Some inputs do not have OOB scores"
             for mf in options.grid_max_features:
                 for msl in options.grid_min_samples_leaf:
                     rf = _forest(options.grid_estimators, mf, msl, options.seed, n_jobs).fit(X, y_fit)
-                    oob = np.exp(rf.oob_prediction_) if log_target else np.asarray(rf.oob_prediction_, dtype=float)
+                    oob = np.exp(rf.oob_prediction_)
                     score = _rmspe(oob, y)
                     if not math.isfinite(score):
                         score = float(np.sqrt(np.nanmean((oob - y) ** 2)))
@@ -787,26 +764,22 @@ class TypeModel:
             grid = cls.grid_search(grid_data(data, options), options, n_jobs)
         grid = [dict(g) for g in grid]
         mf, msl = cls.best_cell(grid)
-        names, X, t_scale, y, y_fit, log_target = cls._targets(data, options)
+        names, X, t_scale, y, y_fit = cls._targets(data, options)
         ops = data.ops
         y_lo, y_hi = data.lo / ops / t_scale, data.hi / ops / t_scale
-
-        def to_top(v: np.ndarray) -> np.ndarray:
-            return np.exp(v) if log_target else np.asarray(v, dtype=float)
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "Some inputs do not have OOB scores"
             forest = _forest(options.n_estimators, mf, msl, options.seed, n_jobs).fit(X, y_fit)
-        oob = to_top(np.asarray(forest.oob_prediction_, dtype=float))
+        oob = np.exp(np.asarray(forest.oob_prediction_, dtype=float))
         if not np.all(np.isfinite(oob)):
             raise ModelError(f"{t}: some rows have no out-of-bag prediction; raise n_estimators")
 
         # difficulty estimators (crepes), out-of-bag. The spread of the trees' t_op
-        # predictions: their standard deviation, or for a log-target forest t_op_hat times
-        # the standard deviation of the trees' log predictions (delta method).
+        # predictions: t_op_hat times the standard deviation of the trees' log predictions
+        # (delta method).
         var_de = DifficultyEstimator().fit(X, learner=forest, scaler=False, beta=0.0, oob=True)
-        sd_fit = np.sqrt(np.maximum(np.asarray(var_de.apply(), dtype=float), 0.0))
-        rel_sd = sd_fit if log_target else sd_fit / np.maximum(oob, _TINY)
+        rel_sd = np.sqrt(np.maximum(np.asarray(var_de.apply(), dtype=float), 0.0))
         sd_ms = rel_sd * oob * t_scale * ops
         cal = data.calibration_mask()  # the rows that calibrate (the plan's; see the module docstring)
         beta_tv = options.beta_rel * float(np.median(rel_sd[cal])) or options.beta_rel * 1e-3
@@ -841,9 +814,8 @@ class TypeModel:
                     for m, cr in regressors.items()}
 
         ref = ReferenceModel(forest, var_de, knn_de, regressors)
-        model = cls(t, names, n, t_scale, log_target,
-                    {"max_features": mf, "min_samples_leaf": msl, "n_estimators": options.n_estimators,
-                     "target_transform": options.target_transform},
+        model = cls(t, names, n, t_scale,
+                    {"max_features": mf, "min_samples_leaf": msl, "n_estimators": options.n_estimators},
                     grid, betas, FastKNN.from_estimator(knn_de), float(d_loo.max()),
                     X.min(axis=0), X.max(axis=0), families, {}, ref)
         model.report = model._oob_report(data, oob, sig)
@@ -885,12 +857,8 @@ class TypeModel:
         X = np.asarray(X, dtype=float)
         mean = self.forest.predict(X)
         sd = np.sqrt(np.var([est.predict(X) for est in self.forest.estimators_], axis=0))
-        if self.log_target:
-            p = np.exp(mean)
-            rel_sd = sd
-        else:
-            p = mean
-            rel_sd = sd / np.maximum(p, _TINY)
+        p = np.exp(mean)
+        rel_sd = sd
         d_knn = np.asarray(self.knn_de.apply(X), dtype=float)
         sig = _sigmas(self.betas, p, rel_sd, d_knn, self.t_scale, ops)
         t_op_ms = p * self.t_scale

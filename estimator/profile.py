@@ -38,8 +38,8 @@ calibrate the network totals (:mod:`estimator.calibration`).
         "notes": "free text"
       },
       "training": {                            // optional estimator.models.TrainingOptions overrides
-        "padding_split": 0.77                  //   e.g. the pad-in conv's share of a padding pair
-      },                                       //   (0.5 = Eq. 4 midpoint; tests/perf/padding_split.py)
+        "padding_split_by_type": {"fc": 0.95}  //   e.g. the pad-in conv's share of a type's padding
+      },                                       //   (0.5 = Eq. 4 midpoint; tests/perf/padding_split.py --lum-types)
       "fingerprint": {"host": {...}, "runtime": {...}},  // optional: where the layer rows were
                                                //   measured (estimator.fingerprint)
       "calibration": {                         // required with networks.csv: where its rows come from

@@ -166,15 +166,8 @@ def test_concat_and_take_keep_families_aligned():
     np.testing.assert_allclose(hi, [3.0, 2.0, 3.0])
 
 
-def test_comonotone_coupling_sums_layer_intervals_and_is_wider():
-    fam = Family("sym", np.abs(np.random.default_rng(2).standard_normal(99)))
-    dist = _batch(16, fam, center=10.0, scale=1.0)
-    ind, _ = aggregate(dist, [0.9], seed=1)
-    com, samples = aggregate(dist, [0.9], coupling="comonotone", return_samples=True)
-    lo, hi = layer_intervals(dist, 0.9)
-    assert samples is None
-    assert com[0.9].lower == pytest.approx(lo.sum()) and com[0.9].upper == pytest.approx(hi.sum())
-    assert com[0.9].width > 3 * ind[0.9].width  # ~sqrt(16) = 4 for independent layers
+def test_unknown_coupling_is_refused():
+    dist = _batch(16, Family("sym", np.abs(np.random.default_rng(2).standard_normal(99))))
     with pytest.raises(ValueError, match="coupling"):
         aggregate(dist, [0.9], coupling="sometimes")
 
@@ -186,16 +179,18 @@ def test_type_coupling_is_comonotone_within_a_type_and_independent_across_types(
     fam_b = Family("sym", np.abs(np.random.default_rng(4).standard_normal(199)), name="dwconv2d:CM_LV")
     one_type = _batch(16, fam_a, center=10.0, scale=1.0)
     typ, samples = aggregate(one_type, [0.8], coupling="type", return_samples=True, n_samples=20_000)
-    com, _ = aggregate(one_type, [0.8], coupling="comonotone")
+    lo, hi = layer_intervals(one_type, 0.8)
     # one type: every layer at the same quantile, i.e. the sum of the layer intervals
-    assert typ[0.8].lower == pytest.approx(com[0.8].lower, rel=0.02)
-    assert typ[0.8].upper == pytest.approx(com[0.8].upper, rel=0.02)
+    assert typ[0.8].lower == pytest.approx(lo.sum(), rel=0.02)
+    assert typ[0.8].upper == pytest.approx(hi.sum(), rel=0.02)
     assert samples is not None and samples.shape == (20_000,)
-    # two types of 8 layers each: narrower than comonotone, wider than independent
+    # two types of 8 layers each: narrower than the sum of the layer intervals, wider than independent
     two = DistBatch.concat([_batch(8, fam_a), _batch(8, fam_b)])
-    w = {c: aggregate(two, [0.9], coupling=c)[0][0.9].width for c in ("independent", "type", "comonotone")}
-    assert w["independent"] < w["type"] < w["comonotone"]
-    assert w["type"] == pytest.approx(w["comonotone"] / math.sqrt(2), rel=0.15)  # two independent blocks
+    w = {c: aggregate(two, [0.9], coupling=c)[0][0.9].width for c in ("independent", "type")}
+    lo2, hi2 = layer_intervals(two, 0.9)
+    summed = float(hi2.sum() - lo2.sum())
+    assert w["independent"] < w["type"] < summed
+    assert w["type"] == pytest.approx(summed / math.sqrt(2), rel=0.15)  # two independent blocks
     # the service's sample bank gives the same numbers
     bank = SampleBank()
     a, _ = aggregate(two, [0.9], coupling="type", bank=bank)

@@ -21,9 +21,9 @@ def _point(r, a):
 
 def test_half_is_the_eq4_midpoint():
     rs = _rows()
-    d = prepare_training_data(rs, padding_split=0.5)[0]["conv2d"]
-    np.testing.assert_array_equal(d.mid, (d.lo + d.hi) / 2.0)  # bit for bit: today's behaviour
-    np.testing.assert_array_equal(d.mid, prepare_training_data(rs)[0]["conv2d"].mid)
+    d = prepare_training_data(rs)[0]["conv2d"]
+    np.testing.assert_array_equal(d.mid, (d.lo + d.hi) / 2.0)  # bit for bit
+    np.testing.assert_array_equal(d.mid, prepare_training_data(rs, padding_split_by_type={"conv2d": 0.5})[0]["conv2d"].mid)
     np.testing.assert_allclose(d.mid, [_point(r, 0.5) for r in rs], rtol=1e-12)
 
 
@@ -33,7 +33,7 @@ def test_one_trains_on_tc_minus_tb1_clipped_into_the_interval():
     rs[0] = dict(rs[0], t_b1_ms=rs[0]["t_b1_ms"] - 0.05)
     rs[1] = dict(rs[1], t_padded_ms=0.05, t_b1_ms=0.1, t_b2_ms=0.2, t_lum_lo_ms=-0.15, t_lum_hi_ms=-0.05,
                  t_single_ms=0.08)  # faster alone than its pads: it may cost nothing, kept at 0
-    d = prepare_training_data(rs, padding_split=1.0)[0]["conv2d"]
+    d = prepare_training_data(rs, padding_split_by_type={"conv2d": 1.0})[0]["conv2d"]
     base = prepare_training_data(rs)[0]["conv2d"]
     np.testing.assert_array_equal(d.lo, base.lo)  # the interval does not depend on the split
     np.testing.assert_array_equal(d.hi, base.hi)
@@ -42,7 +42,7 @@ def test_one_trains_on_tc_minus_tb1_clipped_into_the_interval():
     assert d.mid[0] == d.hi[0] < _point(rs[0], 1.0)  # clipped to the upper end
     assert d.mid[1] == 0.0 and d.lo[1] == d.hi[1] == 0.0  # never negative
     np.testing.assert_allclose(d.mid[2:], [r["t_lum_hi_ms"] for r in rs[2:]], rtol=1e-12)  # T_c - T_b1 = hi here
-    d0 = prepare_training_data(rs, padding_split=0.0)[0]["conv2d"]
+    d0 = prepare_training_data(rs, padding_split_by_type={"conv2d": 0.0})[0]["conv2d"]
     np.testing.assert_allclose(d0.mid[2:], [r["t_lum_lo_ms"] for r in rs[2:]], rtol=1e-12)
 
 
@@ -50,38 +50,21 @@ def test_general_split_and_rows_without_padding_pairs():
     rs = _rows()
     rs[0] = {k: v for k, v in rs[0].items() if k not in ("t_b1_ms", "t_b2_ms")}
     rs[1] = dict(rs[1], t_b2_ms=float("nan"))
-    d = prepare_training_data(rs, padding_split=0.77)[0]["conv2d"]
+    d = prepare_training_data(rs, padding_split_by_type={"conv2d": 0.77})[0]["conv2d"]
     assert d.mid[0] == pytest.approx((d.lo[0] + d.hi[0]) / 2) and d.mid[1] == pytest.approx((d.lo[1] + d.hi[1]) / 2)
     np.testing.assert_allclose(d.mid[2:], [_point(r, 0.77) for r in rs[2:]], rtol=1e-12)
     assert np.all((d.lo <= d.mid) & (d.mid <= d.hi))
     # single-layer targets have no interval: the split does not apply
-    s = prepare_training_data(rs, target="single", padding_split=0.77)[0]["conv2d"]
+    s = prepare_training_data(rs, target="single", padding_split_by_type={"conv2d": 0.77})[0]["conv2d"]
     np.testing.assert_allclose(s.mid, [r["t_single_ms"] for r in rs])
-
-
-@pytest.mark.parametrize("bad", [-0.01, 1.5, float("nan")])
-def test_bad_split_is_refused_precisely(bad):
-    with pytest.raises(ModelError, match=r"training option padding_split must be in \[0, 1\] \(the pad-in conv's "
-                                         r"share of a padding-only pair; 0.5 trains on Eq. 4's midpoint\), got"):
-        TrainingOptions(padding_split=bad)
-    with pytest.raises(ModelError, match=r"padding_split must be in \[0, 1\]"):
-        prepare_training_data(_rows(), padding_split=bad)
-    with pytest.raises(ModelError, match="training option 'padding_split' must be like 0.5"):
-        TrainingOptions.from_dict({"padding_split": True})
-
-
-def test_options_round_trip_and_default_keeps_cache_keys():
-    assert "padding_split" not in TrainingOptions().to_dict()  # earlier cache keys stay valid
-    o = TrainingOptions.from_dict({"padding_split": 0.77})
-    assert o.padding_split == 0.77 and TrainingOptions.from_dict(o.to_dict()) == o
 
 
 def test_split_moves_the_target_not_the_calibration():
     """alpha = 1 trains on T_c - T_b1; the scores stay the worst case over the interval."""
     rs = synthetic.rows(120, seed=6, rel_width=0.4)
-    m = train_models(rs, profile_name="a1", options=TrainingOptions(padding_split=1.0, **OPTS))
+    m = train_models(rs, profile_name="a1", options=TrainingOptions(padding_split_by_type=(("conv2d", 1.0),), **OPTS))
     tm = m.types["conv2d"]
-    d = prepare_training_data(rs, padding_split=1.0)[0]["conv2d"]
+    d = prepare_training_data(rs, padding_split_by_type={"conv2d": 1.0})[0]["conv2d"]
     oob = np.exp(tm.forest.oob_prediction_)
     mid = (d.lo + d.hi) / 2
     s_rel = np.sqrt(tm.var_de.apply())
@@ -108,10 +91,6 @@ def test_per_type_split_moves_only_its_type():
     np.testing.assert_allclose(d["add"].mid, [min(max(_point(r, 1.0), lo), hi) for r, lo, hi in
                                               zip(adds, d["add"].lo, d["add"].hi)], rtol=1e-12)
     assert not np.array_equal(d["add"].mid, base["add"].mid)
-    # the global split applies to the types without an override
-    g = prepare_training_data(rs, padding_split=0.77, padding_split_by_type={"add": 1.0})[0]
-    np.testing.assert_allclose(g["conv2d"].mid, prepare_training_data(rs, padding_split=0.77)[0]["conv2d"].mid)
-    np.testing.assert_array_equal(g["add"].mid, d["add"].mid)
 
 
 def test_per_type_split_options_round_trip_and_refusals():

@@ -84,8 +84,6 @@ def test_unknown_device_lists_known_ones(root):
          "'versions' values must be strings"),
         (dict(training={"n_trees": 5}), r"training: unknown training options \['n_trees'\]"),
         (dict(training={"n_estimators": "many"}), "training option 'n_estimators'"),
-        (dict(training={"padding_split": 1.2}), r"training: training option padding_split must be in \[0, 1\].*got 1.2"),
-        (dict(training={"padding_split": True}), "training option 'padding_split' must be like 0.5"),
         (dict(training={"padding_split_by_type": {"dwconv2d": 1.2}}),
          r"training: training option padding_split_by_type: 'dwconv2d': 1.2 must map a layer type to a split in \[0, 1\]"),
         (dict(training={"padding_split_by_type": 0.7}), "training option 'padding_split_by_type' must be like"),

@@ -23,8 +23,7 @@ Sections
    paper), CM_LV 90 % coverage and relative width; then mean |error|, and per metric the
    coverage and mean relative width, under the estimator's default coupling of layer
    errors (``lum``: correlated within a layer type, independent across types) and, as
-   ``lum_independent`` and ``lum_comonotone``, under the others (Eq. 8 with independent
-   errors; perfectly correlated ones: the sum of the layer intervals).
+   ``lum_independent``, under independent layer errors (Eq. 8).
 3. CM_O on an out-of-design-space network (``--ood-network NAME@RES``, default
    ``resnet18@1024``): its CM_O 90 % relative width divided by the median over the
    in-space networks of section 2 (target: >= 3x), and the share of its layers flagged.
@@ -206,7 +205,7 @@ def print_network_level(res: dict[str, Any], names: list[str]) -> None:
               f"{a['error_pct']:>+7.1f} {b['predicted_ms']:>10.3f} {b['error_pct']:>+8.1f}  "
               f"{'yes' if lv['covered'] else 'NO':>12} {lv['rel_width']:>7.1%}  "
               f"{lay['n_out_of_design_space']:>4}/{lay['n_layers']:<5}")
-    for target, r in res["results"].items():  # lum_comonotone: same predictions, correlated-error intervals
+    for target, r in res["results"].items():  # lum_independent: same predictions, independent-error intervals
         s = r["summary"]
         print(f"[{target}] mean |error| {s['mean_abs_error_pct']:.1f} %, max {s['max_abs_error_pct']:.1f} %")
         for m in METRICS:

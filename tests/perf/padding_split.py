@@ -4,10 +4,12 @@ Smart padding (Eq. 4) bounds a layer's latency by ``T_c - T_b1`` and ``T_c - T_b
 ``T_b1`` / ``T_b2`` are padding-only pairs (Fig. 5b: conv 1x1 1 -> c, then conv 1x1
 c -> 1) at the LUM's input and output shapes. What the padded model really spends on
 padding is ``pad_in(input shape) + pad_out(output shape)``; if the pad-in conv is a
-share ``alpha`` of every pair, that is ``alpha * T_b1 + (1 - alpha) * T_b2``, and the
-estimator's training point becomes ``T_c - alpha * T_b1 - (1 - alpha) * T_b2`` (profile
-``training.padding_split``, see :mod:`estimator.models`). The Eq. 4 midpoint is
-``alpha = 0.5``.
+share ``alpha`` of every pair, that is ``alpha * T_b1 + (1 - alpha) * T_b2``, and a
+row's training point would be ``T_c - alpha * T_b1 - (1 - alpha) * T_b2``. The Eq. 4
+midpoint is ``alpha = 0.5``. A pair is not the padding inside a padded model (below), so a
+profile's per-type splits (``training.padding_split_by_type``, see :mod:`estimator.models`)
+come from ``--lum-types``, which prints the pairs' median ``alpha`` (``--pair-alpha``) beside
+its fits for comparison.
 
 This script measures ``alpha`` from the runner's own per-operator figures, on padding
 pairs only (never on validation networks): it takes the ``(h, w, c)`` keys of a
