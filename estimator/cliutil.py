@@ -26,7 +26,7 @@ from typing import Any, Callable, NoReturn, Sequence
 
 from .errors import UserError
 
-__all__ = ["run", "build_parser", "integer", "number", "Rule", "CliParser"]
+__all__ = ["run", "build_parser", "integer", "number", "Rule", "CliParser", "DefaultsHelpFormatter"]
 
 
 class Rule:
@@ -92,6 +92,16 @@ def number(min: float | None = None, max: float | None = None, *, above: float |
         raise TypeError("give min or above, and max or below, not both")
     lo, hi = (above if above is not None else min), (below if below is not None else max)
     return Rule("a number", _finite, *_bounds(lo, hi, above is not None, below is not None))
+
+
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``(default: X)`` after an option's help, only where X says something: not for
+    required options, flags, or defaults of None or an empty list."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.required or action.default is None or action.default == [] or isinstance(action.default, bool):
+            return action.help
+        return super()._get_help_string(action)
 
 
 class _CommandLineError(UserError):

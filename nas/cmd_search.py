@@ -5,7 +5,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from estimator.cliutil import integer, number
+from estimator.cliutil import DefaultsHelpFormatter, integer, number
 from estimator.errors import UserError
 
 from .proxy import resolve_objective
@@ -29,7 +29,7 @@ def register(sub: Any) -> None:
                     "at --confidence is within --budget; the score is penalised for a wide CM_O interval and for "
                     "layers outside the benchmarked design space (docs/nas.md). Running the command again with the "
                     "same --storage/--study continues the study; several workers may share one.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=DefaultsHelpFormatter)
     p.add_argument("--device", required=True, help="device profile name (the service's ListDevices)")
     p.add_argument("--budget", required=True, help="latency budget with a unit: 50ms, 500us, 0.05s")
     p.add_argument("--trials", type=integer(min=1), default=DEFAULT_TRIALS, help="trials this worker runs")
