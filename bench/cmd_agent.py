@@ -21,6 +21,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from estimator.cliutil import integer, number
 from estimator.errors import UserError
 
 from .runners.base import RUNNERS, RunnerError, get_runner
@@ -57,17 +58,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runner", default="litert", choices=sorted(r for r in RUNNERS if r != "agent"),
                    help="local runner that times the models (default litert)")
-    p.add_argument("--port", type=int, required=True, help=f"port to listen on (e.g. {DEFAULT_PORT}; 0 picks a free one)")
+    p.add_argument("--port", type=integer(0, 65535), required=True,
+                   help=f"port to listen on (e.g. {DEFAULT_PORT}; 0 picks a free one)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1; 0.0.0.0 to accept other machines)")
     tok = p.add_mutually_exclusive_group()
     tok.add_argument("--token", default=None, help="shared token clients must send (visible in ps; prefer --token-file)")
     tok.add_argument("--token-file", type=Path, default=None, help="file holding the shared token")
-    p.add_argument("--max-model-mb", type=float, default=64.0, help="largest model accepted, in MiB (default 64)")
+    p.add_argument("--max-model-mb", type=number(above=0), default=64.0,
+                   help="largest model accepted, in MiB (default 64)")
     p.add_argument("--tls-cert", type=Path, default=None, help="PEM certificate: serve over TLS (with --tls-key)")
     p.add_argument("--tls-key", type=Path, default=None, help="PEM private key of --tls-cert")
     g = p.add_argument_group("runner options (passed to the runner only when given)")
-    g.add_argument("--threads", type=int, default=None, help="interpreter threads (litert)")
+    g.add_argument("--threads", type=integer(min=1), default=None, help="interpreter threads (litert)")
     g.add_argument("--delegate", default=None, metavar="PATH", help="external delegate library (litert)")
     g.add_argument("--delegate-option", action="append", metavar="KEY=VALUE",
                    help="delegate option, repeatable (litert)")
@@ -106,10 +109,6 @@ def _token(a: argparse.Namespace) -> str | None:
 def cmd_agent(a: argparse.Namespace) -> int:
     from .agent import make_server
 
-    if not 0 <= a.port <= 65535:
-        raise UserError(f"--port must be in [0, 65535], got {a.port}")
-    if not a.max_model_mb > 0:
-        raise UserError(f"--max-model-mb must be > 0, got {a.max_model_mb}")
     if bool(a.tls_cert) != bool(a.tls_key):
         raise UserError("TLS needs both --tls-cert and --tls-key")
     for f in (a.tls_cert, a.tls_key):

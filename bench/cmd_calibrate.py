@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from estimator.cliutil import integer
 from estimator.errors import UserError
 
 from .cmd_run import DEFAULT_OUT, add_runner_options, db_path, given_runner_options
@@ -53,12 +54,12 @@ def _sources_args(p: argparse.ArgumentParser) -> None:
                    help="sample architectures of these nas search spaces (built-in names or module:function)")
     g.add_argument("--space-option", action="append", default=[], metavar="[SPACE:]KEY=VALUE",
                    help="an option of the search space(s), as for nas search (repeatable)")
-    g.add_argument("--networks", type=int, default=None, metavar="N",
+    g.add_argument("--networks", type=integer(min=1), default=None, metavar="N",
                    help=f"space samples in all, round robin over the spaces (default {DEFAULT_NETWORKS})")
     g.add_argument("--zoo", default=None, metavar="NAME[@RES],...|all", help="estimator.zoo networks")
     g.add_argument("--onnx", action="append", default=None, metavar="PATH",
                    help="ONNX files or directories of them (repeatable)")
-    g.add_argument("--seed", type=int, default=0, help="sampling seed of the space samples (default 0)")
+    g.add_argument("--seed", type=integer(min=0), default=0, help="sampling seed of the space samples (default 0)")
     m = add_measurement_args(p)
     m.add_argument("--db", default=None, metavar="FILE",
                    help=f"benchmark database the rounds are committed to (default {DEFAULT_OUT}/<name>.sqlite); "
@@ -73,12 +74,12 @@ def add_measurement_args(p: argparse.ArgumentParser) -> Any:
     """``--rounds/--runs/--warmup`` of whole-network timing (bench calibrate, networks, check);
     returns the argument group."""
     m = p.add_argument_group("measurement")
-    m.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS,
+    m.add_argument("--rounds", type=integer(min=1), default=DEFAULT_ROUNDS,
                    help="interleaved rounds over all networks; a network's latency is the median of its rounds' "
                         f"medians (default {DEFAULT_ROUNDS}; a cost model is asked once)")
-    m.add_argument("--runs", type=int, default=DEFAULT_RUNS,
+    m.add_argument("--runs", type=integer(min=1), default=DEFAULT_RUNS,
                    help=f"timed runs per network and round (default {DEFAULT_RUNS})")
-    m.add_argument("--warmup", type=int, default=DEFAULT_WARMUP,
+    m.add_argument("--warmup", type=integer(min=0), default=DEFAULT_WARMUP,
                    help=f"untimed runs per network and round (default {DEFAULT_WARMUP})")
     return m
 

@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from estimator.cliutil import integer
 from estimator.errors import UserError
 
 from .cmd_calibrate import add_measurement_args
@@ -53,7 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "share every field, and a VM's speed moves with what shares its host.")
     c.add_argument("--device", required=True, help="the profile (name or directory)")
     c.add_argument("--root", default=None, metavar="DIR", help="profiles directory (default: $CL_PROFILES or profiles/)")
-    c.add_argument("--networks", type=int, default=DEFAULT_NETWORKS, metavar="N",
+    c.add_argument("--networks", type=integer(min=1), default=DEFAULT_NETWORKS, metavar="N",
                    help=f"networks to re-time, spread over the rows' latency range (default {DEFAULT_NETWORKS})")
     add_measurement_args(c)
     add_runner_options(c)
@@ -78,8 +79,6 @@ def cmd_check(a: argparse.Namespace) -> int:
     from .calibrate import measure, target_description  # noqa: PLC0415
     from .network_sources import row_specs  # noqa: PLC0415
 
-    if a.networks < 1:
-        raise UserError(f"--networks must be >= 1, got {a.networks}")
     prof = load_profile(a.device, a.root)
     rows = prof.network_rows()
     if not rows:

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from estimator.cliutil import integer, number
 from estimator.errors import UserError
 
 from .cmd_calibrate import _check_name, source_specs
@@ -57,22 +58,23 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="sample architectures of these nas search spaces")
     g.add_argument("--space-option", action="append", default=[], metavar="[SPACE:]KEY=VALUE",
                    help="an option of the search space(s), as for nas search (repeatable)")
-    g.add_argument("--networks", type=int, default=None, metavar="N",
+    g.add_argument("--networks", type=integer(min=1), default=None, metavar="N",
                    help=f"space samples in all (default {DEFAULT_NETWORKS})")
     g.add_argument("--zoo", default=None, metavar="NAME[@RES],...|all", help="estimator.zoo networks")
-    g.add_argument("--seed", type=int, default=0, help="sampling seed of the space samples (default 0)")
+    g.add_argument("--seed", type=integer(min=0), default=0, help="sampling seed of the space samples (default 0)")
     g.add_argument("--exclude-onnx", action="append", default=None, metavar="PATH",
                    help="never measure a layer configuration these (held-out) networks use (a file or a directory; "
                         "repeatable)")
     r = p.add_argument_group("rounds")
-    r.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, help=f"at most R rounds (default {DEFAULT_ROUNDS})")
-    r.add_argument("--minutes", type=float, default=None, metavar="M",
+    r.add_argument("--rounds", type=integer(min=1), default=DEFAULT_ROUNDS,
+                   help=f"at most R rounds (default {DEFAULT_ROUNDS})")
+    r.add_argument("--minutes", type=number(above=0), default=None, metavar="M",
                    help="device-time budget in minutes (measuring time; checked before each measurement)")
-    r.add_argument("--top", type=int, default=DEFAULT_TOP,
+    r.add_argument("--top", type=integer(min=1), default=DEFAULT_TOP,
                    help=f"configurations ranked highest measured per round (default {DEFAULT_TOP})")
-    r.add_argument("--neighbours", type=int, default=DEFAULT_NEIGHBOURS,
+    r.add_argument("--neighbours", type=integer(min=0), default=DEFAULT_NEIGHBOURS,
                    help=f"neighbours measured with each (bench.sampling.neighbours; default {DEFAULT_NEIGHBOURS})")
-    r.add_argument("--min-gain", type=float, default=MIN_GAIN, metavar="FRACTION",
+    r.add_argument("--min-gain", type=number(min=0), default=MIN_GAIN, metavar="FRACTION",
                    help=f"stop when a round shrinks the targets' mean CM_LV width (each relative to its width before "
                         f"refining) by less than this "
                         f"(default {MIN_GAIN}; 0: run every round)")
@@ -80,10 +82,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--db", default=None, metavar="FILE",
                    help=f"benchmark database the rows are committed to (default {DEFAULT_OUT}/DEVICE-refine.sqlite); "
                         "running again resumes from it")
-    m.add_argument("--warmup", type=int, default=5, help="untimed runs before each measurement (default 5)")
-    m.add_argument("--runs", type=int, default=20, help="timed runs per measurement (default 20)")
-    m.add_argument("--max-ops", type=float, default=None, help="cap on ops per layer (default: per runner)")
-    m.add_argument("--max-elems", type=int, default=None,
+    m.add_argument("--warmup", type=integer(min=0), default=5, help="untimed runs before each measurement (default 5)")
+    m.add_argument("--runs", type=integer(min=1), default=20, help="timed runs per measurement (default 20)")
+    m.add_argument("--max-ops", type=number(above=0), default=None, help="cap on ops per layer (default: per runner)")
+    m.add_argument("--max-elems", type=integer(min=1), default=None,
                    help="cap on elements of any LUM tensor (default: per runner)")
     p.add_argument("--runner", default=None, choices=sorted(RUNNERS),
                    help="target runner (default: the base profile's)")
@@ -107,12 +109,6 @@ def cmd_refine(a: argparse.Namespace) -> int:
 
     name = a.name or f"{Path(a.device).name}-refined"
     _check_name(name, "--name")
-    if a.rounds < 1 or a.top < 1 or a.neighbours < 0 or a.runs < 1 or a.warmup < 0:
-        raise UserError("--rounds, --top and --runs must be >= 1, --neighbours and --warmup >= 0")
-    if a.min_gain < 0:
-        raise UserError(f"--min-gain must be >= 0, got {a.min_gain:g}")
-    if a.minutes is not None and not a.minutes > 0:
-        raise UserError(f"--minutes must be > 0, got {a.minutes:g}")
     base = load_profile(a.device, a.root)
     if name == base.name:
         raise UserError(f"--name {name}: the refined profile cannot replace its base")

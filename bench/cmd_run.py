@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from estimator.cliutil import integer, number
 from estimator.dataset import DatasetError, read_measurements
 from estimator.errors import UserError
 
@@ -45,9 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", required=True, help="device name (names the database and the profile)")
     p.add_argument("--runner", default="onnxruntime", choices=sorted(RUNNERS), help="target runner (default onnxruntime)")
     p.add_argument("--layers", default=None, help="comma-separated layer types (default: all benchable types)")
-    p.add_argument("--samples", type=int, default=1000,
+    p.add_argument("--samples", type=integer(min=1), default=1000,
                    help="configurations per layer type from the broad space, FLOPs-balanced (default 1000)")
-    p.add_argument("--prior-samples", type=int, default=None,
+    p.add_argument("--prior-samples", type=integer(min=0), default=None,
                    help="further configurations per layer type from the network prior: the shapes real CNNs use "
                         "(default: as many as --samples; 0 for the broad space only)")
     from .context_sampling import PLANS  # noqa: PLC0415 (the plans' names, for the help)
@@ -64,11 +65,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "validation networks; a file or a directory; repeatable)")
     p.add_argument("--out", default=DEFAULT_OUT,
                    help=f"database file (*.sqlite, *.db) or directory for DEVICE.sqlite (default {DEFAULT_OUT}/)")
-    p.add_argument("--warmup", type=int, default=5, help="untimed runs before each measurement (default 5)")
-    p.add_argument("--runs", type=int, default=20, help="timed runs per measurement (default 20)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    p.add_argument("--max-ops", type=float, default=None, help="cap on ops per layer (default: per runner)")
-    p.add_argument("--max-elems", type=int, default=None, help="cap on elements of any LUM tensor (default: per runner)")
+    p.add_argument("--warmup", type=integer(min=0), default=5, help="untimed runs before each measurement (default 5)")
+    p.add_argument("--runs", type=integer(min=1), default=20, help="timed runs per measurement (default 20)")
+    p.add_argument("--seed", type=integer(min=0), default=0, help="sampling seed (default 0)")
+    p.add_argument("--max-ops", type=number(above=0), default=None, help="cap on ops per layer (default: per runner)")
+    p.add_argument("--max-elems", type=integer(min=1), default=None,
+                   help="cap on elements of any LUM tensor (default: per runner)")
     p.add_argument("--retry-failed", action="store_true", help="retry configurations that failed before")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_runner_options(p)
@@ -88,7 +90,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def add_runner_options(p: argparse.ArgumentParser) -> None:
     """The runner option flags (``RUNNER_OPTIONS``), shared by every bench command that runs a target."""
     g = p.add_argument_group("runner options (passed to the runner only when given)")
-    g.add_argument("--threads", type=int, default=None, help="intra-op threads (onnxruntime default 1)")
+    g.add_argument("--threads", type=integer(min=1), default=None, help="intra-op threads (onnxruntime default 1)")
     g.add_argument("--affinity", default=None, help="CPU ids to pin to, e.g. 0-3,6 (onnxruntime)")
     g.add_argument("--graph-optimization", default=None, choices=("disable", "basic", "extended", "all"),
                    help="ONNX Runtime graph optimisation level (default all)")
@@ -139,8 +141,6 @@ def cmd_run(a: argparse.Namespace) -> int:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", a.device):
         raise UserError(f"--device {a.device!r}: use letters, digits, '.', '_' and '-' only")
     prior = a.samples if a.prior_samples is None else a.prior_samples
-    if a.samples < 1 or a.runs < 1 or a.warmup < 0 or prior < 0:
-        raise UserError("--samples and --runs must be >= 1, --warmup and --prior-samples >= 0")
     types = _layer_types(a.layers)
     runner = make_runner(a.runner, given_runner_options(a))
     path = db_path(a.out, a.device)

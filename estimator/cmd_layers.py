@@ -8,6 +8,7 @@ from typing import Any
 
 from .layers import Layer, LayerType
 from .cliargs import MODEL_HELP, input_shapes_from_args, model_source
+from .cliutil import number
 from .onnx_import import DEFAULT_SIMPLIFY_TIMEOUT_S, Network, load_network
 
 
@@ -22,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="fix an input's shape, e.g. 1x3x224x224 (single input) or input:1x3x224x224; repeatable")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.add_argument("--no-simplify", action="store_true", help="skip onnxsim (use ONNX shape inference only)")
-    p.add_argument("--simplify-timeout", type=float, default=DEFAULT_SIMPLIFY_TIMEOUT_S, metavar="SECONDS",
+    p.add_argument("--simplify-timeout", type=number(above=0), default=DEFAULT_SIMPLIFY_TIMEOUT_S, metavar="SECONDS",
                    help=f"limit for onnxsim (default {DEFAULT_SIMPLIFY_TIMEOUT_S:g})")
     p.set_defaults(func=run)
 

@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence
 
 from .aggregate import COUPLINGS, DEFAULT_COUPLING
 from .cliargs import MODEL_HELP, input_shapes_from_args, model_source
+from .cliutil import integer
 from .errors import UserError
 from .models import METRICS, TARGETS
 from .predict import Estimator, NetworkEstimate, parse_confidence
@@ -48,9 +49,12 @@ def _confidences(values: Sequence[str] | None) -> list[float]:
         for part in str(v).split(","):
             if part.strip():
                 try:
-                    out.append(float(part))
+                    c = float(part)
                 except ValueError:
-                    raise UserError(f"--confidence must be numbers in (0, 1), got {part!r}") from None
+                    raise UserError(f"--confidence must be numbers in (0, 1), got {part.strip()!r}") from None
+                if not 0.0 < c < 1.0:
+                    raise UserError(f"--confidence must be in (0, 1), got {part.strip()}")
+                out.append(c)
     return parse_confidence(out)
 
 
@@ -509,7 +513,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _common(t)
     t.add_argument("--target", choices=TARGETS, default="lum", help="training target (default lum)")
     t.add_argument("--retrain", action="store_true", help="ignore the cache and train again")
-    t.add_argument("--jobs", type=int, default=1, help="parallel jobs for the forests (default 1)")
+    t.add_argument("--jobs", type=integer(min=1), default=1, help="parallel jobs for the forests (default 1)")
     t.add_argument("--json", action="store_true", help="print the training report as JSON")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.set_defaults(func=_cmd_train)

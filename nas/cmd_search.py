@@ -5,6 +5,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from estimator.cliutil import DefaultsHelpFormatter, integer, number
 from estimator.errors import UserError
 
 from .proxy import resolve_objective
@@ -28,10 +29,10 @@ def register(sub: Any) -> None:
                     "at --confidence is within --budget; the score is penalised for a wide CM_O interval and for "
                     "layers outside the benchmarked design space (docs/nas.md). Running the command again with the "
                     "same --storage/--study continues the study; several workers may share one.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=DefaultsHelpFormatter)
     p.add_argument("--device", required=True, help="device profile name (the service's ListDevices)")
     p.add_argument("--budget", required=True, help="latency budget with a unit: 50ms, 500us, 0.05s")
-    p.add_argument("--trials", type=int, default=DEFAULT_TRIALS, help="trials this worker runs")
+    p.add_argument("--trials", type=integer(min=1), default=DEFAULT_TRIALS, help="trials this worker runs")
     p.add_argument("--timeout", default=None, help="stop this worker after this long (seconds, or 90s, 5min, 2h)")
     p.add_argument("--space", default=DEFAULT_SPACE, help="built-in space (scaled, mobilenet, resnet) or MODULE:FUNCTION")
     p.add_argument("--space-option", action="append", default=[], metavar="KEY=VALUE",
@@ -41,14 +42,14 @@ def register(sub: Any) -> None:
                         "higher is better")
     p.add_argument("--objective-option", action="append", default=[], metavar="KEY=VALUE",
                    help="keyword option of the objective (e.g. batch=32); repeatable")
-    p.add_argument("--confidence", type=float, default=0.9, help="confidence of the intervals used")
+    p.add_argument("--confidence", type=number(above=0, below=1), default=0.9, help="confidence of the intervals used")
     p.add_argument("--service", default=None, metavar="HOST:PORT",
                    help="estimation service address (default: start one in-process with the shipped profiles)")
     p.add_argument("--token", default=None, help="bearer token for --service")
     p.add_argument("--ca-cert", default=None, metavar="PEM", help="root certificate(s): TLS to --service")
     p.add_argument("--profiles", default=None, metavar="DIR",
                    help="profiles directory of the in-process service (default: CL_PROFILES or profiles/)")
-    p.add_argument("--calibrate", type=int, default=0, metavar="N",
+    p.add_argument("--calibrate", type=integer(min=0), default=0, metavar="N",
                    help="first measure N samples of the search space whole on this machine with the device's runner "
                         "and calibrate the device's profile on them (bench calibrate; written to OUT/profiles, "
                         "measurements in OUT/calibration.sqlite); in-process service only; 0 = off")
@@ -58,7 +59,7 @@ def register(sub: Any) -> None:
                         "space, then the widest CM_O (bench refine); later trials are estimated with profile "
                         "DEVICE-refined (written to OUT/profiles, measurements in OUT/refine.sqlite); MINUTES of "
                         "device time in all; in-process service, one worker; default off")
-    p.add_argument("--refine-every", type=int, default=DEFAULT_EVERY, metavar="K",
+    p.add_argument("--refine-every", type=integer(min=1), default=DEFAULT_EVERY, metavar="K",
                    help="trials between two refine steps of --refine")
     p.add_argument("--calibrate-option", action="append", default=[], metavar="KEY=VALUE",
                    help="runner option for --calibrate and --refine, e.g. threads=2 or agent=HOST:PORT (default: the "
@@ -68,23 +69,23 @@ def register(sub: Any) -> None:
                         "on several machines)")
     p.add_argument("--study", default=None, help="study name (default DEVICE-SPACE)")
     p.add_argument("--out", default="nas-out", help="output directory (reports; default SQLite storage)")
-    p.add_argument("--penalty-weight", type=float, default=0.1,
+    p.add_argument("--penalty-weight", type=number(min=0), default=0.1,
                    help="W in score - |score| * (1 - exp(-W * P)), P = ln(1 + CM_O width / prediction) + "
                         "ln(1 + flagged layers' CM_O width / prediction) + fraction of layers outside the "
                         "design space (docs/nas.md); 0 disables")
-    p.add_argument("--patience", type=int, default=25,
+    p.add_argument("--patience", type=integer(min=0), default=25,
                    help="stop after this many consecutive infeasible (or failed) trials; 0 never stops")
-    p.add_argument("--seed", type=int, default=None, help="sampler seed (give each parallel worker its own)")
+    p.add_argument("--seed", type=integer(min=0), default=None, help="sampler seed (give each parallel worker its own)")
     p.add_argument("--multi-objective", action="store_true",
                    help="two objectives, penalised score up and latency down: the result is a Pareto set")
-    p.add_argument("--heartbeat", type=int, default=10, metavar="S",
+    p.add_argument("--heartbeat", type=integer(min=1), default=10, metavar="S",
                    help="heartbeat interval of running trials; a trial silent for 2x this is failed and retried")
-    p.add_argument("--connect-timeout", type=float, default=15.0, metavar="S",
+    p.add_argument("--connect-timeout", type=number(above=0), default=15.0, metavar="S",
                    help="how long to wait for --service to answer")
-    p.add_argument("--threads", type=int, default=1,
+    p.add_argument("--threads", type=integer(min=1), default=1,
                    help="torch intra-op threads of this worker: export and onnxsim are single-threaded, and "
                         "several threads only fight over busy cores; run more workers to use more cores")
-    p.add_argument("--workers", type=int, default=1, metavar="N",
+    p.add_argument("--workers", type=integer(min=1), default=1, metavar="N",
                    help="local worker processes on this study (--trials is split between them); each is what another "
                         "machine on a shared --storage would be, with its own in-process service unless --service")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -121,8 +122,6 @@ def cmd_search(args: argparse.Namespace) -> int:
     from .search import SearchRequest, run_search  # noqa: PLC0415
 
     settings = settings_from_args(args)
-    if args.threads < 1:
-        raise UserError(f"--threads must be >= 1, got {args.threads}")
     req = SearchRequest(settings=settings, trials=args.trials,
                         timeout_s=parse_duration(args.timeout) if args.timeout else None, service=args.service,
                         token=args.token, ca_cert=args.ca_cert, profiles=args.profiles, storage=args.storage,

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from estimator.cliutil import integer
 from estimator.errors import UserError
 
 from .report import records, summarize, summary_text, trials_table
@@ -20,7 +21,7 @@ def register(sub: Any) -> None:
     p.add_argument("--storage", default=None, metavar="URL", help="Optuna storage URL (default sqlite:///OUT/nas.db)")
     p.add_argument("--out", default="nas-out", help="output directory whose nas.db is the default storage")
     p.add_argument("--study", default=None, help="study name")
-    p.add_argument("--limit", type=int, default=20, help="trials to list (0: all)")
+    p.add_argument("--limit", type=integer(min=0), default=20, help="trials to list (0: all)")
     p.add_argument("--json", action="store_true", help="the summary as JSON")
     p.set_defaults(func=cmd_show)
 

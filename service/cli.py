@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 from typing import Any, Sequence
 
-from estimator.cliutil import run
+from estimator.cliutil import integer, number, run
 from estimator.errors import UserError
 
 #: Subcommand modules; each exposes ``register(subparsers)``.
@@ -36,7 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=SERVE_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--profiles", type=Path, default=None,
                    help="profiles directory (default: $CL_PROFILES, else the checkout's profiles/)")
-    p.add_argument("--port", type=int, required=True, help=f"port to listen on (e.g. {DEFAULT_PORT}; 0 picks a free one)")
+    p.add_argument("--port", type=integer(0, 65535), required=True,
+                   help=f"port to listen on (e.g. {DEFAULT_PORT}; 0 picks a free one)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1; 0.0.0.0 to accept other machines)")
     p.add_argument("--tls-cert", type=Path, default=None, help="PEM certificate: serve over TLS (with --tls-key)")
@@ -44,15 +45,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     tok = p.add_mutually_exclusive_group()
     tok.add_argument("--token", default=None, help="token clients must send (visible in ps; prefer --token-file)")
     tok.add_argument("--token-file", type=Path, default=None, help="file holding the token (first line)")
-    p.add_argument("--max-message-mb", type=float, default=64.0,
+    p.add_argument("--max-message-mb", type=number(above=0), default=64.0,
                    help="largest ONNX model accepted, in MiB (default 64; the gRPC limit is 1 MiB above)")
-    p.add_argument("--max-layers", type=int, default=100_000, help="most layers per request (default 100000)")
-    p.add_argument("--cache-size", type=int, default=256,
+    p.add_argument("--max-layers", type=integer(min=1), default=100_000,
+                   help="most layers per request (default 100000)")
+    p.add_argument("--cache-size", type=integer(min=0), default=256,
                    help="responses kept for identical ONNX requests (LRU; 0 disables; default 256)")
-    p.add_argument("--workers", type=int, default=8, help="request threads (default 8)")
-    p.add_argument("--grace", type=float, default=10.0,
+    p.add_argument("--workers", type=integer(min=1), default=8, help="request threads (default 8)")
+    p.add_argument("--grace", type=number(min=0), default=10.0,
                    help="seconds running calls may take to finish on SIGTERM/SIGINT (default 10)")
-    p.add_argument("--n-jobs", type=int, default=1, help="threads for training models not in the cache (default 1)")
+    p.add_argument("--n-jobs", type=integer(min=1), default=1,
+                   help="threads for training models not in the cache (default 1)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.set_defaults(func=cmd_serve)
 
@@ -77,16 +80,6 @@ def cmd_serve(a: argparse.Namespace) -> int:
 
     from .server import setup_json_logging
 
-    if not 0 <= a.port <= 65535:
-        raise UserError(f"--port must be in [0, 65535], got {a.port}")
-    if not a.max_message_mb > 0:
-        raise UserError(f"--max-message-mb must be > 0, got {a.max_message_mb}")
-    for flag, v, lo in (("--cache-size", a.cache_size, 0), ("--workers", a.workers, 1),
-                        ("--max-layers", a.max_layers, 1), ("--n-jobs", a.n_jobs, 1)):
-        if v < lo:
-            raise UserError(f"{flag} must be >= {lo}, got {v}")
-    if a.grace < 0:
-        raise UserError(f"--grace must be >= 0, got {a.grace}")
     if bool(a.tls_cert) != bool(a.tls_key):
         raise UserError("TLS needs both --tls-cert and --tls-key")
     for f in (a.tls_cert, a.tls_key):
