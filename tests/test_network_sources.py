@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import ast
 import importlib.metadata
+import os
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -14,6 +17,8 @@ import pytest
 from bench import network_sources as ns
 from estimator.cliutil import run
 from estimator.errors import UserError
+
+from .source_metadata import with_entry_points
 
 REPO = Path(__file__).resolve().parents[1]
 ENTRY = importlib.metadata.EntryPoint(name="space", value="nas.sources:provider", group=ns.ENTRY_POINT_GROUP)
@@ -150,6 +155,21 @@ def test_without_a_provider_space_is_one_line_naming_the_entry_point_group(provi
     assert err.startswith("bench: error: --space mobilenet: no provider of NAS search spaces is installed")
     assert repr(ns.ENTRY_POINT_GROUP) in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_process_finds_the_provider_through_installed_entry_points_alone(tmp_path):
+    """A fresh process, nothing registered, reading pyproject's entry points from package
+    metadata on its path (tests/source_metadata.py) as importlib.metadata reads them."""
+    code = ("import sys\n"
+            "from bench import network_sources as ns\n"
+            "assert not ns._REGISTERED and 'nas' not in sys.modules\n"
+            "import nas.sources\n"
+            "assert ns.space_providers() == [nas.sources.provider], ns.space_providers()\n"
+            "print(ns.space_family('mobilenet'), [s.name for s in ns.space_specs(['resnet'], 2, seed=1)])\n")
+    done = subprocess.run([sys.executable, "-c", code], env=with_entry_points(os.environ, tmp_path), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "space:mobilenet ['space:resnet#1-0', 'space:resnet#1-1']"
 
 
 def test_the_installed_package_finds_the_nas_provider():
