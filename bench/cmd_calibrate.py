@@ -114,7 +114,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _space_options(items: list[str], spaces: list[str]) -> dict[str, dict[str, Any]]:
-    from nas.units import parse_option  # noqa: PLC0415 (the option syntax of nas search)
+    from estimator.cliutil import parse_option  # noqa: PLC0415
 
     out: dict[str, dict[str, Any]] = {s: {} for s in spaces}
     for it in items:

@@ -10,11 +10,12 @@ reads and what a profile keeps in ``networks/``).
 
 Sources
 -------
-``space``  ``N`` architectures drawn at random (Optuna's ``RandomSampler``, ``seed``) from
-           search spaces of :mod:`nas.spaces` (built-in names or ``module:function``), built
-           with fixed weights (``torch.manual_seed(0)``) and exported the way ``nas search``
-           exports its candidates (:func:`nas.export.to_onnx`); repeated architectures are
-           drawn again. Family ``space:<name>``.
+``space``  ``N`` architectures drawn from NAS search spaces by a *space provider*
+           (:class:`SpaceProvider`), round robin over the spaces. bench defines the interface
+           and names no provider: providers are found through the entry-point group
+           ``confident_latency.network_sources`` (:data:`ENTRY_POINT_GROUP`; the nas package
+           registers its search spaces there, :mod:`nas.sources`) or registered in-process with
+           :func:`register_space_provider`. Family ``space:<label>``.
 ``zoo``    :mod:`estimator.zoo` networks (``NAME[@RESOLUTION]`` or ``all``); family
            ``zoo:<family>`` (resnet18 and resnet50 are one family).
 ``onnx``   files, or directories of ``*.onnx`` files; family ``onnx:<file stem>``.
@@ -22,23 +23,22 @@ Sources
 :func:`row_specs` rebuilds the networks of a network set's rows (``networks.csv``) from
 their ``detail``, under their own names (``bench check`` re-times a profile's networks).
 
-The search spaces live in :mod:`nas.spaces`, the one definition of them; it is imported
-here lazily, only for ``space`` sources.
-
 Every network is built and imported with the device's fusion rules *before* anything is
 measured, so a file the estimator cannot read, an unknown space or an empty directory
 stops the command with one line before any time is spent or anything is written.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
 
 from estimator.errors import UserError
 
-__all__ = ["NetworkSpec", "SourceError", "space_specs", "space_family", "zoo_specs", "onnx_specs", "row_specs",
+__all__ = ["NetworkSpec", "SourceError", "SpaceProvider", "ENTRY_POINT_GROUP", "register_space_provider",
+           "space_providers", "space_network", "space_specs", "space_family", "zoo_specs", "onnx_specs", "row_specs",
            "weightless", "ZOO_FAMILY", "parse_zoo"]
 
 #: zoo networks that are one family for leave-family-out validation
@@ -84,81 +84,127 @@ def weightless(spec: NetworkSpec, model: bytes, fusion: Any) -> None:
 # --------------------------------------------------------------------------- spaces
 
 
+#: the entry-point group in which installed packages name their space providers
+#: (``[project.entry-points."confident_latency.network_sources"]``, each a provider object)
+ENTRY_POINT_GROUP = "confident_latency.network_sources"
+
+
+class SpaceProvider(Protocol):
+    """A provider of NAS-space networks: resolves space names and samples architectures.
+
+    ``resolve`` turns a space name (as the user gives it to ``--space``) into ``(label,
+    handle)``: the label names the space in network names and families, the handle is
+    whatever the provider needs to sample it again; it raises a
+    :class:`~estimator.errors.UserError` for a name it cannot resolve. ``sample`` draws ``n``
+    distinct architectures (``seed`` fixes the draws, ``options`` are the space's keyword
+    options) as :class:`NetworkSpec` records made with :func:`space_network`, each with a
+    ``detail`` that ``rebuild`` reads back and a ``build`` that returns the ONNX bytes.
+    ``rebuild`` returns that ``build`` from a ``detail`` (:func:`row_specs`). Errors in
+    ``resolve`` and ``sample`` are reported after ``--space NAME:``."""
+
+    def resolve(self, space: str) -> tuple[str, Any]: ...
+
+    def sample(self, space: str, label: str, handle: Any, n: int, *, seed: int,
+               options: Mapping[str, Any]) -> list[NetworkSpec]: ...
+
+    def rebuild(self, label: str, handle: Any, detail: Mapping[str, Any]) -> Callable[[], bytes]: ...
+
+
+_REGISTERED: list[SpaceProvider] = []
+
+
+def register_space_provider(provider: SpaceProvider) -> None:
+    """Add ``provider`` ahead of the entry-point ones (once; for code that runs without
+    installed package metadata, such as a source checkout's tests)."""
+    if not all(callable(getattr(provider, m, None)) for m in ("resolve", "sample", "rebuild")):
+        raise TypeError(f"{provider!r} is not a space provider: it needs resolve, sample and rebuild")
+    if not any(p is provider for p in _REGISTERED):
+        _REGISTERED.append(provider)
+
+
+@functools.lru_cache(maxsize=1)
+def _entry_point_providers() -> tuple[tuple[SpaceProvider, ...], tuple[str, ...]]:
+    """The providers named in :data:`ENTRY_POINT_GROUP` (by entry-point name), and a line
+    for each entry point that failed to load."""
+    import importlib.metadata  # noqa: PLC0415
+
+    found: list[SpaceProvider] = []
+    failed: list[str] = []
+    for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: (e.name, e.value)):
+        try:
+            found.append(ep.load())
+        except Exception as e:  # noqa: BLE001 - a broken plug-in is reported, not raised
+            failed.append(f"entry point {ep.name} = {ep.value}: {type(e).__name__}: {e}")
+    return tuple(found), tuple(failed)
+
+
+def space_providers() -> list[SpaceProvider]:
+    """The space providers, in the order they are asked: the registered ones, then the
+    entry points' (each once)."""
+    out: list[SpaceProvider] = []
+    for p in (*_REGISTERED, *_entry_point_providers()[0]):
+        if not any(q is p for q in out):
+            out.append(p)
+    return out
+
+
+def _resolve(space: str) -> tuple[SpaceProvider, str, Any]:
+    """The first provider that resolves ``space``, with its ``(label, handle)``."""
+    providers = space_providers()
+    if not providers:
+        failed = _entry_point_providers()[1]
+        why = (f"no entry point of group {ENTRY_POINT_GROUP!r} loads: {'; '.join(failed)}" if failed else
+               f"no package names one in the entry-point group {ENTRY_POINT_GROUP!r} (confident-latency's nas "
+               "package does once installed, e.g. pip install -e .)")
+        raise SourceError(f"--space {space}: no provider of NAS search spaces is installed: {why}")
+    errors: list[str] = []
+    for p in providers:
+        try:
+            label, handle = p.resolve(space)
+        except UserError as e:
+            errors.append(str(e))
+            continue
+        return p, label, handle
+    raise SourceError(f"--space {space}: {errors[0]}")
+
+
+def _family(label: str) -> str:
+    return f"space:{label}"
+
+
 def space_family(space: str) -> str:
-    """The family of ``space``'s samples (``space:<label>``, the label :func:`nas.spaces.resolve_space`
-    gives a registered name or ``MODULE:FUNCTION``): what leave-family-out validation holds out
-    together, and what a calibration's ``families`` list."""
-    return f"space:{_space_fn(space)[0]}"
+    """The family of ``space``'s samples (``space:<label>``, the label its provider gives the
+    name): what leave-family-out validation holds out together, and what a calibration's
+    ``families`` list."""
+    return _family(_resolve(space)[1])
 
 
-def _space_fn(name: str) -> tuple[str, Any]:
-    try:
-        from nas.spaces import resolve_space  # noqa: PLC0415 (nas.spaces is the one definition of the spaces)
-    except ImportError as e:  # pragma: no cover - one distribution
-        raise SourceError(f"space samples need the nas package: {e}") from e
-    try:
-        return resolve_space(name)
-    except UserError as e:
-        raise SourceError(f"--space {name}: {e}") from None
+def space_network(label: str, index: int, *, seed: int, detail: dict[str, Any], build: Callable[[], bytes]
+                  ) -> NetworkSpec:
+    """Sample ``index`` drawn with ``seed`` from the space ``label``, as a provider returns it: named
+    ``space:<label>#<seed>-<index>`` (the resume key), in family ``space:<label>``."""
+    return NetworkSpec(name=f"space:{label}#{seed}-{index}", family=_family(label), source="space", detail=detail,
+                       build=build)
 
 
 def space_specs(spaces: Sequence[str], n: int, *, seed: int = 0, options: Mapping[str, Mapping[str, Any]] | None = None
                 ) -> list[NetworkSpec]:
     """``n`` random architectures, round robin over ``spaces`` (``options[space]`` are the
-    space's keyword options)."""
-    import optuna  # noqa: PLC0415
-
-    from nas.spaces import sample  # noqa: PLC0415
-
+    space's keyword options); every space is resolved before any is sampled."""
     if not spaces:
         return []
     if n < 1:
         raise SourceError(f"--networks must be >= 1, got {n}")
-    resolved = [(s, *_space_fn(s)) for s in spaces]
+    resolved = [(s, *_resolve(s)) for s in spaces]
     per = {s: n // len(spaces) + (1 if i < n % len(spaces) else 0) for i, s in enumerate(spaces)}
     out: list[NetworkSpec] = []
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    for spec_name, label, fn in resolved:
+    for spec_name, provider, label, handle in resolved:
         opts = dict((options or {}).get(spec_name) or {})
-        study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
-        seen: set[str] = set()
-        i = tries = 0
-        while i < per[spec_name]:
-            tries += 1
-            if tries > 20 * per[spec_name] + 20:
-                raise SourceError(f"--space {spec_name}: only {i} distinct architectures in {tries} draws")
-            trial = study.ask()
-            try:
-                arch = sample(fn, trial, opts, name=label)
-            except UserError as e:
-                raise SourceError(f"--space {spec_name}: {e}") from None
-            key = repr(sorted(trial.params.items()))
-            if key in seen:
-                continue
-            seen.add(key)
-            params = dict(trial.params)
-            detail = {"space": spec_name, "options": opts, "seed": seed, "index": i, "params": params,
-                      "architecture": arch.description, "input_shape": list(arch.input_shape)}
-            out.append(NetworkSpec(name=f"space:{label}#{seed}-{i}", family=space_family(spec_name), source="space",
-                                   detail=detail, build=_space_builder(fn, params, opts, label)))
-            i += 1
-    return out
-
-
-def _space_builder(fn: Any, params: Mapping[str, Any], opts: Mapping[str, Any], label: str) -> Callable[[], bytes]:
-    def build() -> bytes:
-        import torch  # noqa: PLC0415
-
-        from nas.export import to_onnx  # noqa: PLC0415
-        from nas.spaces import rebuild  # noqa: PLC0415
-
-        torch.manual_seed(0)
-        arch = rebuild(fn, params, opts, name=label)
         try:
-            return to_onnx(arch.module, arch.input_shape).SerializeToString()
+            out += provider.sample(spec_name, label, handle, per[spec_name], seed=seed, options=opts)
         except UserError as e:
-            raise SourceError(f"space {label} sample {dict(params)}: {e}") from None
-    return build
+            raise SourceError(f"--space {spec_name}: {e}") from None
+    return out
 
 
 # ------------------------------------------------------------------------------ zoo
@@ -255,9 +301,9 @@ def row_specs(rows: Iterable[Mapping[str, Any]]) -> tuple[list[NetworkSpec], dic
     for row in rows:
         name, family, d = row["name"], row["family"], dict(row["detail"])
         if row["source"] == "space":
-            label, fn = _space_fn(str(d.get("space")))
+            provider, label, handle = _resolve(str(d.get("space")))
             out.append(NetworkSpec(name=name, family=family, source="space", detail=d,
-                                   build=_space_builder(fn, d.get("params") or {}, d.get("options") or {}, label)))
+                                   build=provider.rebuild(label, handle, d)))
         elif row["source"] == "zoo":
             spec = zoo_specs([(str(d.get("zoo")), int(d.get("resolution") or 0) or None)])[0]
             out.append(NetworkSpec(name=name, family=family, source="zoo", detail=d, build=spec.build))

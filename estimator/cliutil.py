@@ -1,5 +1,6 @@
 """One CLI toolkit for all four commands (``bench``, ``estimator``, ``estimation-service``,
-``nas``): argparse subcommands registered by small modules, and one error policy.
+``nas``): argparse subcommands registered by small modules, one error policy, and the
+``KEY=VALUE`` option syntax (:func:`parse_option`).
 
 Each command module exposes ``register(subparsers)`` which adds its subparser(s) and sets
 ``func`` (called with the parsed namespace, returns an exit code). :func:`run` builds the
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import math
 import os
 import re
@@ -166,3 +168,19 @@ def run(prog: str, description: str, command_modules: Sequence[str], argv: Seque
             raise
         print(f"{prog}: internal error: {type(e).__name__}: {e} (set CL_DEBUG=1 for a traceback)", file=sys.stderr)
         return 1
+
+
+def parse_option(text: str, flag: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` with VALUE parsed as JSON when it is JSON (numbers, lists, true/false)."""
+    key, sep, raw = str(text).partition("=")
+    key = key.strip()
+    if not sep or not key.isidentifier():
+        raise UserError(f"{flag} {text!r}: write KEY=VALUE, e.g. {flag} resolutions=[96,128]")
+    raw = raw.strip()
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = raw
+    if isinstance(value, list):
+        value = tuple(value)
+    return key, value

@@ -167,6 +167,8 @@ def calibrate_device(req: SearchRequest, err: TextIO) -> Path:
     from bench.network_sources import space_specs  # noqa: PLC0415
     from estimator.profile import load_profile  # noqa: PLC0415
 
+    from .sources import register  # noqa: PLC0415
+
     s = req.settings
     if req.service:
         raise UserError("--calibrate writes a calibrated profile for the in-process service; against --service, "
@@ -175,6 +177,7 @@ def calibrate_device(req: SearchRequest, err: TextIO) -> Path:
         raise UserError(f"--calibrate needs at least 2 networks (20 or more to calibrate), got {req.calibrate}")
     base = load_profile(s.device, req.profiles)
     given, runner = device_runner(base, req.calibrate_options, "--calibrate")
+    register()
     specs = space_specs([s.space], req.calibrate, seed=req.seed or 0, options={s.space: s.space_options})
     out = Path(req.out)
     print(f"calibrating {s.device} on {req.calibrate} samples of {s.space} ({base.runner}, "
@@ -307,6 +310,9 @@ def calibration_note(device: dict[str, Any], space: str) -> str:
         return ""
     from bench.network_sources import space_family  # noqa: PLC0415
 
+    from .sources import register  # noqa: PLC0415
+
+    register()
     if space_family(space) in families:
         return ""
     return (f"{device['name']} is calibrated on {cal.get('n_networks', '?')} networks of {', '.join(families)}, "

@@ -1,11 +1,10 @@
 """Parsing of the CLI's quantities: latency budgets (with a unit) and durations."""
 from __future__ import annotations
 
-import json
 import math
 import re
-from typing import Any
 
+from estimator.cliutil import parse_option
 from estimator.errors import UserError
 
 __all__ = ["parse_budget", "parse_duration", "parse_option", "format_ms"]
@@ -44,22 +43,6 @@ def parse_duration(text: str) -> float:
     if not (v > 0 and math.isfinite(v)):
         raise UserError(f"--timeout must be {_DURATION_RULE}, got {text!r}")
     return v
-
-
-def parse_option(text: str, flag: str) -> tuple[str, Any]:
-    """``KEY=VALUE`` with VALUE parsed as JSON when it is JSON (numbers, lists, true/false)."""
-    key, sep, raw = str(text).partition("=")
-    key = key.strip()
-    if not sep or not key.isidentifier():
-        raise UserError(f"{flag} {text!r}: write KEY=VALUE, e.g. {flag} resolutions=[96,128]")
-    raw = raw.strip()
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        value = raw
-    if isinstance(value, list):
-        value = tuple(value)
-    return key, value
 
 
 def format_ms(ms: float) -> str:

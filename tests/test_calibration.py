@@ -22,6 +22,7 @@ from estimator.errors import UserError
 
 from .crash import count_rows, run_and_kill
 from .service_support import DEVICE, profile_set
+from .source_metadata import with_entry_points
 
 METRICS = ("CM_TV", "CM_LV", "CM_O")
 
@@ -525,7 +526,7 @@ def test_bench_networks_resumes_after_sigkill(cal, tmp_path):
            "--space", "mobilenet", "--space-option", "resolutions=[64]", "--space-option", "max_depth=1",
            "--space-option", "widths=[0.5]", "--networks", "4", "--rounds", "3", "--runs", "150", "--warmup", "1",
            "--db", str(db), "--out", str(out), "--no-progress"]
-    env = dict(os.environ, CL_CACHE_DIR=str(cal["cache"]))
+    env = with_entry_points(dict(os.environ, CL_CACHE_DIR=str(cal["cache"])), tmp_path)  # finds nas's --space
     run_and_kill(cmd, lambda: 1 <= count_rows(db, "network_rounds") < 12, env=env, timeout=120)
     con = sqlite3.connect(str(db))
     kept = {tuple(r[:3]): r[3] for r in con.execute("SELECT env_id, name, round, median_ms FROM network_rounds")}
