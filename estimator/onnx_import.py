@@ -25,8 +25,11 @@ Pipeline of :func:`load_network`
 5. Every node becomes part of exactly one layer or is listed in :attr:`Network.free_nodes`
    with the reason it costs nothing (constants, identities, dropout, shape arithmetic,
    no-ops such as a reshape to the same shape or a one-input concat, dead code).
-   Operators outside the vocabulary become layers of type ``other`` carrying their
-   ``op_type``: nothing is dropped and nothing is silently zero. On the unsimplified
+   Each layer type's module claims its ONNX operators and turns their nodes into layers
+   (``onnx_ops`` and ``from_onnx`` in :mod:`estimator.layers`, dispatched through
+   :data:`estimator.layers.registry.ONNX_OPS`); this module walks the graph and never
+   names a layer type's pattern. Operators no type claims become layers of type ``other``
+   carrying their ``op_type``: nothing is dropped and nothing is silently zero. On the unsimplified
    graph the same torch export gives the same layers as on the simplified one.
 6. Device fusion rules (:class:`~estimator.fusion.FusionRules`) fold activations into the
    producing conv/dwconv/fc/add/mul and, where onnxsim did not, BatchNormalization into
@@ -114,10 +117,15 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import TensorProto, numpy_helper
 
-from .errors import NotFoundError, UserError
+from .errors import NotFoundError
 from .fusion import FusionRules
-from .layers import FUSED_ACT_TYPES, Layer, LayerSpecError, LayerType, conv_out, describe, hwc
-from .onnx_shapes import (GraphNode, graph_nodes, initializer_info, is_dataless, node_attrs, propagate_shapes,
+from .layers import FUSED_ACT_TYPES, Layer, LayerSpecError, LayerType, describe, hwc
+from .layers.importing import Draft as _Draft
+from .layers.importing import ImpossibleShapeError, OnnxImportError
+from .layers.importing import Unsupported as _Unsupported
+from .layers.importing import attrs as _attrs
+from .layers.registry import ONNX_OPS
+from .onnx_shapes import (GraphNode, graph_nodes, initializer_info, is_dataless, propagate_shapes,
                           to_array)
 
 __all__ = [
@@ -143,10 +151,6 @@ ModelSource = Union[str, os.PathLike, bytes, bytearray, memoryview, onnx.ModelPr
 Shape = tuple[int, ...]
 
 
-class OnnxImportError(UserError, ValueError):
-    """The input is not a usable ONNX model (not ONNX, truncated, empty, malformed)."""
-
-
 class OnnxFileNotFoundError(OnnxImportError, NotFoundError):
     """The ONNX file does not exist."""
 
@@ -157,12 +161,6 @@ class DynamicShapeError(OnnxImportError):
 
 class InputShapeError(OnnxImportError):
     """``input_shapes`` does not fit the model's inputs."""
-
-
-class ImpossibleShapeError(OnnxImportError):
-    """A node no runtime could execute with the model's shapes: a convolution or pooling
-    window that does not fit its (padded) input, a non-positive kernel, stride or dilation,
-    or convolution groups that do not divide the input and output channels."""
 
 
 def _one_line(s: object) -> str:
@@ -1085,52 +1083,6 @@ def _noop_same_shape(op: str) -> str:
 _NOOP_IF_SAME_SHAPE = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Expand", "Tile", "Resize", "Upsample",
                        "Transpose", "Slice", "Pad"}
 
-#: ONNX activation op -> activation kind (Clip is decided by its bounds).
-_ACT_OPS = {
-    "Relu": "relu", "Sigmoid": "sigmoid", "HardSigmoid": "hardsigmoid", "HardSwish": "hardswish",
-    "Tanh": "tanh", "LeakyRelu": "leakyrelu", "PRelu": "prelu", "Elu": "elu", "Gelu": "gelu",
-    "Mish": "mish", "Softplus": "softplus", "Swish": "silu", "Selu": "other", "Celu": "other",
-    "Softsign": "other", "ThresholdedRelu": "other",
-}
-_RESHAPE_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"}
-_SLICE_OPS = {"Slice", "Split", "Gather"}
-
-
-@dataclass(slots=True)
-class _Draft:
-    """A layer before fusion and counting."""
-
-    type: str
-    params: dict[str, Any]
-    op_type: str
-    nodes: list[str]
-    inputs: list[str]  # activation (non-constant) input tensors
-    outputs: list[str]
-    flags: list[str] = field(default_factory=list)
-    kind: str | None = None  # for type activation: its kind
-    activation: str | None = None  # fused activation kind
-    extra_params: int = 0  # parameters of a fused activation (PReLU slopes)
-    check_shape: bool = False  # compare describe()'s output shape with ONNX's
-
-    def flag(self, f: str) -> None:
-        if f not in self.flags:
-            self.flags.append(f)
-
-
-def _attrs(node: Any) -> dict[str, Any]:
-    """A node's attributes (``helper.get_attribute_value``, strings decoded); read-only."""
-    try:
-        cached = node.attrs_cache  # a GraphNode
-    except AttributeError:
-        cached = None
-    return cached if cached is not None else node_attrs(node)
-
-
-def _impossible(n: Any) -> str:
-    """The start of an :class:`ImpossibleShapeError` message about node ``n``."""
-    return f"impossible shapes: node {n.name!r} ({n.op_type})"
-
-
 def _has_subgraph(node: Any) -> bool:
     """Whether a node carries a graph attribute (If/Loop/Scan bodies)."""
     if getattr(node, "attrs_cache", None) is not None and node.attrs_simple:
@@ -1350,56 +1302,28 @@ class _Extractor:
 
     def _draft(self, n: onnx.NodeProto) -> _Draft:
         if n.domain not in ("", "ai.onnx"):
-            return self._other(n, extra_flags=[f"domain={n.domain}"])
+            return self.other(n, extra_flags=[f"domain={n.domain}"])
         if _has_subgraph(n):
-            return self._other(n, extra_flags=["subgraph"])
+            return self.other(n, extra_flags=["subgraph"])
         op = n.op_type
         try:
-            if op == "Conv":
-                return self._conv(n)
-            if op in ("Gemm", "MatMul"):
-                return self._gemm(n)
-            if op in ("MaxPool", "AveragePool"):
-                return self._pool(n)
-            if op in ("GlobalAveragePool", "GlobalMaxPool"):
-                return self._globalpool(n, "max" if op == "GlobalMaxPool" else "avg")
-            if op in ("ReduceMean", "ReduceMax"):
-                d = self._reduce(n)
+            for spec in ONNX_OPS.get(op, ()):
+                d = spec.from_onnx(n, self)
                 if d is not None:
                     return d
-            if op in ("Add", "Sub", "Mul", "Div", "Sum") and len([x for x in n.input if x]) == 2:
-                return self._eltwise(n)
-            if op == "BatchNormalization":
-                return self._batchnorm(n)
-            if op == "Concat":
-                return self._concat(n)
-            if op in _ACT_OPS or op == "Clip":
-                return self._activation(n)
-            if op in ("Resize", "Upsample"):
-                return self._resize(n)
-            if op == "Pad":
-                return self._pad(n)
-            if op in _SLICE_OPS:
-                return self._slice(n)
-            if op in ("Transpose", "DepthToSpace", "SpaceToDepth"):
-                return self._generic(n, LayerType.TRANSPOSE, rank=len(self.shape(n.input[0]) or ()) or 4)
-            if op in _RESHAPE_OPS:
-                return self._generic(n, LayerType.RESHAPE)
-            if op in ("Softmax", "LogSoftmax"):
-                return self._softmax(n)
         except _Unsupported as e:
-            return self._other(n, extra_flags=list(e.args))
+            return self.other(n, extra_flags=list(e.args))
         except OnnxImportError:
             raise
         except Exception as e:  # a malformed node must not abort the whole network
             self.warnings.append(f"node {n.name!r} ({op}) could not be mapped ({type(e).__name__}: "
                                  f"{_one_line(e)[:200]}); kept as type 'other'")
-            return self._other(n, extra_flags=["describe_failed"])
-        return self._other(n)
+            return self.other(n, extra_flags=["describe_failed"])
+        return self.other(n)
 
     # -- shape helpers
 
-    def _nchw(self, t: str, d: _Draft | None = None) -> tuple[int, int, int, int]:
+    def nchw(self, t: str, d: _Draft | None = None) -> tuple[int, int, int, int]:
         """(n, c, h, w) of a tensor; rank 3 (N, C, L) gives h = 1."""
         s = self.shape(t)
         if s is None:
@@ -1409,371 +1333,23 @@ class _Extractor:
         n, h, w, c = hwc(s)
         return n, c, h, w
 
-    def _elems(self, t: str) -> int | None:
+    def elems(self, t: str) -> int | None:
         s = self.shape(t)
         return None if s is None else math.prod(s)
 
-    def _base(self, n: onnx.NodeProto, layer_type: str, nodes: list[str] | None = None) -> _Draft:
+    def base(self, n: onnx.NodeProto, layer_type: str, nodes: list[str] | None = None) -> _Draft:
         return _Draft(type=layer_type, params={}, op_type=n.op_type, nodes=nodes or [n.name],
                       inputs=self.act_inputs(n), outputs=self.outs(n))
 
-    def _spatial_params(self, d: _Draft, t: str) -> tuple[int, int, int, int]:
-        n, c, h, w = self._nchw(t, d)
+    def spatial_params(self, d: _Draft, t: str) -> tuple[int, int, int, int]:
+        n, c, h, w = self.nchw(t, d)
         d.params.update(n=n, h=h, w=w, c=c)
         if n > 1:
             d.flag("batch_gt_1")
         return n, c, h, w
 
-    # -- handlers
-
-    def _window_attrs(self, n: onnx.NodeProto, d: _Draft, x_shape: Shape, k: Sequence[int]) -> dict[str, int]:
-        """Strides, dilations and pads for a 1D/2D window op, as vocabulary raw params."""
-        a = _attrs(n)
-        nd = len(k)
-        strides = list(a.get("strides", [1] * nd))
-        dil = list(a.get("dilations", [1] * nd))
-        pads = list(a.get("pads", [0] * (2 * nd)))
-        auto = a.get("auto_pad", "NOTSET")
-        spatial = list(x_shape[2:])
-        if auto in ("SAME_UPPER", "SAME_LOWER"):
-            d.flag("auto_pad")
-            pads = [0] * (2 * nd)
-            for i in range(nd):
-                out = -(-spatial[i] // strides[i])
-                total = max((out - 1) * strides[i] + (k[i] - 1) * dil[i] + 1 - spatial[i], 0)
-                small, big = total // 2, total - total // 2
-                pads[i], pads[i + nd] = (small, big) if auto == "SAME_UPPER" else (big, small)
-        elif auto == "VALID":
-            d.flag("auto_pad")
-            pads = [0] * (2 * nd)
-        if nd == 1:  # (N, C, L): h = 1
-            return dict(h=1, w=spatial[0], k_h=1, k_w=k[0], s_h=1, s_w=strides[0], d_h=1, d_w=dil[0],
-                        p_t=0, p_b=0, p_l=pads[0], p_r=pads[1])
-        return dict(h=spatial[0], w=spatial[1], k_h=k[0], k_w=k[1], s_h=strides[0], s_w=strides[1],
-                    d_h=dil[0], d_w=dil[1], p_t=pads[0], p_l=pads[1], p_b=pads[2], p_r=pads[3])
-
-    def _check_window(self, n: onnx.NodeProto, win: Mapping[str, int], *, dilated: bool) -> None:
-        """Raise :class:`ImpossibleShapeError` for a window the vocabulary cannot describe."""
-        for key in ("k_h", "k_w", "s_h", "s_w") + (("d_h", "d_w") if dilated else ()):
-            if win[key] < 1:
-                what = {"k": "kernel size", "s": "stride", "d": "dilation"}[key[0]]
-                raise ImpossibleShapeError(f"{_impossible(n)}: {what} {win[key]} along {'hw'[key[-1] == 'w']}; "
-                                           "it must be >= 1")
-        if min(win["p_t"], win["p_l"], win["p_b"], win["p_r"]) < 0:
-            raise ImpossibleShapeError(
-                f"{_impossible(n)}: negative pads {(win['p_t'], win['p_l'], win['p_b'], win['p_r'])}")
-        d_h, d_w = (win["d_h"], win["d_w"]) if dilated else (1, 1)
-        h_out = conv_out(win["h"], win["k_h"], win["s_h"], d_h, win["p_t"], win["p_b"])
-        w_out = conv_out(win["w"], win["k_w"], win["s_w"], d_w, win["p_l"], win["p_r"])
-        if h_out < 1 or w_out < 1:
-            raise ImpossibleShapeError(
-                f"{_impossible(n)}: the {win['k_h']}x{win['k_w']} window (stride {win['s_h']}x{win['s_w']}, dilation "
-                f"{d_h}x{d_w}) does not fit the {win['h']}x{win['w']} input with pads (top, left, bottom, right) = "
-                f"({win['p_t']}, {win['p_l']}, {win['p_b']}, {win['p_r']})")
-
-    def _conv(self, n: onnx.NodeProto) -> _Draft:
-        x, w = n.input[0], n.input[1]
-        xs, ws = self.shape(x), self.shape(w)
-        if xs is None or ws is None:
-            raise _Unsupported("unknown_shape")
-        if len(xs) not in (3, 4):
-            raise _Unsupported(f"conv{len(xs) - 2}d")
-        d = self._base(n, LayerType.CONV2D)
-        d.inputs = [self.canon(x)] if not self.is_static(x) else []
-        if not self.is_static(w):
-            d.flag("dynamic_weight")
-        if len(xs) == 3:
-            d.flag("conv1d")
-        groups = int(_attrs(n).get("group", 1))
-        c_in, c_out = xs[1], ws[0]
-        win = self._window_attrs(n, d, xs, list(ws[2:]))
-        self._check_window(n, win, dilated=True)
-        if groups < 1 or c_in % groups or c_out % groups:
-            raise ImpossibleShapeError(
-                f"impossible shapes: node {n.name!r} (Conv): group={groups} does not divide the {c_in} input "
-                f"channels and the {c_out} output channels (input {'x'.join(map(str, xs))}, "
-                f"weight {'x'.join(map(str, ws))})")
-        bias = 1 if len(n.input) > 2 and n.input[2] else 0
-        # BatchNormalization directly after the conv (onnxsim folds it; the rules fold it otherwise).
-        out = self.canon(n.output[0])
-        cons = self.cons(out)
-        if (self.rules.bn_into_conv and len(cons) == 1 and cons[0].op_type == "BatchNormalization"
-                and out not in self.graph_outputs and all(self.is_static(i) for i in cons[0].input[1:5] if i)
-                and cons[0].name not in self.claimed):
-            bn = cons[0]
-            d.nodes.append(bn.name)
-            d.outputs = [self.canon(bn.output[0])]
-            d.flag("bn_folded")
-            bias = 1
-        n_ = xs[0]
-        if n_ > 1:
-            d.flag("batch_gt_1")
-        if groups > 1 and groups == c_in and c_out % c_in == 0:
-            d.type = LayerType.DWCONV2D
-            d.params = dict(n=n_, c=c_in, multiplier=c_out // c_in, bias=bias, **win)
-        else:
-            d.params = dict(n=n_, c_in=c_in, c_out=c_out, groups=groups, bias=bias, **win)
-        d.check_shape = True
-        return d
-
-    def _gemm(self, n: onnx.NodeProto) -> _Draft:
-        a_name, b_name = n.input[0], n.input[1]
-        sa, sb = self.shape(a_name), self.shape(b_name)
-        if sa is None or sb is None:
-            raise _Unsupported("unknown_shape")
-        d = self._base(n, LayerType.FC)
-        a_static, b_static = self.is_static(a_name), self.is_static(b_name)
-        if n.op_type == "Gemm":
-            at = _attrs(n)
-            m, k = (sa[1], sa[0]) if at.get("transA", 0) else (sa[0], sa[1])
-            cols = sb[0] if at.get("transB", 0) else sb[1]
-            bias = 1 if len(n.input) > 2 and n.input[2] else 0
-            batch = 1
-        else:
-            a_ = list(sa) if len(sa) > 1 else [1] + list(sa)
-            b_ = list(sb) if len(sb) > 1 else list(sb) + [1]
-            m, k, cols = a_[-2], a_[-1], b_[-1]
-            bias = 0
-            batch = max(math.prod(a_[:-2]), math.prod(b_[:-2]))
-            if b_static and len(b_) == 2:  # (..., M, K) x (K, N): a linear layer over all leading dims
-                m, batch = m * math.prod(a_[:-2]), 1
-        if b_static and batch == 1 and not a_static:
-            # Linear layer: fold a following bias Add (torch exports Linear on >2-D inputs as MatMul + Add).
-            out = self.canon(n.output[0])
-            cons = self.cons(out)
-            if (not bias and len(cons) == 1 and cons[0].op_type == "Add" and out not in self.graph_outputs
-                    and cons[0].name not in self.claimed):
-                add = cons[0]
-                other = [x for x in add.input if x and self.canon(x) != out]
-                if len(other) == 1 and self.is_static(other[0]) and self._elems(other[0]) == cols:
-                    d.nodes.append(add.name)
-                    d.outputs = [self.canon(add.output[0])]
-                    bias = 1
-            d.params = dict(m=m, c_in=k, c_out=cols, bias=bias)
-            return d
-        d.type = LayerType.MATMUL
-        if n.op_type == "Gemm" and not b_static:
-            d.flag("dynamic_weight")
-        if a_static or b_static:
-            d.flag("const_operand")
-        d.params = dict(b=batch, m=m, k=k, n_cols=cols)
-        return d
-
-    def _pool(self, n: onnx.NodeProto) -> _Draft:
-        x = n.input[0]
-        xs = self.shape(x)
-        if xs is None:
-            raise _Unsupported("unknown_shape")
-        if len(xs) not in (3, 4):
-            raise _Unsupported(f"pool{len(xs) - 2}d")
-        a = _attrs(n)
-        d = self._base(n, LayerType.MAXPOOL if n.op_type == "MaxPool" else LayerType.AVGPOOL)
-        d.outputs = d.outputs[:1]
-        k = list(a.get("kernel_shape", []))
-        if len(k) != len(xs) - 2:
-            raise _Unsupported("bad_kernel_shape")
-        win = self._window_attrs(n, d, xs, k)
-        if any(v != 1 for v in a.get("dilations", [])):
-            d.flag("dilated_pool")
-        ys = self.shape(n.output[0])
-        if a.get("ceil_mode", 0):
-            d.flag("ceil_mode")
-            if ys is not None and len(ys) == len(xs):
-                # Extend bottom/right pads so that floor-mode counting gives ONNX's output size.
-                outs = list(ys[2:]) if len(ys) == 4 else [1, ys[2]]
-                for (size, kk, s, pb, pe, o) in (("h", "k_h", "s_h", "p_t", "p_b", 0), ("w", "k_w", "s_w", "p_l", "p_r", 1)):
-                    need = (outs[o] - 1) * win[s] + win[kk] - win[size] - win[pb]
-                    win[pe] = max(win[pe], need)
-        self._check_window(n, win, dilated=False)
-        win.pop("d_h"), win.pop("d_w")
-        if len(xs) == 3:
-            d.flag("pool1d")
-        n_, c = xs[0], xs[1]
-        if n_ > 1:
-            d.flag("batch_gt_1")
-        d.params = dict(n=n_, c=c, **win)
-        d.check_shape = True
-        return d
-
-    def _globalpool(self, n: onnx.NodeProto, mode: str) -> _Draft:
-        d = self._base(n, LayerType.GLOBALPOOL)
-        self._spatial_params(d, n.input[0])
-        d.params["mode"] = mode
-        return d
-
-    def _reduce(self, n: onnx.NodeProto) -> _Draft | None:
-        xs = self.shape(n.input[0])
-        if xs is None or len(xs) != 4:
-            return None
-        a = _attrs(n)
-        axes = a.get("axes")
-        if axes is None and len(n.input) > 1 and n.input[1]:
-            v = self.value(n.input[1])
-            axes = None if v is None else [int(x) for x in np.ravel(v)]
-        if axes is None:
-            return None
-        if sorted(int(x) % 4 for x in axes) != [2, 3]:
-            return None
-        return self._globalpool(n, "max" if n.op_type == "ReduceMax" else "avg")
-
-    def _eltwise(self, n: onnx.NodeProto) -> _Draft:
-        kind = LayerType.ADD if n.op_type in ("Add", "Sub", "Sum") else LayerType.MUL
-        d = self._base(n, kind)
-        out = n.output[0]
-        self._spatial_params(d, out)
-        ins = [x for x in n.input if x]
-        sizes = [self._elems(x) for x in ins]
-        total = self._elems(out)
-        if any(s is None for s in sizes) or total is None:
-            d.flag("unknown_shape")
-            return d
-        known = [int(x) for x in sizes if x is not None]
-        if min(known) != total or max(known) != total:
-            d.params.update(broadcast=1, elems_b=max(min(known), 1))
-        if any(self.is_static(x) for x in ins):
-            d.flag("const_operand")
-        return d
-
-    def _batchnorm(self, n: onnx.NodeProto) -> _Draft:
-        d = self._base(n, LayerType.MUL)
-        d.outputs = d.outputs[:1]
-        _, c, _, _ = self._spatial_params(d, n.input[0])
-        d.params.update(broadcast=1, elems_b=c, const_params=2 * c)
-        d.flag("batchnorm")
-        return d
-
-    def _concat(self, n: onnx.NodeProto) -> _Draft:
-        d = self._base(n, LayerType.CONCAT)
-        ins = [x for x in n.input if x]
-        out = n.output[0]
-        ys = self.shape(out)
-        shapes = [self.shape(x) for x in ins]
-        if ys is None or any(s is None for s in shapes):
-            d.flag("unknown_shape")
-            d.params = dict(n=1, h=1, w=1, channels=[1] * max(len(ins), 1))
-            return d
-        axis = int(_attrs(n).get("axis", 1)) % max(len(ys), 1)
-        if len(ys) in (3, 4) and axis == 1:
-            n_, c, h, w = self._nchw(out)
-            d.params = dict(n=n_, h=h, w=w, channels=[int(s[1]) for s in shapes])  # type: ignore[index]
-        else:
-            n_ = ys[0] if len(ys) > 1 and axis != 0 else 1
-            d.flag("non_channel_axis")
-            d.params = dict(n=n_, h=1, w=1, channels=[max(math.prod(s) // n_, 1) for s in shapes])  # type: ignore[arg-type]
-        if n_ > 1:
-            d.flag("batch_gt_1")
-        return d
-
-    def _activation_kind(self, n: onnx.NodeProto) -> str:
-        if n.op_type != "Clip":
-            return _ACT_OPS[n.op_type]
-        a = _attrs(n)
-        lo, hi = a.get("min", -math.inf), a.get("max", math.inf)
-        for idx, default in ((1, -math.inf), (2, math.inf)):
-            if len(n.input) > idx and n.input[idx]:
-                v = self.value(n.input[idx])
-                if v is None or v.size != 1:
-                    return "clip"
-                if idx == 1:
-                    lo = float(v.item())
-                else:
-                    hi = float(v.item())
-        if lo == 0 and hi == 6:
-            return "relu6"
-        if lo == 0 and hi == math.inf:
-            return "relu"
-        return "clip"
-
-    def _activation(self, n: onnx.NodeProto) -> _Draft:
-        kind = self._activation_kind(n)
-        nodes = [n.name]
-        outputs = self.outs(n)
-        x = self.canon(n.input[0])
-        # SiLU = x * Sigmoid(x); HardSwish = x * HardSigmoid(x) (alpha 1/6, beta 1/2).
-        if n.op_type in ("Sigmoid", "HardSigmoid"):
-            a = _attrs(n)
-            hs_ok = n.op_type == "Sigmoid" or (abs(a.get("alpha", 0.2) - 1 / 6) < 1e-3
-                                               and abs(a.get("beta", 0.5) - 0.5) < 1e-6)
-            s = self.canon(n.output[0])
-            cons = self.cons(s)
-            if hs_ok and len(cons) == 1 and cons[0].op_type == "Mul" and s not in self.graph_outputs:
-                mul = cons[0]
-                ins = [self.canon(i) for i in mul.input if i]
-                if len(ins) == 2 and sorted(ins) == sorted([x, s]) and x != s and mul.name not in self.claimed:
-                    nodes.append(mul.name)
-                    outputs = self.outs(mul)
-                    kind = "silu" if n.op_type == "Sigmoid" else "hardswish"
-        d = _Draft(type=LayerType.ACTIVATION, params={}, op_type=n.op_type, nodes=nodes, inputs=[x],
-                   outputs=outputs, kind=kind)
-        self._spatial_params(d, n.input[0])
-        d.params["kind"] = kind
-        if n.op_type == "PRelu" and len(n.input) > 1:
-            slopes = self._elems(n.input[1]) or 0
-            if self.is_static(n.input[1]):
-                d.params["const_params"] = slopes
-            d.inputs = [x]
-        return d
-
-    def _resize(self, n: onnx.NodeProto) -> _Draft:
-        d = self._base(n, LayerType.RESIZE)
-        d.inputs = [self.canon(n.input[0])]
-        xs, ys = self.shape(n.input[0]), self.shape(n.output[0])
-        if xs is None or ys is None or len(xs) != 4 or len(ys) != 4:
-            raise _Unsupported("unknown_shape" if xs is None or ys is None else "resize_rank")
-        mode = str(_attrs(n).get("mode", "nearest"))
-        mode = {"bilinear": "linear", "trilinear": "linear"}.get(mode, mode)
-        if (xs[0], xs[1]) != (ys[0], ys[1]):
-            d.flag("resizes_batch_or_channels")
-        self._spatial_params(d, n.input[0])
-        d.params.update(h_out=ys[2], w_out=ys[3], mode=mode)
-        return d
-
-    def _pad(self, n: onnx.NodeProto) -> _Draft:
-        d = self._base(n, LayerType.PAD)
-        d.inputs = [self.canon(n.input[0])]
-        xs, ys = self.shape(n.input[0]), self.shape(n.output[0])
-        self._spatial_params(d, n.input[0])
-        if ys is None:
-            d.flag("unknown_shape")
-            return d
-        n2, c2, h2, w2 = self._nchw(n.output[0])
-        if xs is not None and len(xs) != len(ys):
-            d.flag("unknown_shape")
-        d.params.update(h_out=h2, w_out=w2, c_out=c2, mode=str(_attrs(n).get("mode", "constant")))
-        if n2 != d.params["n"]:
-            d.flag("pads_batch")
-        return d
-
-    def _slice(self, n: onnx.NodeProto) -> _Draft:
-        data = n.input[0]
-        if self.is_static(data):  # a lookup into a constant table (embedding)
-            return self._other(n, extra_flags=["embedding"])
-        d = self._base(n, LayerType.SLICE)
-        d.inputs = [self.canon(data)]
-        self._spatial_params(d, data)
-        sizes = [self._elems(o) for o in n.output if o]
-        if any(s is None for s in sizes):
-            d.flag("unknown_shape")
-        d.params.update(elems_out=max(sum(s or 0 for s in sizes), 1), n_outputs=len(sizes))
-        return d
-
-    def _generic(self, n: onnx.NodeProto, layer_type: str, **extra: int) -> _Draft:
-        d = self._base(n, layer_type)
-        d.inputs = [self.canon(n.input[0])]
-        self._spatial_params(d, n.input[0])
-        d.params.update(extra)
-        return d
-
-    def _softmax(self, n: onnx.NodeProto) -> _Draft:
-        xs = self.shape(n.input[0])
-        d = self._generic(n, LayerType.SOFTMAX)
-        if xs is not None and xs:
-            axis = int(_attrs(n).get("axis", 1 if self.opset < 13 else -1)) % len(xs)
-            d.params["axis_len"] = int(xs[axis]) if self.opset >= 13 else int(math.prod(xs[axis:]))
-        return d
-
-    def _other(self, n: onnx.NodeProto, extra_flags: Iterable[str] = ()) -> _Draft:
-        d = self._base(n, LayerType.OTHER)
+    def other(self, n: onnx.NodeProto, extra_flags: Iterable[str] = ()) -> _Draft:
+        d = self.base(n, LayerType.OTHER)
         d.op_type = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}:{n.op_type}"
         d.flag("unknown_op")
         for f in extra_flags:
@@ -1784,9 +1360,9 @@ class _Extractor:
             d.params = dict(n=1, h=1, w=1, c=1)
             in_el = 1
         else:
-            self._spatial_params(d, first)
-            in_el = self._elems(first) or 1
-        sizes = [self._elems(o) for o in n.output if o]
+            self.spatial_params(d, first)
+            in_el = self.elems(first) or 1
+        sizes = [self.elems(o) for o in n.output if o]
         if any(s is None for s in sizes):
             d.flag("unknown_shape")
         d.params["elems_out"] = max(sum(s or 0 for s in sizes), 1) if sizes and all(s is not None for s in sizes) else in_el
@@ -1905,6 +1481,5 @@ def _describe(layer_type: str, params: dict[str, Any]) -> Any:
     return hit
 
 
-class _Unsupported(Exception):
-    """A node of a known op in a form the vocabulary does not cover; args are flags."""
+
 

@@ -45,3 +45,38 @@ def test_every_sampled_type_draws_configurations_its_lum_builds(layer_type):
 def test_a_type_without_a_lum_builder_is_refused_with_the_benchable_list():
     with pytest.raises(LayerSpecError, match="cannot be benchmarked with smart padding"):
         padded_model("softmax", dict(h=1, w=8, c=8))
+
+
+def test_a_type_module_alone_teaches_the_importer_a_new_operator(monkeypatch):
+    """The importer dispatches ONNX nodes through the registry: a type that claims an
+    operator (here Erf, otherwise kept as 'other') gets its nodes, with nothing else changed."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from estimator.layers import registry
+    from estimator.layers.shared import MemoryBound, generic_draft
+    from estimator.onnx_import import load_network
+
+    class ErfType(MemoryBound):
+        name = "erf_test"
+        order = 999
+        features = ("h", "w", "c")
+        summary = "test type"
+        onnx_ops = ("Erf",)
+
+        def from_onnx(self, n, g):
+            return generic_draft(n, g, self.name)
+
+    spec = ErfType()
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 4, 4])
+    graph = helper.make_graph([helper.make_node("Erf", ["x"], ["y"], name="erf")], "g", [x], [y])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    onnx.checker.check_model(onnx.load_from_string(data))
+
+    before = load_network(data, fast=False).layers
+    assert [(l.type, l.op_type) for l in before] == [("other", "Erf")]
+    monkeypatch.setitem(registry.SPECS, spec.name, spec)
+    monkeypatch.setitem(registry.ONNX_OPS, "Erf", (spec,))
+    after = load_network(data, fast=False).layers
+    assert [(l.type, l.features) for l in after] == [("erf_test", {"h": 4, "w": 4, "c": 8})]

@@ -3,12 +3,23 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+import math
+
 import numpy as np
 
 from . import space
+from .importing import Draft, attrs
 from .ir import Op
 from .params import ACTIVATION_KINDS, LayerSpecError, io_bytes, nonneg, positive
 from .registry import NCHW, LayerCounts, LayerTypeSpec, register
+
+#: ONNX activation op -> activation kind (Clip is decided by its bounds).
+ONNX_KINDS = {
+    "Relu": "relu", "Sigmoid": "sigmoid", "HardSigmoid": "hardsigmoid", "HardSwish": "hardswish",
+    "Tanh": "tanh", "LeakyRelu": "leakyrelu", "PRelu": "prelu", "Elu": "elu", "Gelu": "gelu",
+    "Mish": "mish", "Softplus": "softplus", "Swish": "silu", "Selu": "other", "Celu": "other",
+    "Softsign": "other", "ThresholdedRelu": "other",
+}
 
 #: Kinds the sampler draws (``other`` has no operator, ``clip`` is ReLU6's general form).
 _DRAWN_KINDS = tuple(k for k in ACTIVATION_KINDS if k not in ("other", "clip"))
@@ -36,6 +47,7 @@ class Activation(LayerTypeSpec):
     required = ("h", "w", "c")
     benchable = True
     sampled = True
+    onnx_ops = (*ONNX_KINDS, "Clip")
 
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         n, h, w, c = positive(p, "n", 1), positive(p, "h"), positive(p, "w"), positive(p, "c")
@@ -56,6 +68,58 @@ class Activation(LayerTypeSpec):
         elif kind == "clip":
             aa["min"], aa["max"] = float(p.get("min", -1.0)), float(p.get("max", 1.0))
         return [Op("act", "lum", tuple(ins), out_name, out_shape, aa)]
+
+    def from_onnx(self, n: Any, g: Any) -> Any:
+        """An activation node; SiLU = x * Sigmoid(x) and HardSwish = x * HardSigmoid(x)
+        (alpha 1/6, beta 1/2) are one activation each. Fusion rules may later fold it into
+        its producer (``estimator.fusion``)."""
+        kind = self._kind(n, g)
+        nodes = [n.name]
+        outputs = g.outs(n)
+        x = g.canon(n.input[0])
+        if n.op_type in ("Sigmoid", "HardSigmoid"):
+            a = attrs(n)
+            hs_ok = n.op_type == "Sigmoid" or (abs(a.get("alpha", 0.2) - 1 / 6) < 1e-3
+                                               and abs(a.get("beta", 0.5) - 0.5) < 1e-6)
+            s = g.canon(n.output[0])
+            cons = g.cons(s)
+            if hs_ok and len(cons) == 1 and cons[0].op_type == "Mul" and s not in g.graph_outputs:
+                mul = cons[0]
+                ins = [g.canon(i) for i in mul.input if i]
+                if len(ins) == 2 and sorted(ins) == sorted([x, s]) and x != s and mul.name not in g.claimed:
+                    nodes.append(mul.name)
+                    outputs = g.outs(mul)
+                    kind = "silu" if n.op_type == "Sigmoid" else "hardswish"
+        d = Draft(type=self.name, params={}, op_type=n.op_type, nodes=nodes, inputs=[x], outputs=outputs, kind=kind)
+        g.spatial_params(d, n.input[0])
+        d.params["kind"] = kind
+        if n.op_type == "PRelu" and len(n.input) > 1:
+            slopes = g.elems(n.input[1]) or 0
+            if g.is_static(n.input[1]):
+                d.params["const_params"] = slopes
+            d.inputs = [x]
+        return d
+
+    @staticmethod
+    def _kind(n: Any, g: Any) -> str:
+        if n.op_type != "Clip":
+            return ONNX_KINDS[n.op_type]
+        a = attrs(n)
+        lo, hi = a.get("min", -math.inf), a.get("max", math.inf)
+        for idx in (1, 2):
+            if len(n.input) > idx and n.input[idx]:
+                v = g.value(n.input[idx])
+                if v is None or v.size != 1:
+                    return "clip"
+                if idx == 1:
+                    lo = float(v.item())
+                else:
+                    hi = float(v.item())
+        if lo == 0 and hi == 6:
+            return "relu6"
+        if lo == 0 and hi == math.inf:
+            return "relu"
+        return "clip"
 
     def draw(self, r: np.random.Generator, prior: bool) -> dict[str, Any]:
         h, w = space.hw(r, prior)

@@ -9,6 +9,7 @@ from .shared import BinaryEltwise
 class Add(BinaryEltwise):
     name = "add"
     order = 80
+    onnx_ops = ("Add", "Sub", "Sum")
     summary = "element-wise add/sub, optionally broadcast (+ fused activation)"
     lum_default_act = "relu"
     prior_acts = (("relu", .5), ("none", .5))

@@ -9,4 +9,5 @@ from .shared import WindowPool
 class AvgPool(WindowPool):
     name = "avgpool"
     order = 60
+    onnx_ops = ("AveragePool",)
     summary = "average pooling"

@@ -3,9 +3,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+import math
+
 import numpy as np
 
 from . import space
+from .importing import attrs
 from .ir import Op
 from .params import LayerSpecError, io_bytes, positive
 from .registry import NCHW, LayerCounts, LayerTypeSpec, register
@@ -38,6 +41,7 @@ class Concat(LayerTypeSpec):
     required = ("h", "w")
     benchable = True
     sampled = True
+    onnx_ops = ("Concat",)
 
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         n, h, w = positive(p, "n", 1), positive(p, "h"), positive(p, "w")
@@ -55,6 +59,30 @@ class Concat(LayerTypeSpec):
     def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
                 act: str | None, *, single: bool = False) -> list[Op]:
         return [Op("concat", "lum", tuple(ins), out_name, out_shape, {"axis": 1})]
+
+    def from_onnx(self, n: Any, g: Any) -> Any:
+        """A concat along channels; along another axis h = w = 1 and channels are the inputs'
+        elements per batch item (flag ``non_channel_axis``)."""
+        d = g.base(n, self.name)
+        ins = [x for x in n.input if x]
+        out = n.output[0]
+        ys = g.shape(out)
+        shapes = [g.shape(x) for x in ins]
+        if ys is None or any(s is None for s in shapes):
+            d.flag("unknown_shape")
+            d.params = dict(n=1, h=1, w=1, channels=[1] * max(len(ins), 1))
+            return d
+        axis = int(attrs(n).get("axis", 1)) % max(len(ys), 1)
+        if len(ys) in (3, 4) and axis == 1:
+            n_, c, h, w = g.nchw(out)
+            d.params = dict(n=n_, h=h, w=w, channels=[int(s[1]) for s in shapes])
+        else:
+            n_ = ys[0] if len(ys) > 1 and axis != 0 else 1
+            d.flag("non_channel_axis")
+            d.params = dict(n=n_, h=1, w=1, channels=[max(math.prod(s) // n_, 1) for s in shapes])
+        if n_ > 1:
+            d.flag("batch_gt_1")
+        return d
 
     def draw(self, r: np.random.Generator, prior: bool) -> dict[str, Any]:
         h, w = space.hw(r, prior)

@@ -10,6 +10,7 @@ from . import space
 from .ir import Op
 from .params import LayerSpecError, act_code, align, cold, io_bytes, nonneg, opt_int, positive, window, window_attrs
 from .registry import NCHW, LayerCounts, LayerTypeSpec, register
+from .shared import conv_draft, is_depthwise_conv
 
 
 @register
@@ -29,6 +30,7 @@ class Conv2d(LayerTypeSpec):
     prior_acts = (("relu", .35), ("hardswish", .10), ("relu6", .25), ("none", .15), ("leakyrelu", .05),
                   ("sigmoid", .05), ("hardsigmoid", .05))
     sampled = True
+    onnx_ops = ("Conv",)
     #: Network prior: the share of convolutions whose channel counts leave the multiple-of-8
     #: ladder (:func:`space.off_ladder`).
     off_ladder_share = 0.15
@@ -69,6 +71,11 @@ class Conv2d(LayerTypeSpec):
         up to 10x its padding pair (a 224x224x3 NHWC write to DRAM), which smart padding
         would charge to the stem."""
         return opt_int(p, "graph_input", 0) > 0
+
+    def from_onnx(self, n: Any, g: Any) -> Any:
+        if is_depthwise_conv(n, g):
+            return None  # dwconv2d's
+        return conv_draft(n, g, self.name)
 
     def draw(self, r: np.random.Generator, prior: bool) -> dict[str, Any]:
         h, w = space.hw(r, prior)

@@ -9,6 +9,7 @@ from . import space
 from .ir import Op
 from .params import act_code, align, io_bytes, nonneg, opt_int, positive, window, window_attrs
 from .registry import NCHW, LayerCounts, LayerTypeSpec, register
+from .shared import conv_draft, is_depthwise_conv
 
 
 @register
@@ -25,6 +26,7 @@ class DwConv2d(LayerTypeSpec):
     lum_default_act = "relu"
     prior_acts = (("relu", .35), ("hardswish", .10), ("relu6", .3), ("none", .2), ("hardsigmoid", .05))
     sampled = True
+    onnx_ops = ("Conv",)
     #: Network prior: the share of depthwise convolutions whose channel count leaves the
     #: multiple-of-8 ladder (:func:`space.off_ladder`).
     off_ladder_share = 0.25
@@ -52,6 +54,11 @@ class DwConv2d(LayerTypeSpec):
         a.update(c_in=c_in, c_out=c_in * opt_int(p, "multiplier", 1), groups=c_in, bias=bool(opt_int(p, "bias", 1)),
                  depthwise=True)
         return [Op("conv", "lum", tuple(ins), out_name, out_shape, a, act)]
+
+    def from_onnx(self, n: Any, g: Any) -> Any:
+        if not is_depthwise_conv(n, g):
+            return None
+        return conv_draft(n, g, self.name)
 
     def draw(self, r: np.random.Generator, prior: bool) -> dict[str, Any]:
         h, w = space.hw(r, prior)

@@ -9,6 +9,7 @@ from . import space
 from .ir import Op
 from .params import LayerSpecError, act_code, cold, io_bytes, nonneg, opt_int, positive
 from .registry import NCHW, LayerCounts, LayerTypeSpec, register
+from .shared import gemm_dims
 
 
 @register
@@ -24,6 +25,7 @@ class Fc(LayerTypeSpec):
     lum_default_act = None
     prior_acts = ((None, .6), ("relu", .3), ("sigmoid", .05), ("hardsigmoid", .05))
     sampled = True
+    onnx_ops = ("Gemm", "MatMul")
 
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         m = positive(p, "m", 1)  # rows (batch x tokens)
@@ -61,6 +63,29 @@ class Fc(LayerTypeSpec):
 
     def single_layer_io(self, ins: tuple[NCHW, ...], out: NCHW) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
         return ((1, ins[0][1]),), (1, out[1])  # a plain (1, c_in) -> (1, c_out) Gemm
+
+    def from_onnx(self, n: Any, g: Any) -> Any:
+        """A Gemm or MatMul with a constant weight and one batch (else matmul's), with a bias
+        Add right after it folded in (torch exports Linear on >2-D inputs as MatMul + Add)."""
+        a_name, b_name = n.input[0], n.input[1]
+        if not g.is_static(b_name) or g.is_static(a_name):
+            return None
+        m, k, cols, batch, bias = gemm_dims(n, g)
+        if batch != 1:
+            return None
+        d = g.base(n, self.name)
+        out = g.canon(n.output[0])
+        cons = g.cons(out)
+        if (not bias and len(cons) == 1 and cons[0].op_type == "Add" and out not in g.graph_outputs
+                and cons[0].name not in g.claimed):
+            add = cons[0]
+            other = [x for x in add.input if x and g.canon(x) != out]
+            if len(other) == 1 and g.is_static(other[0]) and g.elems(other[0]) == cols:
+                d.nodes.append(add.name)
+                d.outputs = [g.canon(add.output[0])]
+                bias = 1
+        d.params = dict(m=m, c_in=k, c_out=cols, bias=bias)
+        return d
 
     def draw(self, r: np.random.Generator, prior: bool) -> dict[str, Any]:
         c_out = 1000 if r.random() < (0.4 if prior else 0.1) else space.channels(r, space.SPACE_MAX["fc_c"], prior)

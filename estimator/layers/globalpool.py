@@ -6,6 +6,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from . import space
+from .importing import attrs
 from .ir import Op
 from .params import LayerSpecError, io_bytes, positive
 from .registry import NCHW, LayerCounts, LayerTypeSpec, register
@@ -21,6 +22,7 @@ class GlobalPool(LayerTypeSpec):
     required = ("h", "w", "c")
     benchable = True
     sampled = True
+    onnx_ops = ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean", "ReduceMax")
 
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         n, h, w, c = positive(p, "n", 1), positive(p, "h"), positive(p, "w"), positive(p, "c")
@@ -33,6 +35,23 @@ class GlobalPool(LayerTypeSpec):
         if mode not in ("avg", "max"):
             raise LayerSpecError(f"globalpool mode {mode!r} unknown; use 'avg' or 'max'")
         return [Op("globalpool", "lum", tuple(ins), out_name, out_shape, {"mode": mode})]
+
+    def from_onnx(self, n: Any, g: Any) -> Any:
+        """A global pool, or a ReduceMean/ReduceMax over both spatial axes of an NCHW tensor."""
+        if n.op_type.startswith("Reduce"):
+            xs = g.shape(n.input[0])
+            if xs is None or len(xs) != 4:
+                return None
+            axes = attrs(n).get("axes")
+            if axes is None and len(n.input) > 1 and n.input[1]:
+                v = g.value(n.input[1])
+                axes = None if v is None else [int(x) for x in np.ravel(v)]
+            if axes is None or sorted(int(x) % 4 for x in axes) != [2, 3]:
+                return None
+        d = g.base(n, self.name)
+        g.spatial_params(d, n.input[0])
+        d.params["mode"] = "max" if n.op_type in ("GlobalMaxPool", "ReduceMax") else "avg"
+        return d
 
     def draw(self, r: np.random.Generator, prior: bool) -> dict[str, Any]:
         h, w = space.hw(r, prior)

@@ -9,4 +9,5 @@ from .shared import WindowPool
 class MaxPool(WindowPool):
     name = "maxpool"
     order = 50
+    onnx_ops = ("MaxPool",)
     summary = "max pooling"

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .importing import attrs
 from .params import io_bytes, positive
 from .registry import LayerCounts, LayerTypeSpec, register
 
@@ -15,6 +16,7 @@ class Pad(LayerTypeSpec):
     ops_unit = "elements"
     summary = "explicit padding"
     required = ("h", "w", "c")
+    onnx_ops = ("Pad",)
 
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         n, h, w, c = positive(p, "n", 1), positive(p, "h"), positive(p, "w"), positive(p, "c")
@@ -23,3 +25,19 @@ class Pad(LayerTypeSpec):
         out = n * c_out * h_out * w_out
         return LayerCounts(dict(h=h, w=w, c=c, h_out=h_out, w_out=w_out, c_out=c_out), 0, 0, float(out),
                            io_bytes(n * h * w * c, out, 0, eb), (n, c_out, h_out, w_out))
+
+    def from_onnx(self, n: Any, g: Any) -> Any:
+        d = g.base(n, self.name)
+        d.inputs = [g.canon(n.input[0])]
+        xs, ys = g.shape(n.input[0]), g.shape(n.output[0])
+        g.spatial_params(d, n.input[0])
+        if ys is None:
+            d.flag("unknown_shape")
+            return d
+        n2, c2, h2, w2 = g.nchw(n.output[0])
+        if xs is not None and len(xs) != len(ys):
+            d.flag("unknown_shape")
+        d.params.update(h_out=h2, w_out=w2, c_out=c2, mode=str(attrs(n).get("mode", "constant")))
+        if n2 != d.params["n"]:
+            d.flag("pads_batch")
+        return d

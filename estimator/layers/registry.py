@@ -31,6 +31,7 @@ __all__ = [
     "NCHW",
     "register",
     "SPECS",
+    "ONNX_OPS",
 ]
 
 #: An NCHW shape.
@@ -138,6 +139,17 @@ class LayerTypeSpec:
         """Whether the LUM reads the network's input (its padded model has no input side)."""
         return False
 
+    # ------------------------------------------------------------------- ONNX
+
+    #: ONNX operators (default domain) whose nodes :meth:`from_onnx` turns into layers.
+    onnx_ops: ClassVar[tuple[str, ...]] = ()
+
+    def from_onnx(self, n: Any, g: Any) -> Any:
+        """The :class:`~estimator.layers.importing.Draft` of ONNX node ``n`` (one of
+        :attr:`onnx_ops`), read through ``g`` (an
+        :class:`~estimator.layers.importing.ImportContext`); None: not a node of this type."""
+        return None
+
     # ---------------------------------------------------------------- sampling
 
     #: Whether :meth:`draw` is implemented (the type is part of sampling plans).
@@ -176,6 +188,8 @@ class LayerTypeSpec:
 
 #: The vocabulary, by type name, in :attr:`LayerTypeSpec.order` (filled by :func:`discover`).
 SPECS: dict[str, LayerTypeSpec] = {}
+#: ONNX operator -> the types claiming it, in order (filled by :func:`discover`).
+ONNX_OPS: dict[str, tuple[LayerTypeSpec, ...]] = {}
 _REGISTERED: list[LayerTypeSpec] = []
 
 
@@ -193,8 +207,11 @@ def discover() -> None:
     for mod in pkgutil.iter_modules([str(Path(__file__).parent)]):
         importlib.import_module(f"{__package__}.{mod.name}")
     SPECS.clear()
+    ONNX_OPS.clear()
     for s in sorted(_REGISTERED, key=lambda s: (s.order, s.name)):
         SPECS[s.name] = s
+        for op in s.onnx_ops:
+            ONNX_OPS[op] = (*ONNX_OPS.get(op, ()), s)
 
 
 @dataclass

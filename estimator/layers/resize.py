@@ -6,6 +6,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from . import space
+from .importing import Unsupported, attrs
 from .ir import Op
 from .params import RESIZE_MODES, LayerSpecError, io_bytes, nonneg, positive
 from .registry import NCHW, LayerCounts, LayerTypeSpec, register
@@ -32,6 +33,7 @@ class Resize(LayerTypeSpec):
     required = ("h", "w", "c", "h_out", "w_out")
     benchable = True
     sampled = True
+    onnx_ops = ("Resize", "Upsample")
 
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         n, h, w, c = positive(p, "n", 1), positive(p, "h"), positive(p, "w"), positive(p, "c")
@@ -48,6 +50,20 @@ class Resize(LayerTypeSpec):
         coord = "asymmetric" if mode == "nearest" else "half_pixel"  # PyTorch/TF defaults
         return [Op("resize", "lum", tuple(ins), out_name, out_shape,
                    dict(h_out=int(p["h_out"]), w_out=int(p["w_out"]), mode=mode, coord=coord))]
+
+    def from_onnx(self, n: Any, g: Any) -> Any:
+        d = g.base(n, self.name)
+        d.inputs = [g.canon(n.input[0])]
+        xs, ys = g.shape(n.input[0]), g.shape(n.output[0])
+        if xs is None or ys is None or len(xs) != 4 or len(ys) != 4:
+            raise Unsupported("unknown_shape" if xs is None or ys is None else "resize_rank")
+        mode = str(attrs(n).get("mode", "nearest"))
+        mode = {"bilinear": "linear", "trilinear": "linear"}.get(mode, mode)
+        if (xs[0], xs[1]) != (ys[0], ys[1]):
+            d.flag("resizes_batch_or_channels")
+        g.spatial_params(d, n.input[0])
+        d.params.update(h_out=ys[2], w_out=ys[3], mode=mode)
+        return d
 
     def draw(self, r: np.random.Generator, prior: bool) -> dict[str, Any]:
         h, w = space.hw(r, prior)

@@ -2,16 +2,18 @@
 window pools, binary element-wise ops, and memory-bound ops counted by elements moved."""
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from . import space
+from .importing import Draft, ImpossibleShapeError, Unsupported, attrs, check_window, window_params
 from .ir import Op
 from .params import LayerSpecError, act_code, io_bytes, nonneg, opt_int, positive, window, window_attrs
 from .registry import NCHW, LayerCounts, LayerTypeSpec
 
-__all__ = ["WindowPool", "BinaryEltwise", "MemoryBound"]
+__all__ = ["WindowPool", "BinaryEltwise", "MemoryBound", "is_depthwise_conv", "conv_draft", "gemm_dims", "generic_draft"]
 
 
 class WindowPool(LayerTypeSpec):
@@ -35,6 +37,43 @@ class WindowPool(LayerTypeSpec):
     def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
                 act: str | None, *, single: bool = False) -> list[Op]:
         return [Op(self.name, "lum", tuple(ins), out_name, out_shape, window_attrs(p, dilated=False))]
+
+    def from_onnx(self, n: Any, g: Any) -> Any:
+        """A 1-D or 2-D pool; ceil mode extends the bottom/right pads so that floor-mode
+        counting gives ONNX's output size (flag ``ceil_mode``)."""
+        x = n.input[0]
+        xs = g.shape(x)
+        if xs is None:
+            raise Unsupported("unknown_shape")
+        if len(xs) not in (3, 4):
+            raise Unsupported(f"pool{len(xs) - 2}d")
+        a = attrs(n)
+        d = g.base(n, self.name)
+        d.outputs = d.outputs[:1]
+        k = list(a.get("kernel_shape", []))
+        if len(k) != len(xs) - 2:
+            raise Unsupported("bad_kernel_shape")
+        win = window_params(n, d, xs, k)
+        if any(v != 1 for v in a.get("dilations", [])):
+            d.flag("dilated_pool")
+        ys = g.shape(n.output[0])
+        if a.get("ceil_mode", 0):
+            d.flag("ceil_mode")
+            if ys is not None and len(ys) == len(xs):
+                outs = list(ys[2:]) if len(ys) == 4 else [1, ys[2]]
+                for (size, kk, s, pb, pe, o) in (("h", "k_h", "s_h", "p_t", "p_b", 0), ("w", "k_w", "s_w", "p_l", "p_r", 1)):
+                    need = (outs[o] - 1) * win[s] + win[kk] - win[size] - win[pb]
+                    win[pe] = max(win[pe], need)
+        check_window(n, win, dilated=False)
+        win.pop("d_h"), win.pop("d_w")
+        if len(xs) == 3:
+            d.flag("pool1d")
+        n_, c = xs[0], xs[1]
+        if n_ > 1:
+            d.flag("batch_gt_1")
+        d.params = dict(n=n_, c=c, **win)
+        d.check_shape = True
+        return d
 
     def draw(self, r: np.random.Generator, prior: bool) -> dict[str, Any]:
         h, w = space.hw(r, prior)
@@ -92,6 +131,27 @@ class BinaryEltwise(LayerTypeSpec):
                 act: str | None, *, single: bool = False) -> list[Op]:
         return [Op(self.name, "lum", tuple(ins), out_name, out_shape, {}, act)]
 
+    def from_onnx(self, n: Any, g: Any) -> Any:
+        """A two-input element-wise node; an operand of fewer elements is broadcast
+        (``elems_b``), a constant operand is flagged ``const_operand``."""
+        ins = [x for x in n.input if x]
+        if len(ins) != 2:
+            return None
+        d = g.base(n, self.name)
+        out = n.output[0]
+        g.spatial_params(d, out)
+        sizes = [g.elems(x) for x in ins]
+        total = g.elems(out)
+        if any(s is None for s in sizes) or total is None:
+            d.flag("unknown_shape")
+            return d
+        known = [int(x) for x in sizes if x is not None]
+        if min(known) != total or max(known) != total:
+            d.params.update(broadcast=1, elems_b=max(min(known), 1))
+        if any(g.is_static(x) for x in ins):
+            d.flag("const_operand")
+        return d
+
     def draw(self, r: np.random.Generator, prior: bool) -> dict[str, Any]:
         h, w = space.hw(r, prior)
         p: dict[str, Any] = dict(h=h, w=w, c=space.channels(r, prior=prior, h=h))
@@ -121,3 +181,91 @@ class MemoryBound(LayerTypeSpec):
         for key in self.extra:
             feats[key] = nonneg(p, key, 0)
         return LayerCounts(feats, 0, 0, float(max(in_el, out_el)), io_bytes(in_el, out_el, 0, eb), (out_el,))
+
+
+# ------------------------------------------------------------------------ ONNX patterns
+
+
+def is_depthwise_conv(n: Any, g: Any) -> bool:
+    """Whether Conv node ``n`` is depthwise (groups = input channels, output a multiple)."""
+    xs, ws = g.shape(n.input[0]), g.shape(n.input[1])
+    if xs is None or ws is None or len(xs) < 2:
+        return False
+    groups = int(attrs(n).get("group", 1))
+    return groups > 1 and groups == xs[1] and ws[0] % xs[1] == 0
+
+
+def conv_draft(n: Any, g: Any, layer_type: str) -> Draft:
+    """A Conv node (1-D or 2-D), with a BatchNormalization right after it folded in where the
+    device's rules fold it (onnxsim folds it first where it can): conv2d params, or dwconv2d's
+    (``c``, ``multiplier``) for ``layer_type`` dwconv2d."""
+    x, w = n.input[0], n.input[1]
+    xs, ws = g.shape(x), g.shape(w)
+    if xs is None or ws is None:
+        raise Unsupported("unknown_shape")
+    if len(xs) not in (3, 4):
+        raise Unsupported(f"conv{len(xs) - 2}d")
+    d = g.base(n, layer_type)
+    d.inputs = [g.canon(x)] if not g.is_static(x) else []
+    if not g.is_static(w):
+        d.flag("dynamic_weight")
+    if len(xs) == 3:
+        d.flag("conv1d")
+    groups = int(attrs(n).get("group", 1))
+    c_in, c_out = xs[1], ws[0]
+    win = window_params(n, d, xs, list(ws[2:]))
+    check_window(n, win, dilated=True)
+    if groups < 1 or c_in % groups or c_out % groups:
+        raise ImpossibleShapeError(
+            f"impossible shapes: node {n.name!r} (Conv): group={groups} does not divide the {c_in} input "
+            f"channels and the {c_out} output channels (input {'x'.join(map(str, xs))}, "
+            f"weight {'x'.join(map(str, ws))})")
+    bias = 1 if len(n.input) > 2 and n.input[2] else 0
+    out = g.canon(n.output[0])
+    cons = g.cons(out)
+    if (g.rules.bn_into_conv and len(cons) == 1 and cons[0].op_type == "BatchNormalization"
+            and out not in g.graph_outputs and all(g.is_static(i) for i in cons[0].input[1:5] if i)
+            and cons[0].name not in g.claimed):
+        bn = cons[0]
+        d.nodes.append(bn.name)
+        d.outputs = [g.canon(bn.output[0])]
+        d.flag("bn_folded")
+        bias = 1
+    n_ = xs[0]
+    if n_ > 1:
+        d.flag("batch_gt_1")
+    if layer_type == "dwconv2d":
+        d.params = dict(n=n_, c=c_in, multiplier=c_out // c_in, bias=bias, **win)
+    else:
+        d.params = dict(n=n_, c_in=c_in, c_out=c_out, groups=groups, bias=bias, **win)
+    d.check_shape = True
+    return d
+
+
+def generic_draft(n: Any, g: Any, layer_type: str, **extra: int) -> Draft:
+    """A one-input node counted by the elements it moves: ``(n, h, w, c)`` of its input."""
+    d = g.base(n, layer_type)
+    d.inputs = [g.canon(n.input[0])]
+    g.spatial_params(d, n.input[0])
+    d.params.update(extra)
+    return d
+
+
+def gemm_dims(n: Any, g: Any) -> tuple[int, int, int, int, int]:
+    """``(m, k, n_cols, batch, bias)`` of a Gemm or MatMul node; a MatMul of ``(..., M, K)``
+    by a constant ``(K, N)`` is a linear layer over all leading dims (batch 1, m rows)."""
+    sa, sb = g.shape(n.input[0]), g.shape(n.input[1])
+    if sa is None or sb is None:
+        raise Unsupported("unknown_shape")
+    if n.op_type == "Gemm":
+        at = attrs(n)
+        m, k = (sa[1], sa[0]) if at.get("transA", 0) else (sa[0], sa[1])
+        cols = sb[0] if at.get("transB", 0) else sb[1]
+        return m, k, cols, 1, 1 if len(n.input) > 2 and n.input[2] else 0
+    a_ = list(sa) if len(sa) > 1 else [1] + list(sa)
+    b_ = list(sb) if len(sb) > 1 else list(sb) + [1]
+    m, k, cols = a_[-2], a_[-1], b_[-1]
+    batch = max(math.prod(a_[:-2]), math.prod(b_[:-2]))
+    if g.is_static(n.input[1]) and len(b_) == 2:
+        m, batch = m * math.prod(a_[:-2]), 1
+    return m, k, cols, batch, 0
