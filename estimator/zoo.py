@@ -29,12 +29,16 @@ name                      structure
 ``vgg16``                 VGG-16 (configuration D), classifier sized from the resolution
 ========================  =================================================================
 
+:func:`default_resolution` gives each network's input side (640 for ``yolov5s``, 224
+otherwise); :func:`build` and :func:`export_onnx` use it when no resolution is given.
+
 :func:`export_onnx` uses torch's TorchScript-based exporter (``dynamo=False``): it works
 offline with no extra dependency (the dynamo exporter needs ``onnxscript``), is
 deterministic, and constant-folds the shape arithmetic of fixed-size inputs.
 """
 from __future__ import annotations
 
+import inspect
 import io
 import warnings
 from typing import Any, Callable, Sequence
@@ -45,7 +49,7 @@ from torch.nn import functional as F
 
 from .errors import UserError
 
-__all__ = ["ZOO", "ZooError", "build", "export_onnx", "names", "param_count", "DEFAULT_OPSET"]
+__all__ = ["ZOO", "ZooError", "build", "default_resolution", "export_onnx", "names", "param_count", "DEFAULT_OPSET"]
 
 #: Opset used by :func:`export_onnx` when none is given.
 DEFAULT_OPSET = 17
@@ -749,8 +753,19 @@ def names() -> list[str]:
     return list(ZOO)
 
 
-def build(name: str, resolution: int = 224, *, seed: int = 0, **kwargs: Any) -> nn.Module:
+def default_resolution(name: str) -> int:
+    """The input side ``name`` is built at when no resolution is given (its builder's default)."""
+    try:
+        builder = ZOO[name]
+    except KeyError:
+        raise ZooError(f"unknown architecture {name!r}; known: {', '.join(ZOO)}") from None
+    return int(inspect.signature(builder).parameters["resolution"].default)
+
+
+def build(name: str, resolution: int | None = None, *, seed: int = 0, **kwargs: Any) -> nn.Module:
     """Build architecture ``name`` with random weights (deterministic for a ``seed``), in eval mode.
+
+    ``resolution`` defaults to :func:`default_resolution`.
 
     BatchNorm running statistics are randomised too (as after training), so that BN folding
     and the numeric checks downstream see realistic, non-trivial values.
@@ -759,6 +774,8 @@ def build(name: str, resolution: int = 224, *, seed: int = 0, **kwargs: Any) -> 
         builder = ZOO[name]
     except KeyError:
         raise ZooError(f"unknown architecture {name!r}; known: {', '.join(ZOO)}") from None
+    if resolution is None:
+        resolution = default_resolution(name)
     if int(resolution) < 32:
         raise ZooError(f"resolution must be >= 32, got {resolution}")
     with torch.random.fork_rng(devices=[]):
@@ -777,16 +794,19 @@ def build(name: str, resolution: int = 224, *, seed: int = 0, **kwargs: Any) -> 
     return model.eval()
 
 
-def export_onnx(module_or_name: nn.Module | str, resolution: int = 224, opset: int | None = None, *,
+def export_onnx(module_or_name: nn.Module | str, resolution: int | None = None, opset: int | None = None, *,
                 batch: int = 1, in_channels: int = 3, input_shape: Sequence[int] | None = None,
                 input_name: str = "input", dynamic_batch: bool = False) -> bytes:
     """Export a module (or a :data:`ZOO` name, built at ``resolution``) to ONNX bytes.
 
     The input is ``(batch, in_channels, resolution, resolution)`` unless ``input_shape`` is
-    given. ``dynamic_batch`` marks dim 0 as a named dynamic dimension ``batch``.
+    given; ``resolution`` defaults to the name's :func:`default_resolution` (224 for a
+    module). ``dynamic_batch`` marks dim 0 as a named dynamic dimension ``batch``.
     Uses the TorchScript-based exporter (see the module docstring); ``opset`` defaults to
     :data:`DEFAULT_OPSET`.
     """
+    if resolution is None:
+        resolution = default_resolution(module_or_name) if isinstance(module_or_name, str) else 224
     module = build(module_or_name, resolution) if isinstance(module_or_name, str) else module_or_name
     module = module.eval()
     shape = tuple(int(d) for d in input_shape) if input_shape is not None else (batch, in_channels, resolution, resolution)
