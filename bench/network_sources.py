@@ -238,9 +238,11 @@ def parse_zoo(text: str) -> list[tuple[str, int | None]]:
 
 
 def zoo_specs(items: Iterable[tuple[str, int | None]]) -> list[NetworkSpec]:
+    from estimator import zoo  # noqa: PLC0415
+
     out = []
     for name, res in items:
-        r = res or (640 if name.startswith("yolo") else 224)
+        r = res or zoo.default_resolution(name)
 
         def build(name: str = name, r: int = r) -> bytes:
             from estimator import zoo  # noqa: PLC0415

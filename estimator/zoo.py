@@ -4,30 +4,48 @@ The builders follow the layer structure of the original networks (torchvision's
 definitions where torchvision has one, the papers or the reference code otherwise), so
 that whole-network evaluation of the estimator sees the layers real networks contain.
 Only the weights are random. Every builder takes the input ``resolution`` (square) and
-returns a module in ``eval()`` mode; all classification heads use global pooling, so any
+returns a module in ``eval()`` mode; the classification heads use global pooling, so any
 resolution that survives the network's downsampling works (YOLO needs a multiple of 32,
-VGG a multiple of 32 as well since its classifier is sized from it).
+VGG a multiple of 32 as well since its classifier is sized from it; DeiT sizes its position
+embedding and EfficientFormer its attention bias from the resolution).
 
-========================  =================================================================
-name                      structure
-========================  =================================================================
-``resnet18``              torchvision ResNet-18 (BasicBlock, [2, 2, 2, 2])
-``resnet50``              torchvision ResNet-50 v1.5 (Bottleneck, stride on the 3x3)
-``mobilenet_v1``          MobileNetV1 1.0 (Howard et al. 2017), ReLU
-``mobilenet_v2``          torchvision MobileNetV2 1.0, ReLU6
-``mobilenet_v3``          torchvision MobileNetV3-Large: SE (hardsigmoid gate) + HardSwish
-``efficientnet_b0``       torchvision EfficientNet-B0: MBConv, SiLU, SE (sigmoid gate)
-``shufflenet_v2``         torchvision ShuffleNetV2 x1.0: chunk, concat, channel shuffle
-``squeezenet``            torchvision SqueezeNet 1.1: Fire modules, ceil-mode max pools
-``densenet121``           torchvision DenseNet-121 (growth 32, blocks 6-12-24-16);
-                          ``block_config``/``growth_rate`` shrink it
-``googlenet``             GoogLeNet / Inception v1 with BN convs (5x5 branch as in the paper)
-``yolov5s``               YOLOv5s v6 (Conv-BN-SiLU, C3, SPPF, PAN neck with nearest
-                          upsample + concat, Detect head with sigmoid + box decode)
-``mnasnet``               torchvision MNASNet 1.0
-``regnet_x_400mf``        torchvision RegNetX-400MF (grouped 3x3 convs, group width 16)
-``vgg16``                 VGG-16 (configuration D), classifier sized from the resolution
-========================  =================================================================
+============================  =============================================================
+name                          structure
+============================  =============================================================
+``resnet18``                  torchvision ResNet-18 (BasicBlock, [2, 2, 2, 2])
+``resnet50``                  torchvision ResNet-50 v1.5 (Bottleneck, stride on the 3x3)
+``mobilenet_v1``              MobileNetV1 1.0 (Howard et al. 2017), ReLU
+``mobilenet_v2``              torchvision MobileNetV2 1.0, ReLU6
+``mobilenet_v3``              torchvision MobileNetV3-Large: SE (hardsigmoid gate) + HardSwish
+``efficientnet_b0``           torchvision EfficientNet-B0: MBConv, SiLU, SE (sigmoid gate)
+``shufflenet_v2``             torchvision ShuffleNetV2 x1.0: chunk, concat, channel shuffle
+``squeezenet``                torchvision SqueezeNet 1.1: Fire modules, ceil-mode max pools
+``densenet121``               torchvision DenseNet-121 (growth 32, blocks 6-12-24-16);
+                              ``block_config``/``growth_rate`` shrink it
+``googlenet``                 GoogLeNet / Inception v1 with BN convs (5x5 branch as in the paper)
+``yolov5s``                   YOLOv5s v6 (Conv-BN-SiLU, C3, SPPF, PAN neck with nearest
+                              upsample + concat, Detect head with sigmoid + box decode)
+``mnasnet``                   torchvision MNASNet 1.0
+``regnet_x_400mf``            torchvision RegNetX-400MF (grouped 3x3 convs, group width 16)
+``vgg16``                     VGG-16 (configuration D), classifier sized from the resolution
+``deit_tiny``                 DeiT-Tiny/16 (Touvron et al. 2021): 16x16 conv patch embedding, dim 192,
+                              12 pre-norm blocks of 3 heads, GELU MLP x4, class token, learned
+                              position embedding sized from the resolution (a multiple of 16)
+``mobilevit_xs``              MobileViT-XS (Mehta & Rastegari 2022), 256 by default: MV2 blocks
+                              (expansion 4, SiLU), MobileViT blocks of dims 96/120/144 and depths
+                              2/4/3 on 2x2 patches (unfold/fold as reshapes and transposes)
+``efficientformer_l1``        EfficientFormer-L1 (Li et al. 2022): Meta4D blocks (3x3 avg-pool
+                              mixer, conv-BN GELU MLP), one Meta3D block (8-head attention with
+                              learned bias, LayerNorm, GELU MLP); classifier and distillation heads
+``mobilenet_v4_conv_small``   MobileNetV4-Conv-Small (Qin et al. 2024): FusedIB and Universal
+                              Inverted Bottleneck blocks (ExtraDW, IB, ConvNext-like), ReLU
+============================  =============================================================
+
+The transformers write attention in plain ops (qkv ``Linear``, ``q @ k^T * scale``, softmax,
+``@ v``, output ``Linear``), GELU as ``nn.GELU`` (``Erf``) and LayerNorm as ``nn.LayerNorm``
+(``LayerNormalization`` at opset 17). :func:`default_resolution` gives each network's input
+side (640 for ``yolov5s``, 256 for ``mobilevit_xs``, 224 otherwise); :func:`build` and
+:func:`export_onnx` use it when no resolution is given.
 
 :func:`export_onnx` uses torch's TorchScript-based exporter (``dynamo=False``): it works
 offline with no extra dependency (the dynamo exporter needs ``onnxscript``), is
@@ -35,6 +53,7 @@ deterministic, and constant-folds the shape arithmetic of fixed-size inputs.
 """
 from __future__ import annotations
 
+import inspect
 import io
 import warnings
 from typing import Any, Callable, Sequence
@@ -45,7 +64,7 @@ from torch.nn import functional as F
 
 from .errors import UserError
 
-__all__ = ["ZOO", "ZooError", "build", "export_onnx", "names", "param_count", "DEFAULT_OPSET"]
+__all__ = ["ZOO", "ZooError", "build", "default_resolution", "export_onnx", "names", "param_count", "DEFAULT_OPSET"]
 
 #: Opset used by :func:`export_onnx` when none is given.
 DEFAULT_OPSET = 17
@@ -723,6 +742,330 @@ class VGG(nn.Module):
         return self.classifier(torch.flatten(self.features(x), 1))
 
 
+# ------------------------------------------------------------------ attention (shared)
+
+
+class _Attention(nn.Module):
+    """Multi-head self-attention on ``(B, N, C)`` tokens in plain ops: one fused qkv Linear,
+    ``softmax(q @ k^T * scale) @ v`` per head, an output Linear."""
+
+    def __init__(self, dim: int, heads: int, qkv_bias: bool = True) -> None:
+        super().__init__()
+        self.heads = heads
+        self.head_dim = dim // heads
+        self.scale = self.head_dim ** -0.5
+        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape
+        qkv = self.qkv(x).reshape(b, n, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        attn = torch.softmax(q @ k.transpose(-2, -1) * self.scale, dim=-1)
+        return self.proj((attn @ v).transpose(1, 2).reshape(b, n, c))
+
+
+class _TransformerBlock(nn.Module):
+    """Pre-norm transformer encoder block: x + attn(LN(x)), x + mlp(LN(x))."""
+
+    def __init__(self, dim: int, heads: int, mlp_dim: int, act: Callable[[], nn.Module] = nn.GELU,
+                 eps: float = 1e-5) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, eps=eps)
+        self.attn = _Attention(dim, heads)
+        self.norm2 = nn.LayerNorm(dim, eps=eps)
+        self.mlp = nn.Sequential(nn.Linear(dim, mlp_dim), act(), nn.Linear(mlp_dim, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+# -------------------------------------------------------------------------------- DeiT
+
+
+class DeiT(nn.Module):
+    """DeiT-Tiny/16 (Touvron et al. 2021; timm's ``deit_tiny_patch16_224``): ViT with a 16x16/16
+    conv patch embedding, class token, learned position embedding sized for the resolution,
+    pre-norm blocks (LayerNorm eps 1e-6, GELU MLP), head on the class token."""
+
+    def __init__(self, resolution: int = 224, patch: int = 16, dim: int = 192, depth: int = 12, heads: int = 3,
+                 mlp_ratio: float = 4.0, num_classes: int = 1000) -> None:
+        super().__init__()
+        if resolution % patch:
+            raise ZooError(f"deit needs a resolution divisible by the patch size {patch}, got {resolution}")
+        tokens = (resolution // patch) ** 2
+        self.patch_embed = nn.Conv2d(3, dim, patch, patch)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, dim) * 0.02)
+        self.pos_embed = nn.Parameter(torch.randn(1, tokens + 1, dim) * 0.02)
+        self.blocks = nn.Sequential(*[_TransformerBlock(dim, heads, int(dim * mlp_ratio), eps=1e-6)
+                                      for _ in range(depth)])
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.head = nn.Linear(dim, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.patch_embed(x).flatten(2).transpose(1, 2)
+        x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), 1) + self.pos_embed
+        x = self.norm(self.blocks(x))
+        return self.head(x[:, 0])
+
+
+# --------------------------------------------------------------------------- MobileViT
+
+
+class _MV2(nn.Module):
+    """MobileViT's MobileNetV2 block: 1x1 expand, 3x3 depthwise, 1x1 project (SiLU)."""
+
+    def __init__(self, c_in: int, c_out: int, stride: int, expand: int) -> None:
+        super().__init__()
+        hidden = _make_divisible(c_in * expand, 8)
+        self.use_res = stride == 1 and c_in == c_out
+        self.block = nn.Sequential(_cbr(c_in, hidden, 1, act=nn.SiLU),
+                                   _cbr(hidden, hidden, 3, stride, groups=hidden, act=nn.SiLU),
+                                   _cbr(hidden, c_out, 1, act=None))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.block(x) if self.use_res else self.block(x)
+
+
+class _MobileViTBlock(nn.Module):
+    """MobileViT block (ml-cvnets v1): 3x3 conv + 1x1 to ``dim`` (local), unfold into 2x2 patches,
+    ``depth`` transformer blocks (SiLU MLP of 2 x dim, 4 heads) + LayerNorm (global), fold,
+    1x1 back to ``c``, concat with the input and a 3x3 fusion conv. Feature maps not divisible
+    by the patch are resized to the next multiple and back (bilinear), as the reference does."""
+
+    def __init__(self, c: int, dim: int, depth: int, patch: int = 2, heads: int = 4, mlp_ratio: float = 2.0) -> None:
+        super().__init__()
+        self.patch = patch
+        self.local = nn.Sequential(_cbr(c, c, 3, act=nn.SiLU), nn.Conv2d(c, dim, 1, bias=False))
+        self.transformer = nn.Sequential(*[_TransformerBlock(dim, heads, int(dim * mlp_ratio), act=nn.SiLU)
+                                           for _ in range(depth)])
+        self.norm = nn.LayerNorm(dim)
+        self.proj = _cbr(dim, c, 1, act=nn.SiLU)
+        self.fusion = _cbr(2 * c, c, 3, act=nn.SiLU)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        fm = self.local(x)
+        b, d, h, w = fm.shape
+        p = self.patch
+        nh, nw = -(-h // p), -(-w // p)
+        resized = (nh * p, nw * p) != (h, w)
+        if resized:
+            fm = F.interpolate(fm, size=(nh * p, nw * p), mode="bilinear", align_corners=False)
+        # [B, D, H, W] -> [B * P, N, D] with P = p * p pixels per patch, N patches
+        t = fm.reshape(b * d * nh, p, nw, p).transpose(1, 2).reshape(b, d, nh * nw, p * p)
+        t = t.transpose(1, 3).reshape(b * p * p, nh * nw, d)
+        t = self.norm(self.transformer(t))
+        t = t.reshape(b, p * p, nh * nw, d).transpose(1, 3).reshape(b * d * nh, nw, p, p)
+        fm = t.transpose(1, 2).reshape(b, d, nh * p, nw * p)
+        if resized:
+            fm = F.interpolate(fm, size=(h, w), mode="bilinear", align_corners=False)
+        return self.fusion(torch.cat((x, self.proj(fm)), 1))
+
+
+class MobileViT(nn.Module):
+    """MobileViT-XS (Mehta & Rastegari 2022; ml-cvnets ``x_small``): MV2 blocks (expansion 4)
+    and three MobileViT blocks of dims 96/120/144, depths 2/4/3, 2x2 patches, SiLU."""
+
+    def __init__(self, channels: Sequence[int] = (16, 32, 48, 64, 80, 96, 384), dims: Sequence[int] = (96, 120, 144),
+                 depths: Sequence[int] = (2, 4, 3), expand: int = 4, num_classes: int = 1000) -> None:
+        super().__init__()
+        c0, c1, c2, c3, c4, c5, c_last = channels
+        self.stem = _cbr(3, c0, 3, 2, act=nn.SiLU)
+        self.layer1 = _MV2(c0, c1, 1, expand)
+        self.layer2 = nn.Sequential(_MV2(c1, c2, 2, expand), _MV2(c2, c2, 1, expand), _MV2(c2, c2, 1, expand))
+        self.layer3 = nn.Sequential(_MV2(c2, c3, 2, expand), _MobileViTBlock(c3, dims[0], depths[0]))
+        self.layer4 = nn.Sequential(_MV2(c3, c4, 2, expand), _MobileViTBlock(c4, dims[1], depths[1]))
+        self.layer5 = nn.Sequential(_MV2(c4, c5, 2, expand), _MobileViTBlock(c5, dims[2], depths[2]))
+        self.conv_exp = _cbr(c5, c_last, 1, act=nn.SiLU)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.classifier = nn.Sequential(nn.Dropout(0.1), nn.Linear(c_last, num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.layer2(self.layer1(self.stem(x)))
+        x = self.conv_exp(self.layer5(self.layer4(self.layer3(x))))
+        return self.classifier(torch.flatten(self.avgpool(x), 1))
+
+
+# ---------------------------------------------------------------------- EfficientFormer
+
+
+class _Meta4D(nn.Module):
+    """EfficientFormer's 4D block: x + ls1 * (avgpool3x3(x) - x), x + ls2 * conv-BN MLP (GELU)."""
+
+    def __init__(self, dim: int, mlp_ratio: float = 4.0) -> None:
+        super().__init__()
+        hidden = int(dim * mlp_ratio)
+        self.pool = nn.AvgPool2d(3, 1, 1, count_include_pad=False)
+        self.mlp = nn.Sequential(nn.Conv2d(dim, hidden, 1), nn.BatchNorm2d(hidden), nn.GELU(),
+                                 nn.Conv2d(hidden, dim, 1), nn.BatchNorm2d(dim))
+        self.layer_scale_1 = nn.Parameter(torch.full((dim, 1, 1), 1e-5))
+        self.layer_scale_2 = nn.Parameter(torch.full((dim, 1, 1), 1e-5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.layer_scale_1 * (self.pool(x) - x)
+        return x + self.layer_scale_2 * self.mlp(x)
+
+
+class _EFAttention(nn.Module):
+    """EfficientFormer's attention: 8 heads, key dim 32, value dim 4 x 32, a learned bias per
+    head and relative offset on the ``side x side`` grid, added to the scaled logits."""
+
+    def __init__(self, dim: int, side: int, key_dim: int = 32, heads: int = 8, attn_ratio: int = 4) -> None:
+        super().__init__()
+        self.heads, self.key_dim, self.d = heads, key_dim, attn_ratio * key_dim
+        self.scale = key_dim ** -0.5
+        self.qkv = nn.Linear(dim, heads * (2 * key_dim + self.d))
+        self.proj = nn.Linear(heads * self.d, dim)
+        points = [(i, j) for i in range(side) for j in range(side)]
+        offsets: dict[tuple[int, int], int] = {}
+        idxs = [offsets.setdefault((abs(a[0] - b[0]), abs(a[1] - b[1])), len(offsets)) for a in points for b in points]
+        self.attention_biases = nn.Parameter(torch.randn(heads, len(offsets)) * 0.02)
+        self.register_buffer("attention_bias_idxs", torch.tensor(idxs, dtype=torch.long).view(len(points), len(points)),
+                             persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, _ = x.shape
+        qkv = self.qkv(x).reshape(b, n, self.heads, -1).permute(0, 2, 1, 3)
+        q, k, v = qkv.split([self.key_dim, self.key_dim, self.d], dim=3)
+        attn = q @ k.transpose(-2, -1) * self.scale + self.attention_biases[:, self.attention_bias_idxs]
+        attn = torch.softmax(attn, dim=-1)
+        return self.proj((attn @ v).transpose(1, 2).reshape(b, n, self.heads * self.d))
+
+
+class _Meta3D(nn.Module):
+    """EfficientFormer's 3D block on tokens: x + ls1 * attn(LN(x)), x + ls2 * MLP(LN(x)) (GELU)."""
+
+    def __init__(self, dim: int, side: int, mlp_ratio: float = 4.0) -> None:
+        super().__init__()
+        hidden = int(dim * mlp_ratio)
+        self.norm1 = nn.LayerNorm(dim)
+        self.token_mixer = _EFAttention(dim, side)
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim))
+        self.layer_scale_1 = nn.Parameter(torch.full((dim,), 1e-5))
+        self.layer_scale_2 = nn.Parameter(torch.full((dim,), 1e-5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.layer_scale_1 * self.token_mixer(self.norm1(x))
+        return x + self.layer_scale_2 * self.mlp(self.norm2(x))
+
+
+class _Flat(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.flatten(2).transpose(1, 2)
+
+
+class EfficientFormer(nn.Module):
+    """EfficientFormer-L1 (Li et al. 2022; snap-research reference): stem of two 3x3/2 conv-BN-ReLU,
+    Meta4D stages 48-96-224-448 (depths 3-2-6-4) joined by 3x3/2 conv-BN embeddings, the last
+    ``vit_num`` blocks of stage 4 Meta3D, LayerNorm, token mean, and the classifier and
+    distillation heads averaged (inference mode of the reference)."""
+
+    def __init__(self, resolution: int = 224, widths: Sequence[int] = (48, 96, 224, 448),
+                 depths: Sequence[int] = (3, 2, 6, 4), vit_num: int = 1, num_classes: int = 1000) -> None:
+        super().__init__()
+        if not 1 <= vit_num <= depths[-1]:
+            raise ZooError(f"vit_num must be in 1..{depths[-1]}, got {vit_num}")
+        side = int(resolution)
+        for _ in range(5):  # two stem convs and three embeddings, 3x3/2 pad 1 each
+            side = (side + 1) // 2
+        self.stem = nn.Sequential(nn.Conv2d(3, widths[0] // 2, 3, 2, 1), nn.BatchNorm2d(widths[0] // 2), nn.ReLU(),
+                                  nn.Conv2d(widths[0] // 2, widths[0], 3, 2, 1), nn.BatchNorm2d(widths[0]), nn.ReLU())
+        layers: list[nn.Module] = []
+        last = len(widths) - 1
+        for i, (w, d) in enumerate(zip(widths, depths)):
+            if i:
+                layers.append(nn.Sequential(nn.Conv2d(widths[i - 1], w, 3, 2, 1), nn.BatchNorm2d(w)))
+            n4d = d - vit_num if i == last else d
+            layers += [_Meta4D(w) for _ in range(n4d)]
+            if i == last:
+                layers.append(_Flat())
+                layers += [_Meta3D(w, side) for _ in range(vit_num)]
+        self.network = nn.Sequential(*layers)
+        self.norm = nn.LayerNorm(widths[-1])
+        self.head = nn.Linear(widths[-1], num_classes)
+        self.dist_head = nn.Linear(widths[-1], num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.norm(self.network(self.stem(x))).mean(-2)
+        return (self.head(x) + self.dist_head(x)) / 2
+
+
+# ----------------------------------------------------------------------- MobileNetV4
+
+
+class _FusedIB(nn.Module):
+    """Fused inverted bottleneck: kxk conv-BN-ReLU expansion (carrying the stride), 1x1 conv-BN projection."""
+
+    def __init__(self, c_in: int, c_out: int, k: int, stride: int, expand: float) -> None:
+        super().__init__()
+        hidden = _make_divisible(c_in * expand, 8)
+        self.use_res = stride == 1 and c_in == c_out
+        self.block = nn.Sequential(_cbr(c_in, hidden, k, stride), _cbr(hidden, c_out, 1, act=None))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.block(x) if self.use_res else self.block(x)
+
+
+class _UIB(nn.Module):
+    """Universal Inverted Bottleneck (MobileNetV4): optional start depthwise kxk (BN, no act) on the
+    input, 1x1 expansion (BN, ReLU), optional middle depthwise kxk (BN, ReLU), 1x1 projection (BN).
+    ``start_k``/``mid_k`` of 0 leave that depthwise out: (k, k) ExtraDW, (0, k) IB, (k, 0)
+    ConvNext-like, (0, 0) FFN. The stride goes to the middle depthwise when there is one."""
+
+    def __init__(self, c_in: int, c_out: int, start_k: int, mid_k: int, stride: int, expand: float) -> None:
+        super().__init__()
+        hidden = _make_divisible(c_in * expand, 8)
+        self.use_res = stride == 1 and c_in == c_out
+        layers: list[nn.Module] = []
+        if start_k:
+            layers.append(_cbr(c_in, c_in, start_k, 1 if mid_k else stride, groups=c_in, act=None))
+        layers.append(_cbr(c_in, hidden, 1))
+        if mid_k:
+            layers.append(_cbr(hidden, hidden, mid_k, stride, groups=hidden))
+        layers.append(_cbr(hidden, c_out, 1, act=None))
+        self.block = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.block(x) if self.use_res else self.block(x)
+
+
+class MobileNetV4(nn.Module):
+    """MobileNetV4-Conv-Small (Qin et al. 2024, Table for MNv4-Conv-S; the TF reference's
+    ``MobileNetV4ConvSmall`` spec): ReLU, BN; head 1x1 conv to 960, global pool, 1x1 conv-BN-ReLU
+    to 1280, classifier."""
+
+    FUSED = [(32, 3, 2, 1.0), (64, 3, 2, 3.0)]  # c_out, k, stride, expansion
+    UIB = [  # c_out, start_k, mid_k, stride, expansion
+        (96, 5, 5, 2, 3.0),  # ExtraDW
+        (96, 0, 3, 1, 2.0), (96, 0, 3, 1, 2.0), (96, 0, 3, 1, 2.0), (96, 0, 3, 1, 2.0),  # IB
+        (96, 3, 0, 1, 4.0),  # ConvNext-like
+        (128, 3, 3, 2, 6.0), (128, 5, 5, 1, 4.0),  # ExtraDW
+        (128, 0, 5, 1, 4.0), (128, 0, 5, 1, 3.0), (128, 0, 3, 1, 4.0), (128, 0, 3, 1, 4.0),  # IB
+    ]
+
+    def __init__(self, num_classes: int = 1000) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [_cbr(3, 32, 3, 2)]
+        c = 32
+        for c_out, k, s, e in self.FUSED:
+            layers.append(_FusedIB(c, c_out, k, s, e))
+            c = c_out
+        for c_out, ks, km, s, e in self.UIB:
+            layers.append(_UIB(c, c_out, ks, km, s, e))
+            c = c_out
+        layers.append(_cbr(c, 960, 1))
+        self.features = nn.Sequential(*layers)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.conv_head = _cbr(960, 1280, 1)
+        self.classifier = nn.Linear(1280, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.conv_head(self.avgpool(self.features(x)))
+        return self.classifier(torch.flatten(x, 1))
+
+
 # ------------------------------------------------------------------------------- registry
 
 #: name -> builder(resolution, **kwargs). Builders that do not depend on the resolution
@@ -742,6 +1085,10 @@ ZOO: dict[str, Callable[..., nn.Module]] = {
     "mnasnet": lambda resolution=224, **kw: MNASNet(**kw),
     "regnet_x_400mf": lambda resolution=224, **kw: RegNetX(**kw),
     "vgg16": lambda resolution=224, **kw: VGG(resolution, **kw),
+    "deit_tiny": lambda resolution=224, **kw: DeiT(resolution, **kw),
+    "mobilevit_xs": lambda resolution=256, **kw: MobileViT(**kw),
+    "efficientformer_l1": lambda resolution=224, **kw: EfficientFormer(resolution, **kw),
+    "mobilenet_v4_conv_small": lambda resolution=224, **kw: MobileNetV4(**kw),
 }
 
 
@@ -749,8 +1096,19 @@ def names() -> list[str]:
     return list(ZOO)
 
 
-def build(name: str, resolution: int = 224, *, seed: int = 0, **kwargs: Any) -> nn.Module:
+def default_resolution(name: str) -> int:
+    """The input side ``name`` is built at when no resolution is given (its builder's default)."""
+    try:
+        builder = ZOO[name]
+    except KeyError:
+        raise ZooError(f"unknown architecture {name!r}; known: {', '.join(ZOO)}") from None
+    return int(inspect.signature(builder).parameters["resolution"].default)
+
+
+def build(name: str, resolution: int | None = None, *, seed: int = 0, **kwargs: Any) -> nn.Module:
     """Build architecture ``name`` with random weights (deterministic for a ``seed``), in eval mode.
+
+    ``resolution`` defaults to :func:`default_resolution`.
 
     BatchNorm running statistics are randomised too (as after training), so that BN folding
     and the numeric checks downstream see realistic, non-trivial values.
@@ -759,6 +1117,8 @@ def build(name: str, resolution: int = 224, *, seed: int = 0, **kwargs: Any) -> 
         builder = ZOO[name]
     except KeyError:
         raise ZooError(f"unknown architecture {name!r}; known: {', '.join(ZOO)}") from None
+    if resolution is None:
+        resolution = default_resolution(name)
     if int(resolution) < 32:
         raise ZooError(f"resolution must be >= 32, got {resolution}")
     with torch.random.fork_rng(devices=[]):
@@ -777,16 +1137,19 @@ def build(name: str, resolution: int = 224, *, seed: int = 0, **kwargs: Any) -> 
     return model.eval()
 
 
-def export_onnx(module_or_name: nn.Module | str, resolution: int = 224, opset: int | None = None, *,
+def export_onnx(module_or_name: nn.Module | str, resolution: int | None = None, opset: int | None = None, *,
                 batch: int = 1, in_channels: int = 3, input_shape: Sequence[int] | None = None,
                 input_name: str = "input", dynamic_batch: bool = False) -> bytes:
     """Export a module (or a :data:`ZOO` name, built at ``resolution``) to ONNX bytes.
 
     The input is ``(batch, in_channels, resolution, resolution)`` unless ``input_shape`` is
-    given. ``dynamic_batch`` marks dim 0 as a named dynamic dimension ``batch``.
+    given; ``resolution`` defaults to the name's :func:`default_resolution` (224 for a
+    module). ``dynamic_batch`` marks dim 0 as a named dynamic dimension ``batch``.
     Uses the TorchScript-based exporter (see the module docstring); ``opset`` defaults to
     :data:`DEFAULT_OPSET`.
     """
+    if resolution is None:
+        resolution = default_resolution(module_or_name) if isinstance(module_or_name, str) else 224
     module = build(module_or_name, resolution) if isinstance(module_or_name, str) else module_or_name
     module = module.eval()
     shape = tuple(int(d) for d in input_shape) if input_shape is not None else (batch, in_channels, resolution, resolution)

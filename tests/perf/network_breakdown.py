@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     est = Estimator.from_profile(a.device, root=a.profiles)
     if a.layers:
         for name in [n for n in a.networks.split(",") if n]:
-            res = a.resolution or (640 if name.startswith("yolo") else 224)
+            res = a.resolution or zoo.default_resolution(name)
             rows = layer_rows(est, name, res, a.runs, a.layers, a.bench)
             print(f"\n{name}@{res}: {a.layers} layers")
             print(f"  {'layer':<28} {'in network':>10} {'predicted':>10} {'padded kernel':>14} {'T_LUM':>8}  params")
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     total: dict[str, dict[str, float]] = defaultdict(lambda: {"measured": 0.0, "predicted": 0.0, "n": 0})
     for name in [n for n in a.networks.split(",") if n]:
-        res = a.resolution or (640 if name.startswith("yolo") else 224)
+        res = a.resolution or zoo.default_resolution(name)
         rows = breakdown(est, name, res, a.runs)
         print(f"\n{name}@{res}")
         print(f"  {'type':<18} {'n':>4} {'measured ms':>12} {'predicted ms':>13} {'pred/meas':>10}")
