@@ -371,6 +371,10 @@ def make_weights(ir: ModelIR, seed: int = 0) -> dict[str, dict[str, np.ndarray]]
             out[op.name] = d
         elif op.kind == "act" and a.get("kind") == "prelu":
             out[op.name] = {"slope": (0.25 * np.ones(op.shape[1], dtype=np.float32))}
+        elif op.kind in SPECS:  # an op kind of the layer type's own (estimator.layers)
+            own = SPECS[op.kind].op_weights(op, r)
+            if own:
+                out[op.name] = own
         if op.role in ("pad_in", "pad_out") and op.name in out:
             # Padding convs get non-negative weights and biases. With signed random weights a
             # padding conv's ReLU output can be identically zero (e.g. pad_out after a global
@@ -497,6 +501,8 @@ def to_onnx(ir: ModelIR, seed: int = 0) -> bytes:
         elif op.kind == "reshape":
             shp = init(f"{op.name}/shape", np.array(op.shape, dtype=np.int64))
             nodes.append(helper.make_node("Reshape", [op.inputs[0], shp], [main_out], name=op.name))
+        elif op.kind in SPECS:  # an op kind of the layer type's own (estimator.layers)
+            nodes += SPECS[op.kind].onnx_nodes(op, main_out, w, init)
         else:
             raise LayerSpecError(f"IR op kind {op.kind!r} has no ONNX rendering")
         if op.act:

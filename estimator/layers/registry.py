@@ -131,6 +131,18 @@ class LayerTypeSpec:
         ``act`` is its fused activation; ``single``: the single-layer model (Fig. 5a)."""
         raise LayerSpecError(f"no model builder for {self.name!r}")
 
+    def op_weights(self, op: Op, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """Weights of an IR op of the type's own kind (``op.kind == name``), e.g. a layer
+        norm's scale and bias; ``bench.modelgen.make_weights`` draws them, seeded."""
+        return {}
+
+    def onnx_nodes(self, op: Op, output: str, weights: Mapping[str, np.ndarray], init: Any) -> list[Any]:
+        """ONNX nodes of an IR op of the type's own kind, reading ``op.inputs`` and writing
+        ``output``; ``init(name, array)`` adds an initializer and returns its name. The
+        model-IR primitives (conv, gemm, pools, element-wise, act, ...) are rendered by
+        ``bench.modelgen``; a type whose LUM needs another operator renders it here."""
+        raise LayerSpecError(f"IR op kind {op.kind!r} has no ONNX rendering")
+
     def single_layer_io(self, ins: tuple[NCHW, ...], out: NCHW) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
         """Graph input and output shapes of the single-layer model (default: the LUM's)."""
         return ins, out
