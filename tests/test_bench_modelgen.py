@@ -59,6 +59,8 @@ CASES = [
     ("activation", dict(h=10, w=10, c=8, kind="prelu")),
     ("activation", dict(h=10, w=10, c=8, kind=1)),  # relu6 by code
 ]
+# the examples a type module gives of itself
+CASES += [(t, dict(p)) for t, s in SPECS.items() for p in s.examples]
 
 
 def _run(ir: ModelIR) -> np.ndarray:

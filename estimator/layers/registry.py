@@ -103,6 +103,8 @@ class LayerTypeSpec:
     #: The fused activation of the benchmarked LUM when a row names none (Table 2 of the
     #: paper: conv2d, dwconv2d and add carry a ReLU, fc and mul none).
     lum_default_act: ClassVar[str | None] = None
+    #: Example raw parameters (the generic model-generator tests build and run each one).
+    examples: ClassVar[tuple[dict[str, Any], ...]] = ()
     #: Network prior: fused activations of the LUM with their shares; the first is the
     #: LUM's default and leaves ``act`` out (``bench.sampling``).
     prior_acts: ClassVar[tuple[tuple[str | None, float], ...]] = ()
