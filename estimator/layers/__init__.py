@@ -42,6 +42,7 @@ __all__ = [
     "LAYER_TYPES",
     "BENCHABLE_TYPES",
     "SAMPLED_TYPES",
+    "sampled_types",
     "ACTIVATION_KINDS",
     "LUM_DEFAULT_ACT",
     "FUSED_ACT_TYPES",
@@ -63,6 +64,13 @@ LAYER_TYPES: tuple[str, ...] = tuple(SPECS)
 BENCHABLE_TYPES: tuple[str, ...] = tuple(t for t, s in SPECS.items() if s.benchable)
 #: Benchable types with a sampler (what ``bench run`` plans).
 SAMPLED_TYPES: tuple[str, ...] = tuple(t for t in BENCHABLE_TYPES if SPECS[t].sampled)
+
+
+def sampled_types(model_format: str | None = None) -> tuple[str, ...]:
+    """:data:`SAMPLED_TYPES` whose LUM renders to ``model_format`` (all with None)."""
+    return tuple(t for t in SAMPLED_TYPES if model_format is None or model_format in SPECS[t].model_formats)
+
+
 #: Types that take a fused activation: the producers device fusion rules may fold an
 #: activation into (:mod:`estimator.fusion`).
 FUSED_ACT_TYPES: tuple[str, ...] = tuple(t for t, s in SPECS.items() if s.takes_act)

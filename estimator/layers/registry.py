@@ -97,6 +97,8 @@ class LayerTypeSpec:
     #: Whether smart padding can measure the type (its inputs and output are NCHW tensors a
     #: 1x1 padding conv can feed and consume): then :meth:`lum_ops` builds it.
     benchable: ClassVar[bool] = False
+    #: Model formats the LUM renders to (``bench.modelgen.to_onnx``; ``bench.tflite_models``).
+    model_formats: ClassVar[tuple[str, ...]] = ("onnx", "tflite")
     #: Whether the type takes a fused activation (raw param ``act``, feature ``act``): the
     #: producers that device fusion rules may fold an activation into.
     takes_act: ClassVar[bool] = False
