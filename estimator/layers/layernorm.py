@@ -1,0 +1,104 @@
+"""layernorm: layer normalisation over the last axis (transformers' LayerNorm), with its scale
+and bias.
+
+A LayerNorm normalises ``rows`` vectors of length ``c`` (a token tensor ``(n, rows, c)``).
+Smart padding measures it on the same data laid out as a one-channel ``rows x c`` map,
+``(1, 1, rows, c)``, normalised over its last axis: the padding convs are 1x1 convs 1 -> 1 at
+``rows x c`` and the LUM is the same ONNX operator on the same contiguous data as in the
+network, with no transpose or reshape glue charged to it.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from . import space
+from .importing import Unsupported, attrs
+from .ir import Op
+from .params import io_bytes, positive
+from .registry import NCHW, LayerCounts, LayerTypeSpec, register
+
+#: Network prior: token counts of ViTs and hybrid networks (7x7..56x56 maps, +1 class token).
+_PRIOR_ROWS = (16, 49, 50, 64, 65, 144, 196, 197, 256, 257, 576, 784, 1024, 3136)
+#: Network prior: embedding widths.
+_PRIOR_C = (32, 48, 64, 80, 96, 120, 128, 144, 160, 192, 224, 240, 256, 320, 384, 448, 512, 640, 768)
+#: The broad space's caps.
+_MAX_ROWS, _MAX_C = 4096, 4096
+
+
+@register
+class LayerNorm(LayerTypeSpec):
+    name = "layernorm"
+    order = 175
+    features = ("rows", "c", "params")
+    ops_unit = "elements"
+    summary = "layer normalisation of rows vectors of length c (LayerNormalization over the trailing axes)"
+    required = ("rows", "c")
+    benchable = True
+    model_formats = ("onnx",)
+    sampled = True
+    onnx_ops = ("LayerNormalization",)
+    examples = (dict(rows=197, c=192), dict(rows=49, c=96), dict(rows=1, c=8))
+
+    def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
+        n, rows, c = positive(p, "n", 1), positive(p, "rows"), positive(p, "c")
+        params = 2 * c  # scale and bias
+        out = n * rows * c
+        return LayerCounts(dict(rows=rows, c=c, params=params), 0, params, float(out), io_bytes(out, out, params, eb),
+                           (n, rows, c))
+
+    def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts) -> tuple[NCHW, ...]:
+        return ((1, 1, int(p["rows"]), int(p["c"])),)
+
+    def lum_output(self, p: Mapping[str, Any], counts: LayerCounts) -> NCHW:
+        return 1, 1, int(p["rows"]), int(p["c"])
+
+    def single_layer_io(self, ins: tuple[NCHW, ...], out: NCHW) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+        return ((1, ins[0][2], ins[0][3]),), (1, out[2], out[3])  # the token tensor (1, rows, c)
+
+    def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
+                act: str | None, *, single: bool = False) -> list[Op]:
+        return [Op(self.name, "lum", tuple(ins), out_name, out_shape, {"c": int(p["c"]), "epsilon": 1e-5})]
+
+    def op_weights(self, op: Op, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        c = int(op.attrs["c"])
+        return {"scale": (1.0 + 0.1 * rng.standard_normal(c)).astype(np.float32),
+                "bias": (0.1 * rng.standard_normal(c)).astype(np.float32)}
+
+    def onnx_nodes(self, op: Op, output: str, weights: Mapping[str, np.ndarray], init: Any) -> list[Any]:
+        from onnx import helper  # noqa: PLC0415
+
+        ins = [op.inputs[0], init(f"{op.name}/scale", weights["scale"]), init(f"{op.name}/bias", weights["bias"])]
+        return [helper.make_node("LayerNormalization", ins, [output], name=op.name, axis=-1,
+                                 epsilon=float(op.attrs["epsilon"]))]
+
+    def from_onnx(self, n: Any, g: Any) -> Any:
+        """A LayerNormalization: rows = the elements before ``axis`` per batch item, c = from
+        ``axis`` on (the last axis for transformers' LayerNorm)."""
+        xs = g.shape(n.input[0])
+        if xs is None:
+            raise Unsupported("unknown_shape")
+        axis = int(attrs(n).get("axis", -1)) % len(xs)
+        if axis == 0:
+            raise Unsupported("normalises_batch")
+        d = g.base(n, self.name)
+        d.inputs = [g.canon(n.input[0])]
+        d.outputs = d.outputs[:1]  # (the optional mean and inverse-std outputs are not used in inference)
+        n_ = int(xs[0])
+        if n_ > 1:
+            d.flag("batch_gt_1")
+        d.params = dict(n=n_, rows=max(int(math.prod(xs[1:axis])), 1), c=int(math.prod(xs[axis:])))
+        return d
+
+    def draw(self, r: np.random.Generator, prior: bool) -> dict[str, Any]:
+        if prior:
+            return dict(rows=int(r.choice(_PRIOR_ROWS)), c=int(r.choice(_PRIOR_C)))
+        c = space.loguniform_int(r, 8, 2048)
+        if r.random() < 0.6 and c >= 16:
+            c = int(round(c / 16)) * 16
+        return dict(rows=space.loguniform_int(r, 1, _MAX_ROWS), c=c)
+
+    def in_ranges(self, p: Mapping[str, Any], ins: Sequence[tuple[int, ...]], out: tuple[int, ...]) -> bool:
+        return int(p["rows"]) <= _MAX_ROWS and int(p["c"]) <= _MAX_C
