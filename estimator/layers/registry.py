@@ -159,6 +159,10 @@ class LayerTypeSpec:
 
     #: ONNX operators (default domain) whose nodes :meth:`from_onnx` turns into layers.
     onnx_ops: ClassVar[tuple[str, ...]] = ()
+    #: ONNX operators at which a multi-node pattern of this type starts although another
+    #: type claims the operator (GELU starts at a Div): :meth:`from_onnx` is asked first
+    #: there, and returns None where the pattern does not match.
+    onnx_patterns: ClassVar[tuple[str, ...]] = ()
 
     def from_onnx(self, n: Any, g: Any) -> Any:
         """The :class:`~estimator.layers.importing.Draft` of ONNX node ``n`` (one of
@@ -224,10 +228,16 @@ def discover() -> None:
         importlib.import_module(f"{__package__}.{mod.name}")
     SPECS.clear()
     ONNX_OPS.clear()
-    for s in sorted(_REGISTERED, key=lambda s: (s.order, s.name)):
+    ordered = sorted(_REGISTERED, key=lambda s: (s.order, s.name))
+    for s in ordered:
         SPECS[s.name] = s
-        for op in s.onnx_ops:
+    for s in ordered:  # patterns first, then the operator's own types
+        for op in s.onnx_patterns:
             ONNX_OPS[op] = (*ONNX_OPS.get(op, ()), s)
+    for s in ordered:
+        for op in s.onnx_ops:
+            if s not in ONNX_OPS.get(op, ()):
+                ONNX_OPS[op] = (*ONNX_OPS.get(op, ()), s)
 
 
 @dataclass
