@@ -21,6 +21,46 @@ ONNX_KINDS = {
     "Softsign": "other", "ThresholdedRelu": "other",
 }
 
+_SQRT2 = math.sqrt(2.0)
+_SQRT_2_PI = math.sqrt(2.0 / math.pi)
+#: An operand that is the pattern's input itself.
+_X = object()
+
+
+def _is_const(g: Any, t: str, value: float) -> bool:
+    """Whether tensor ``t`` is a constant scalar equal to ``value`` (to 1e-3 relative)."""
+    if not g.is_static(t):
+        return False
+    v = g.value(t)
+    return v is not None and v.size == 1 and abs(float(v.item()) - value) <= 1e-3 * abs(value)
+
+
+def _follow(g: Any, start: Any, x: str, steps: Sequence[tuple[str, Any]]) -> list[Any] | None:
+    """``[start, *nodes]`` where each node is the only consumer of the previous one's output
+    (not a graph output, not in a layer yet), of the step's operator, its other operand the
+    step's constant or ``x`` (``_X``); None where the chain breaks."""
+    chain = [start]
+    for op, operand in steps:
+        prev = g.canon(chain[-1].output[0])
+        cons = g.cons(prev)
+        if len(cons) != 1 or prev in g.graph_outputs:
+            return None
+        m = cons[0]
+        if m.op_type != op or m.name in g.claimed or m.domain not in ("", "ai.onnx"):
+            return None
+        others = [i for i in m.input if i and g.canon(i) != prev]
+        if operand is None:
+            if others:
+                return None
+        elif operand is _X:
+            if [g.canon(i) for i in others] != [x]:
+                return None
+        elif len(others) != 1 or not _is_const(g, others[0], operand):
+            return None
+        chain.append(m)
+    return chain
+
+
 #: Kinds the sampler draws (``other`` has no operator, ``clip`` is ReLU6's general form).
 _DRAWN_KINDS = tuple(k for k in ACTIVATION_KINDS if k not in ("other", "clip"))
 
@@ -48,6 +88,7 @@ class Activation(LayerTypeSpec):
     benchable = True
     sampled = True
     onnx_ops = (*ONNX_KINDS, "Clip")
+    onnx_patterns = ("Div", "Mul")  # where GELU's Erf and tanh forms start
 
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         n, h, w, c = positive(p, "n", 1), positive(p, "h"), positive(p, "w"), positive(p, "c")
@@ -70,6 +111,46 @@ class Activation(LayerTypeSpec):
         return [Op("act", "lum", tuple(ins), out_name, out_shape, aa)]
 
     def from_onnx(self, n: Any, g: Any) -> Any:
+        if n.op_type in ("Div", "Mul"):
+            return self._gelu(n, g)
+        return self._single(n, g)
+
+    @staticmethod
+    def _gelu(n: Any, g: Any) -> Any:
+        """GELU as torch exports it: exact, ``x * (1 + erf(x / sqrt 2)) * 0.5`` (from a Div),
+        or the tanh form ``x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) * 0.5`` (from
+        ``Mul(x, x)``); the two final products in either order, or the product with x alone where
+        onnxsim folded the 0.5 into the next layer's weights. None if ``n`` starts neither."""
+        ins = [i for i in n.input if i]
+        if len(ins) != 2:
+            return None
+        x = g.canon(ins[0])
+        if g.is_static(x):
+            return None
+        if n.op_type == "Div":
+            if not _is_const(g, ins[1], _SQRT2):
+                return None
+            steps: tuple[tuple[str, Any], ...] = (("Erf", None), ("Add", 1.0))
+        elif g.canon(ins[1]) == x:
+            steps = (("Mul", _X), ("Mul", 0.044715), ("Add", _X), ("Mul", _SQRT_2_PI), ("Tanh", None), ("Add", 1.0))
+        else:
+            return None
+        nodes = _follow(g, n, x, steps)
+        if nodes is None:
+            return None
+        tail = (_follow(g, nodes[-1], x, (("Mul", _X), ("Mul", 0.5)))
+                or _follow(g, nodes[-1], x, (("Mul", 0.5), ("Mul", _X)))
+                or _follow(g, nodes[-1], x, (("Mul", _X),)))  # the 0.5 folded into the consumer (onnxsim)
+        if tail is None:
+            return None
+        chain = [*nodes, *tail[1:]]
+        d = Draft(type="activation", params={}, op_type="Gelu", nodes=[m.name for m in chain], inputs=[x],
+                  outputs=g.outs(chain[-1]), kind="gelu")
+        g.spatial_params(d, x)
+        d.params["kind"] = "gelu"
+        return d
+
+    def _single(self, n: Any, g: Any) -> Any:
         """An activation node; SiLU = x * Sigmoid(x) and HardSwish = x * HardSigmoid(x)
         (alpha 1/6, beta 1/2) are one activation each. Fusion rules may later fold it into
         its producer (``estimator.fusion``)."""
