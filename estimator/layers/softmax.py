@@ -1,12 +1,27 @@
-"""softmax: softmax."""
+"""softmax: softmax (or log-softmax) along one axis.
+
+Smart padding measures it on an NCHW tensor ``(1, c, h, w)`` normalised over its last axis
+(``axis_len == w``: attention scores ``(1, heads, tokens, tokens)``, token tensors
+``(1, tokens, 1, width)``) or over its channels at ``h = w = 1`` (a classifier's
+``(1, classes)``): the same operator on the same contiguous data as in the network.
+"""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Mapping, Sequence
 
+import numpy as np
+
+from . import space
 from .importing import attrs
-from .registry import register
+from .ir import Op
+from .params import LayerSpecError, io_bytes, nonneg, positive
+from .registry import NCHW, LayerCounts, register
 from .shared import MemoryBound, generic_draft
+
+#: Network prior: attention heads and token counts.
+_PRIOR_HEADS = (1, 2, 3, 4, 6, 8, 12)
+_PRIOR_TOKENS = (16, 49, 50, 64, 65, 144, 196, 197, 256, 257, 576, 1024)
 
 
 @register
@@ -14,9 +29,42 @@ class Softmax(MemoryBound):
     name = "softmax"
     order = 170
     features = ("h", "w", "c", "axis_len")
-    summary = "softmax"
+    summary = "softmax over one axis (axis_len: its length)"
     extra = ("axis_len",)
     onnx_ops = ("Softmax", "LogSoftmax")
+    benchable = True
+    model_formats = ("onnx",)
+    sampled = True
+    examples = (dict(h=197, w=197, c=3, axis_len=197), dict(h=1, w=1, c=1000, axis_len=1000),
+                dict(h=49, w=64, c=4, axis_len=64))
+
+    def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
+        n, h, w, c = positive(p, "n", 1), positive(p, "h"), positive(p, "w"), positive(p, "c")
+        out = n * h * w * c
+        feats = dict(h=h, w=w, c=c, axis_len=nonneg(p, "axis_len", 0))
+        return LayerCounts(feats, 0, 0, float(out), io_bytes(out, out, 0, eb), (n, c, h, w))
+
+    def _axis(self, p: Mapping[str, Any]) -> int:
+        h, w, c, length = int(p["h"]), int(p["w"]), int(p["c"]), int(p.get("axis_len") or 0)
+        if length == w:
+            return 3
+        if h == w == 1 and length == c:
+            return 1
+        raise LayerSpecError(f"softmax over an axis of length {length} of a {c}x{h}x{w} tensor cannot be "
+                             "benchmarked; only over its last axis (axis_len = w) or its channels at h = w = 1 (axis_len = c)")
+
+    def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts) -> tuple[NCHW, ...]:
+        self._axis(p)
+        return ((1, int(p["c"]), int(p["h"]), int(p["w"])),)
+
+    def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
+                act: str | None, *, single: bool = False) -> list[Op]:
+        return [Op(self.name, "lum", tuple(ins), out_name, out_shape, {"axis": self._axis(p)})]
+
+    def onnx_nodes(self, op: Op, output: str, weights: Mapping[str, np.ndarray], init: Any) -> list[Any]:
+        from onnx import helper  # noqa: PLC0415
+
+        return [helper.make_node("Softmax", [op.inputs[0]], [output], name=op.name, axis=int(op.attrs["axis"]))]
 
     def from_onnx(self, n: Any, g: Any) -> Any:
         """``axis_len``: the length of the normalised axis (before opset 13, of the
@@ -27,3 +75,13 @@ class Softmax(MemoryBound):
             axis = int(attrs(n).get("axis", 1 if g.opset < 13 else -1)) % len(xs)
             d.params["axis_len"] = int(xs[axis]) if g.opset >= 13 else int(math.prod(xs[axis:]))
         return d
+
+    def draw(self, r: np.random.Generator, prior: bool) -> dict[str, Any]:
+        if prior:
+            if r.random() < 0.1:  # a classifier's softmax
+                c = int(r.choice((10, 100, 1000)))
+                return dict(h=1, w=1, c=c, axis_len=c)
+            t = int(r.choice(_PRIOR_TOKENS))
+            return dict(h=t, w=t, c=int(r.choice(_PRIOR_HEADS)), axis_len=t)
+        w = space.loguniform_int(r, 2, 1024)
+        return dict(h=space.loguniform_int(r, 1, 1024), w=w, c=space.loguniform_int(r, 1, 64), axis_len=w)
