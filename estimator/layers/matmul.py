@@ -1,11 +1,25 @@
-"""matmul: MatMul of two activations, (b, m, k) x (b, k, n_cols), e.g. attention's products."""
+"""matmul: MatMul of two activations, (b, m, k) x (b, k, n_cols): attention's products.
+
+Smart padding measures it as in a transformer: operands ``(1, b, m, k)`` and
+``(1, b, k, n_cols)``, each from its own pad-in conv 1 -> b at ``m x k`` and ``k x n_cols``,
+output ``(1, b, m, n_cols)`` into the pad-out conv b -> 1.
+"""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping, Sequence
 
+import numpy as np
+
+from . import space
+from .ir import Op
 from .params import act_code, io_bytes, positive
-from .registry import LayerCounts, LayerTypeSpec, register
+from .registry import NCHW, LayerCounts, LayerTypeSpec, register
 from .shared import gemm_dims
+
+#: Network prior: attention heads, token counts and head dimensions.
+_PRIOR_HEADS = (1, 2, 3, 4, 6, 8, 12)
+_PRIOR_TOKENS = (16, 49, 50, 64, 65, 144, 196, 197, 256, 257, 576, 1024)
+_PRIOR_HEAD_DIM = (16, 24, 32, 48, 64)
 
 
 @register
@@ -18,12 +32,36 @@ class MatMul(LayerTypeSpec):
     required = ("m", "k", "n_cols")
     takes_act = True
     onnx_ops = ("Gemm", "MatMul")
+    benchable = True
+    model_formats = ("onnx",)
+    sampled = True
+    examples = (dict(b=3, m=197, k=64, n_cols=197), dict(b=3, m=197, k=197, n_cols=64), dict(m=8, k=16, n_cols=4))
 
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         b, m, k, nn = positive(p, "b", 1), positive(p, "m"), positive(p, "k"), positive(p, "n_cols")
         macs = b * m * k * nn
         feats = dict(b=b, m=m, k=k, n_cols=nn, flops=2 * macs, act=act_code(p))
         return LayerCounts(feats, macs, 0, 2.0 * macs, io_bytes(b * (m * k + k * nn), b * m * nn, 0, eb), (b, m, nn))
+
+    def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts) -> tuple[NCHW, ...]:
+        b, m, k, nn = int(p.get("b") or 1), int(p["m"]), int(p["k"]), int(p["n_cols"])
+        return (1, b, m, k), (1, b, k, nn)
+
+    def lum_output(self, p: Mapping[str, Any], counts: LayerCounts) -> NCHW:
+        return 1, int(p.get("b") or 1), int(p["m"]), int(p["n_cols"])
+
+    def single_layer_io(self, ins: tuple[NCHW, ...], out: NCHW) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+        return tuple(s[1:] for s in ins), out[1:]  # (b, m, k) x (b, k, n_cols)
+
+    def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
+                act: str | None, *, single: bool = False) -> list[Op]:
+        shape = out_shape[1:] if single else out_shape
+        return [Op(self.name, "lum", tuple(ins), out_name, shape, {}, act)]
+
+    def onnx_nodes(self, op: Op, output: str, weights: Mapping[str, np.ndarray], init: Any) -> list[Any]:
+        from onnx import helper  # noqa: PLC0415
+
+        return [helper.make_node("MatMul", list(op.inputs), [output], name=op.name)]
 
     def from_onnx(self, n: Any, g: Any) -> Any:
         """A Gemm or MatMul that is not fc's: both operands computed (attention's products), a
@@ -36,3 +74,12 @@ class MatMul(LayerTypeSpec):
             d.flag("const_operand")
         d.params = dict(b=batch, m=m, k=k, n_cols=cols)
         return d
+
+    def draw(self, r: np.random.Generator, prior: bool) -> dict[str, Any]:
+        if prior:
+            heads, t, dim = int(r.choice(_PRIOR_HEADS)), int(r.choice(_PRIOR_TOKENS)), int(r.choice(_PRIOR_HEAD_DIM))
+            if r.random() < 0.5:
+                return dict(b=heads, m=t, k=dim, n_cols=t)  # q @ k^T
+            return dict(b=heads, m=t, k=t, n_cols=dim)  # softmax(q k^T) @ v
+        return dict(b=space.loguniform_int(r, 1, 16), m=space.loguniform_int(r, 1, 1024),
+                    k=space.loguniform_int(r, 1, 1024), n_cols=space.loguniform_int(r, 1, 1024))
