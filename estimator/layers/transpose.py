@@ -1,20 +1,82 @@
-"""transpose: transpose / channel shuffle."""
+"""transpose: transpose / channel shuffle / depth-to-space, counted by the elements moved.
+
+What a transpose costs depends on whether it keeps the last axis in place (contiguous rows
+are copied: token layouts' (b, n, heads, d) -> (b, heads, n, d)) or moves it (every element
+is gathered with a stride: k^T in attention, NCHW <-> NHWC): the ``moves_last`` feature.
+Smart padding measures a rank-4 transpose of an NCHW tensor ``(1, c, h, w)`` with perm
+(0, 2, 1, 3) (last axis kept) or (0, 1, 3, 2) (last axis moved).
+"""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping, Sequence
 
-from .registry import register
+import numpy as np
+
+from . import space
+from .importing import attrs
+from .ir import Op
+from .params import nonneg, opt_int
+from .registry import NCHW, LayerCounts, register
 from .shared import MemoryBound, generic_draft
+
+_PRIOR_TOKENS = (16, 49, 50, 64, 65, 144, 196, 197, 256, 257, 576, 1024)
+_PRIOR_SMALL = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192)
 
 
 @register
 class Transpose(MemoryBound):
     name = "transpose"
     order = 150
-    features = ("h", "w", "c", "rank")
-    summary = "transpose / channel shuffle"
-    extra = ("rank",)
+    features = ("h", "w", "c", "rank", "moves_last")
+    summary = "transpose / channel shuffle (moves_last=1: the last axis moves, a strided gather)"
+    extra = ("rank", "moves_last")
     onnx_ops = ("Transpose", "DepthToSpace", "SpaceToDepth")
+    benchable = True
+    model_formats = ("onnx",)
+    sampled = True
+    examples = (dict(h=197, w=64, c=3, rank=4, moves_last=1), dict(h=3, w=64, c=197, rank=4, moves_last=0))
+
+    def _perm(self, p: Mapping[str, Any]) -> tuple[int, int, int, int]:
+        return (0, 1, 3, 2) if nonneg(p, "moves_last", 0) else (0, 2, 1, 3)
+
+    def lum_output(self, p: Mapping[str, Any], counts: LayerCounts) -> NCHW:
+        x = (1, int(p["c"]), int(p["h"]), int(p["w"]))
+        a, b, c, d = (x[i] for i in self._perm(p))
+        return a, b, c, d
+
+    def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
+                act: str | None, *, single: bool = False) -> list[Op]:
+        return [Op(self.name, "lum", tuple(ins), out_name, out_shape, {"perm": list(self._perm(p))})]
+
+    def onnx_nodes(self, op: Op, output: str, weights: Mapping[str, np.ndarray], init: Any) -> list[Any]:
+        from onnx import helper  # noqa: PLC0415
+
+        return [helper.make_node("Transpose", [op.inputs[0]], [output], name=op.name, perm=list(op.attrs["perm"]))]
+
+    def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
+        counts = super().count(p, eb)
+        if opt_int(p, "rank", 0) == 4 or "moves_last" in p:
+            n = opt_int(p, "n", 1)
+            x = (n, int(p["c"]), int(p["h"]), int(p["w"]))
+            counts = LayerCounts(counts.features, counts.macs, counts.params, counts.ops, counts.bytes,
+                                 tuple(x[i] for i in self._perm(p)))
+        return counts
 
     def from_onnx(self, n: Any, g: Any) -> Any:
-        return generic_draft(n, g, self.name, rank=len(g.shape(n.input[0]) or ()) or 4)
+        xs = g.shape(n.input[0])
+        rank = len(xs or ()) or 4
+        if n.op_type == "Transpose":
+            perm = list(attrs(n).get("perm", range(rank - 1, -1, -1)))
+            moves_last = int(bool(perm) and perm[-1] != rank - 1)
+        else:  # DepthToSpace / SpaceToDepth interleave the last axis
+            moves_last = 1
+        return generic_draft(n, g, self.name, rank=rank, moves_last=moves_last)
+
+    def draw(self, r: np.random.Generator, prior: bool) -> dict[str, Any]:
+        if prior:
+            t, s = int(r.choice(_PRIOR_TOKENS)), int(r.choice(_PRIOR_SMALL))
+            if r.random() < 0.5:  # (1, heads, tokens, d) -> (1, heads, d, tokens)
+                return dict(h=t, w=s, c=int(r.choice((1, 2, 3, 4, 6, 8, 12))), rank=4, moves_last=1)
+            return dict(h=int(r.choice((1, 2, 3, 4, 6, 8, 12))), w=s, c=t, rank=4, moves_last=0)  # heads <-> tokens
+        return dict(h=space.loguniform_int(r, 1, 1024), w=space.loguniform_int(r, 1, 1024),
+                    c=space.loguniform_int(r, 1, 1024), rank=4, moves_last=int(r.random() < 0.5))
