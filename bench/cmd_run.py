@@ -167,7 +167,8 @@ def cmd_run(a: argparse.Namespace) -> int:
         types = sorted({c.layer_type for c in plan})
         what = f"context plans {a.context}"
     else:
-        plan = make_plan(types, a.samples, prior_samples=prior, seed=a.seed, limits=limits)
+        plan = make_plan(types, a.samples, prior_samples=prior, seed=a.seed, limits=limits,
+                         model_format=runner.model_format)
         what = f"{a.samples} + {prior} prior per type"
     try:
         stats, env_id, total = measure_plan(

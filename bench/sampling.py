@@ -199,7 +199,7 @@ def _type_rng(seed: int, layer_type: str, prior: bool = False) -> np.random.Gene
 
 
 def sample_type(layer_type: str, samples: int, *, seed: int = 0, limits: Limits = Limits(), bins: int = 10,
-                pool_factor: int = 10, prior: bool = False) -> list[Config]:
+                pool_factor: int = 10, prior: bool = False, model_format: str | None = None) -> list[Config]:
     """``samples`` distinct configurations of one type, balanced across log10(ops), from the
     broad space or (``prior=True``) from the network prior."""
     if layer_type not in SAMPLED_TYPES:
@@ -217,6 +217,8 @@ def sample_type(layer_type: str, samples: int, *, seed: int = 0, limits: Limits 
         attempts += 1
         raw = SPECS[layer_type].draw(r, prior)
         cfg = _within(layer_type, _prior_variants(layer_type, raw) if prior else raw, limits)
+        if cfg is not None and model_format is not None and not SPECS[layer_type].renders(cfg.params, model_format):
+            continue
         if cfg is not None and cfg.key not in pool:
             pool[cfg.key] = cfg
     cands = list(pool.values())
@@ -244,17 +246,18 @@ def sample_type(layer_type: str, samples: int, *, seed: int = 0, limits: Limits 
 
 
 def make_plan(layer_types: Sequence[str], samples: int, *, prior_samples: int = 0, seed: int = 0,
-              limits: Limits = Limits(), bins: int = 10) -> list[Config]:
+              limits: Limits = Limits(), bins: int = 10, model_format: str | None = None) -> list[Config]:
     """The measurement plan: per type, ``samples`` configurations from the broad space
     (balanced over ``bins`` log-ops bins) and ``prior_samples`` from the network prior (at
     its own density), deduplicated, in a seeded shuffled order (so
-    a partial run covers every type, and machine drift does not line up with layer size)."""
+    a partial run covers every type, and machine drift does not line up with layer size).
+    With ``model_format``, only configurations whose LUM renders to it are drawn."""
     seen: dict[str, Config] = {}
     for t in layer_types:
         for prior, n in ((False, samples), (True, prior_samples)):
             # the prior at its own density: the first n distinct draws, no pool, no bins
             kw = dict(bins=1, pool_factor=1) if prior else dict(bins=bins)
-            for c in sample_type(t, n, seed=seed, limits=limits, prior=prior, **kw):
+            for c in sample_type(t, n, seed=seed, limits=limits, prior=prior, model_format=model_format, **kw):
                 seen.setdefault(c.key, c)
     plan = list(seen.values())
     order = np.random.default_rng([int(seed), 7]).permutation(len(plan))

@@ -120,6 +120,11 @@ class LayerTypeSpec:
 
     # ----------------------------------------------------------- smart padding
 
+    def renders(self, p: Mapping[str, Any], model_format: str) -> bool:
+        """Whether this configuration's LUM renders to ``model_format`` (default: the type's
+        :attr:`model_formats`)."""
+        return model_format in self.model_formats
+
     def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts) -> tuple[NCHW, ...]:
         """NCHW shapes of the LUM's inputs (default: one ``(1, c, h, w)``)."""
         return ((1, int(p["c"]), int(p["h"]), int(p["w"])),)
