@@ -1,15 +1,21 @@
 """fc: fully connected / Gemm / MatMul with constant weights, with a fused activation."""
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from . import space
 from .ir import Op
-from .params import LayerSpecError, act_code, cold, io_bytes, nonneg, opt_int, positive
+from .params import act_code, cold, io_bytes, nonneg, opt_int, positive
 from .registry import NCHW, LayerCounts, LayerTypeSpec, register
 from .shared import gemm_dims
+
+
+#: Network prior: token rows of ViTs and hybrid networks (7x7..56x56 maps, +1 class token).
+_PRIOR_ROWS = (16, 49, 50, 64, 65, 144, 196, 197, 256, 257, 576, 784, 1024)
+_MAX_ROWS = 4096
 
 
 @register
@@ -26,6 +32,7 @@ class Fc(LayerTypeSpec):
     prior_acts = ((None, .6), ("relu", .3), ("sigmoid", .05), ("hardsigmoid", .05))
     sampled = True
     onnx_ops = ("Gemm", "MatMul")
+    examples = (dict(m=197, c_in=192, c_out=576), dict(m=49, c_in=64, c_out=32, bias=0))
 
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         m = positive(p, "m", 1)  # rows (batch x tokens)
@@ -36,23 +43,36 @@ class Fc(LayerTypeSpec):
         feats = dict(m=m, c_in=c_in, c_out=c_out, flops=2 * macs, params=params, act=act_code(p), cold=cold(p))
         return LayerCounts(feats, macs, params, 2.0 * macs, io_bytes(m * c_in, m * c_out, params, eb), (m, c_out))
 
-    # Smart padding pads spatially 1x1: graph input (1, 1, 1, 1) -> conv 1 -> c_in -> flatten
-    # (1, c_in) -> Gemm -> reshape (1, c_out, 1, 1) -> conv c_out -> 1, i.e. the padding pairs
-    # of a global-pool output. The flatten/reshape glue is counted in T_c (real networks have
-    # the same flatten before their classifier). Only one row (m = 1) is benchable.
+    # Smart padding. One row (m = 1, a classifier) pads spatially 1x1: graph input
+    # (1, 1, 1, 1) -> conv 1 -> c_in -> flatten (1, c_in) -> Gemm -> reshape (1, c_out, 1, 1)
+    # -> conv c_out -> 1, i.e. the padding pairs of a global-pool output; the flatten/reshape
+    # glue is counted in T_c (real networks have the same flatten before their classifier).
+    # Rows of tokens (m > 1, a transformer's Linear on (1, m, c_in)) are measured on their own
+    # layout as a one-channel m x c_in map: conv 1 -> 1 -> MatMul by the (c_in, c_out) weight
+    # + bias (IR op kind "fc") -> (1, 1, m, c_out) -> conv 1 -> 1; no glue. ONNX only.
+
+    def renders(self, p: Mapping[str, Any], model_format: str) -> bool:
+        return model_format in self.model_formats and (opt_int(p, "m", 1) == 1 or model_format == "onnx")
 
     def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts) -> tuple[NCHW, ...]:
-        if opt_int(p, "m", 1) != 1:
-            raise LayerSpecError(f"fc with m={p['m']} rows cannot be benchmarked; only m=1 is")
+        m = opt_int(p, "m", 1)
+        if m > 1:
+            return ((1, 1, m, int(p["c_in"])),)
         return ((1, int(p["c_in"]), 1, 1),)
 
     def lum_output(self, p: Mapping[str, Any], counts: LayerCounts) -> NCHW:
+        m = opt_int(p, "m", 1)
+        if m > 1:
+            return 1, 1, m, int(p["c_out"])
         return 1, int(p["c_out"]), 1, 1
 
     def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
                 act: str | None, *, single: bool = False) -> list[Op]:
         c_in, c_out = int(p["c_in"]), int(p["c_out"])
         gemm_attrs = dict(c_in=c_in, c_out=c_out, bias=bool(opt_int(p, "bias", 1)))
+        if opt_int(p, "m", 1) > 1:
+            shape = out_shape[2:] if single else out_shape
+            return [Op(self.name, "lum", tuple(ins), out_name, shape, gemm_attrs, act)]
         if single:
             return [Op("gemm", "lum", tuple(ins), out_name, (1, c_out), gemm_attrs, act)]
         return [
@@ -62,7 +82,28 @@ class Fc(LayerTypeSpec):
         ]
 
     def single_layer_io(self, ins: tuple[NCHW, ...], out: NCHW) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+        if ins[0][1] == 1 and ins[0][2] > 1:  # rows of tokens: (m, c_in) -> (m, c_out)
+            return ((ins[0][2], ins[0][3]),), (out[2], out[3])
         return ((1, ins[0][1]),), (1, out[1])  # a plain (1, c_in) -> (1, c_out) Gemm
+
+    def op_weights(self, op: Op, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """The token-rows LUM's weight ``(c_in, c_out)`` (MatMul layout) and bias."""
+        a = op.attrs
+        d = {"w": rng.standard_normal((a["c_in"], a["c_out"]), dtype=np.float32) / np.float32(math.sqrt(a["c_in"]))}
+        if a.get("bias", True):
+            d["b"] = (0.1 * rng.standard_normal(a["c_out"], dtype=np.float32)).astype(np.float32)
+        return d
+
+    def onnx_nodes(self, op: Op, output: str, weights: Mapping[str, np.ndarray], init: Any) -> list[Any]:
+        """MatMul by the weight, then the bias Add: how torch exports Linear on token rows."""
+        from onnx import helper  # noqa: PLC0415
+
+        w = init(f"{op.name}/W", weights["w"])
+        if "b" not in weights:
+            return [helper.make_node("MatMul", [op.inputs[0], w], [output], name=op.name)]
+        return [helper.make_node("MatMul", [op.inputs[0], w], [f"{op.name}/mm"], name=op.name),
+                helper.make_node("Add", [f"{op.name}/mm", init(f"{op.name}/B", weights["b"])], [output],
+                                 name=f"{op.name}/bias")]
 
     def from_onnx(self, n: Any, g: Any) -> Any:
         """A Gemm or MatMul with a constant weight and one batch (else matmul's), with a bias
@@ -91,5 +132,11 @@ class Fc(LayerTypeSpec):
         c_out = 1000 if r.random() < (0.4 if prior else 0.1) else space.channels(r, space.SPACE_MAX["fc_c"], prior)
         return dict(c_in=space.channels(r, space.SPACE_MAX["fc_c"], prior), c_out=c_out)
 
+    def prior_variant(self, p: dict[str, Any], unit: space.UnitHash) -> dict[str, Any]:
+        """Half of the prior's classifiers become a transformer's Linear over token rows."""
+        if unit(p, "token-rows") < 0.5:
+            p["m"] = _PRIOR_ROWS[int(len(_PRIOR_ROWS) * unit(p, "rows"))]
+        return p
+
     def in_ranges(self, p: Mapping[str, Any], ins: Sequence[tuple[int, ...]], out: tuple[int, ...]) -> bool:
-        return max(int(p["c_in"]), int(p["c_out"])) <= space.SPACE_MAX["fc_c"]
+        return max(int(p["c_in"]), int(p["c_out"])) <= space.SPACE_MAX["fc_c"] and opt_int(p, "m", 1) <= _MAX_ROWS

@@ -1,0 +1,48 @@
+"""fc over token rows (a transformer's Linear on (1, m, c_in)) is benchmarked on its own layout;
+one row (a classifier) as before; TFLite plans keep to what TFLite models render."""
+import io
+
+import numpy as np
+import onnxruntime as ort
+import torch
+
+from bench.modelgen import make_inputs, make_weights, padded_model, padding_keys, single_layer_model, to_onnx
+from bench.sampling import make_plan
+from estimator.layers import SPECS
+from estimator.onnx_import import load_network
+
+
+def test_token_rows_single_layer_is_torchs_linear():
+    p = dict(m=50, c_in=64, c_out=96)
+    ir = single_layer_model("fc", p)
+    x = make_inputs(ir)["x0"]
+    w = make_weights(ir)["lum"]
+    y = ort.InferenceSession(to_onnx(ir), providers=["CPUExecutionProvider"]).run(None, {"x0": x})[0]
+    np.testing.assert_allclose(y, x @ w["w"] + w["b"], rtol=1e-4, atol=1e-4)
+
+
+def test_token_rows_are_padded_as_a_one_channel_map():
+    p = dict(m=197, c_in=192, c_out=576)
+    keys = padding_keys("fc", p)
+    assert keys.inputs == ((197, 192, 1),) and keys.output == (197, 576, 1)
+    ir = padded_model("fc", p)
+    assert [o.kind for o in ir.ops] == ["conv", "fc", "conv"]
+    out = ort.InferenceSession(to_onnx(ir), providers=["CPUExecutionProvider"]).run(None, make_inputs(ir))[0]
+    assert out.shape == (1, 1, 197, 576)
+    assert padding_keys("fc", dict(c_in=64, c_out=10)).inputs == ((1, 1, 64),)  # one row: as before
+
+
+def test_imported_transformer_linear_is_benchable():
+    buf = io.BytesIO()
+    torch.onnx.export(torch.nn.Linear(64, 128).eval(), torch.randn(1, 50, 64), buf, opset_version=17, dynamo=False)
+    (fc,) = [l for l in load_network(buf.getvalue()).layers if l.type == "fc"]
+    assert (fc.params["m"], fc.params["c_in"], fc.params["c_out"]) == (50, 64, 128)
+    padded_model("fc", fc.params)
+
+
+def test_prior_has_token_rows_for_onnx_and_none_for_tflite():
+    onnx_plan = make_plan(["fc"], 0, prior_samples=40, seed=0, model_format="onnx")
+    tflite_plan = make_plan(["fc"], 0, prior_samples=40, seed=0, model_format="tflite")
+    assert sum(c.params.get("m", 1) > 1 for c in onnx_plan) >= 10
+    assert all(c.params.get("m", 1) == 1 for c in tflite_plan) and len(tflite_plan) == 40
+    assert all(SPECS["fc"].renders(c.params, "tflite") for c in tflite_plan)
