@@ -493,10 +493,11 @@ class TransformerLayer(nn.Module):
 class MobileViTBlock(nn.Module):
     """MobileViT block (Mehta & Rastegari, ICLR 2022): local 3x3 conv and 1x1 projection to
     ``dim``, unfold into ``patch x patch`` patches (``patch**2`` sequences of ``H W / patch**2``
-    tokens, one per position in the patch), transformer layers and a final LayerNorm, fold back, 1x1 projection to the
-    block's channels, concatenation with the block's input and a 3x3 fusion conv. The tokens
-    are ``(B, patch**2, N, dim)``, batch first like every other tensor of the network (the
-    NASWOT proxy reads each activation's first dimension as the batch).
+    tokens, one per position in the patch), transformer layers and a final LayerNorm, fold
+    back, 1x1 projection to the block's channels, concatenation with the block's input and a
+    3x3 fusion conv. The tokens are ``(B, patch**2, N, dim)``, batch first like every other
+    tensor of the network (the NASWOT proxy reads each activation's first dimension as the
+    batch).
 
     A feature map that the patches do not tile (an input other than the sampled resolution,
     e.g. the proxies' quarter-resolution batch) is resized bilinearly to the next multiple of
