@@ -23,10 +23,10 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "search", help="search architectures under a latency budget",
         description="Each trial samples an architecture from the search space, builds it in torch, writes its ONNX "
-                    "graph (built-in spaces: from the description; user spaces: torch export + onnxsim), asks the "
-                    "estimation service for its latency with conformal "
-                    "intervals and scores it with the objective. A candidate is feasible when its CM_LV upper bound "
-                    "at --confidence is within --budget; the score is penalised for a wide CM_O interval and for "
+                    "graph (scaled, mobilenet, resnet: from the description; hybrid and user spaces: torch export + "
+                    "onnxsim), asks the estimation service for its latency with conformal intervals and scores it "
+                    "with the objective. A candidate is feasible when its CM_LV upper bound at --confidence is "
+                    "within --budget; the score is penalised for a wide CM_O interval and for "
                     "layers outside the benchmarked design space (docs/nas.md). Running the command again with the "
                     "same --storage/--study continues the study; several workers may share one.",
         formatter_class=DefaultsHelpFormatter)
@@ -34,7 +34,8 @@ def register(sub: Any) -> None:
     p.add_argument("--budget", required=True, help="latency budget with a unit: 50ms, 500us, 0.05s")
     p.add_argument("--trials", type=integer(min=1), default=DEFAULT_TRIALS, help="trials this worker runs")
     p.add_argument("--timeout", default=None, help="stop this worker after this long (seconds, or 90s, 5min, 2h)")
-    p.add_argument("--space", default=DEFAULT_SPACE, help="built-in space (scaled, mobilenet, resnet) or MODULE:FUNCTION")
+    p.add_argument("--space", default=DEFAULT_SPACE,
+                   help="built-in space (scaled, mobilenet, resnet, hybrid) or MODULE:FUNCTION")
     p.add_argument("--space-option", action="append", default=[], metavar="KEY=VALUE",
                    help="keyword option of the space, VALUE as JSON (e.g. resolutions=[96,128]); repeatable")
     p.add_argument("--objective", default="naswot",

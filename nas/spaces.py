@@ -34,6 +34,30 @@ Built-in spaces (:data:`SPACES`, ``--space NAME``)
     1, 2, 2, 2) of basic or bottleneck blocks (one choice for the network), per-stage
     depth (1..``max_depth``), base width (stage widths ``base x 1, 2, 4, 8``), input
     resolution.
+``hybrid``
+    MobileNet stages at high resolution, MobileViT stages (Mehta & Rastegari, ICLR 2022) at
+    the low-resolution end. A stem conv (3x3/2, 16 channels) and one inverted residual (32
+    channels), then four stride-2 stages (output strides 4, 8, 16, 32; base channels 48, 64,
+    96, 128), the last ``n_attention`` of them (1..``max_attention_stages``, 3) MobileViT
+    stages, the others MV2 stages; a 1x1 head conv to ``4 x`` the last stage's channels,
+    global average pooling and a linear classifier. MV2 stage: depth (1..``max_depth``, 3),
+    expansion (``expansions``: 2, 4, 6), depthwise kernel (``kernels``: 3, 5). MobileViT
+    stage: a stride-2 inverted residual (expansion searched, kernel 3), then a MobileViT
+    block: 3x3 conv, 1x1 projection to dim d (``dims``: 72, 96, 120, 144, 192), unfolding
+    into 2x2 patches, L transformer layers (1..``max_layers``, 4: pre-norm LayerNorm,
+    multi-head self-attention with ``heads`` 2-4 written as ``softmax(q @ k^T * scale) @ v``,
+    LayerNorm, MLP with ratio ``mlp_ratios`` 2-4 and ``mlp_activations`` exact GELU or SiLU),
+    a final LayerNorm, folding back, 1x1 projection to the stage's channels, concatenation
+    with the block's input and a 3x3 fusion conv. Global: input resolution (``resolutions``:
+    128, 192, 256, 320; multiples of 64 only, so that the 2x2 patches tile the stride-32
+    map), width multiplier (``widths``: 0.5-1.5, channels rounded to multiples of 8) and the
+    conv activation (``activations``: silu). The dims are multiples of 24, so every head
+    count divides every dim; options that break this are refused. There is no
+    :mod:`nas.direct` writer for this family: its candidates go through the torch export and
+    onnxsim (LayerNorm becomes ``LayerNormalization``, exact GELU ``Div, Erf, Add, Mul, Mul``;
+    attention ``Gemm``, ``Reshape``, ``Transpose``, ``Gather``, ``MatMul``, ``Softmax``), and
+    layers a device profile has no rows for are estimated by the fallback and count as
+    outside the design space.
 
 Every option of a built-in space is a keyword argument (``--space-option KEY=VALUE``),
 e.g. ``resolutions=[96,128]`` or ``kernels=[3,5]``. Options must stay the same for the
@@ -80,6 +104,7 @@ __all__ = [
     "mobilenet",
     "scaled",
     "resnet",
+    "hybrid",
     "DEFAULT_SPACE",
     "make_divisible",
     "ACTIVATIONS",
@@ -417,6 +442,209 @@ def resnet(trial: optuna.Trial, *, resolutions: Sequence[int] = (128, 160, 192, 
     desc = {"family": "resnet", "resolution": int(res), "block": block, "base_width": int(base),
             "stem_kernel": int(stem_k), "stages": stages, "classes": int(classes)}
     return Architecture(ResNetSpaceNet(desc), (1, 3, int(res), int(res)), desc)
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention written out: one qkv projection, ``softmax(q @ k^T * scale) @ v``
+    per head, an output projection. Tokens ``(B, P, N, dim)``: ``P`` independent sequences of
+    ``N`` tokens per input (the patch positions of a MobileViT block), batch first."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        if dim % heads:
+            raise SpaceError(f"attention dim {dim} is not divisible by {heads} heads")
+        self.heads = heads
+        self.head_dim = dim // heads
+        self.scale = self.head_dim ** -0.5
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, p, n, d = x.shape
+        qkv = self.qkv(x).reshape(b, p, n, 3, self.heads, self.head_dim).permute(3, 0, 1, 4, 2, 5)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        attn = torch.softmax((q @ k.transpose(-2, -1)) * self.scale, dim=-1)
+        return self.proj((attn @ v).transpose(2, 3).reshape(b, p, n, d))
+
+
+#: transformer MLP activation name -> module factory (GELU exact: Erf in ONNX)
+MLP_ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
+    "gelu": lambda: nn.GELU(),
+    "silu": lambda: nn.SiLU(),
+}
+
+
+class TransformerLayer(nn.Module):
+    """Pre-norm transformer encoder layer: ``x + attn(LN(x))``, then ``x + mlp(LN(x))``."""
+
+    def __init__(self, dim: int, heads: int, mlp_ratio: int, act: str) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = SelfAttention(dim, heads)
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, mlp_ratio * dim), MLP_ACTIVATIONS[act](),
+                                 nn.Linear(mlp_ratio * dim, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class MobileViTBlock(nn.Module):
+    """MobileViT block (Mehta & Rastegari, ICLR 2022): local 3x3 conv and 1x1 projection to
+    ``dim``, unfold into ``patch x patch`` patches (``patch**2`` sequences of ``H W / patch**2``
+    tokens, one per position in the patch), transformer layers and a final LayerNorm, fold
+    back, 1x1 projection to the block's channels, concatenation with the block's input and a
+    3x3 fusion conv. The tokens are ``(B, patch**2, N, dim)``, batch first like every other
+    tensor of the network (the NASWOT proxy reads each activation's first dimension as the
+    batch).
+
+    A feature map that the patches do not tile (an input other than the sampled resolution,
+    e.g. the proxies' quarter-resolution batch) is resized bilinearly to the next multiple of
+    the patch and back, as MobileViT does; at the sampled resolution they always tile it, so
+    the exported graph has no resize."""
+
+    def __init__(self, channels: int, dim: int, *, layers: int, heads: int, mlp_ratio: int, mlp_act: str,
+                 act: str, patch: int = 2) -> None:
+        super().__init__()
+        self.patch = patch
+        self.local = nn.Sequential(_cba(channels, channels, 3, act=act), nn.Conv2d(channels, dim, 1, bias=False))
+        self.transformer = nn.Sequential(*[TransformerLayer(dim, heads, mlp_ratio, mlp_act) for _ in range(layers)])
+        self.norm = nn.LayerNorm(dim)
+        self.proj = _cba(dim, channels, 1, act=act)
+        self.fusion = _cba(2 * channels, channels, 3, act=act)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.local(x)
+        b, d, h, w = y.shape
+        p = self.patch
+        ph, pw = -(-h // p) * p, -(-w // p) * p
+        resized = (ph, pw) != (h, w)
+        if resized:
+            y = nn.functional.interpolate(y, size=(ph, pw), mode="bilinear", align_corners=False)
+        nh, nw = ph // p, pw // p
+        t = y.reshape(b, d, nh, p, nw, p).permute(0, 3, 5, 2, 4, 1).reshape(b, p * p, nh * nw, d)
+        t = self.norm(self.transformer(t))
+        y = t.reshape(b, p, p, nh, nw, d).permute(0, 5, 3, 1, 4, 2).reshape(b, d, ph, pw)
+        if resized:
+            y = nn.functional.interpolate(y, size=(h, w), mode="bilinear", align_corners=False)
+        return self.fusion(torch.cat([x, self.proj(y)], 1))
+
+
+class HybridSpaceNet(nn.Module):
+    """The network a ``hybrid`` description builds."""
+
+    def __init__(self, desc: Mapping[str, Any]) -> None:
+        super().__init__()
+        act = desc["activation"]
+        stem_c, c = desc["stem_channels"], desc["first_channels"]
+        self.stem = _cba(3, stem_c, 3, 2, act=act)
+        blocks: list[nn.Module] = [InvertedResidual(stem_c, c, stride=1, expansion=1, kernel=3, se=False, act=act)]
+        for st in desc["stages"]:
+            if st["type"] == "mv2":
+                for i in range(st["depth"]):
+                    blocks.append(InvertedResidual(c, st["channels"], stride=st["stride"] if i == 0 else 1,
+                                                   expansion=st["expansion"], kernel=st["kernel"], se=False, act=act))
+                    c = st["channels"]
+            else:
+                blocks.append(InvertedResidual(c, st["channels"], stride=st["stride"], expansion=st["expansion"],
+                                               kernel=3, se=False, act=act))
+                c = st["channels"]
+                blocks.append(MobileViTBlock(c, st["dim"], layers=st["layers"], heads=st["heads"],
+                                             mlp_ratio=st["mlp_ratio"], mlp_act=st["mlp_activation"], act=act,
+                                             patch=st["patch"]))
+        self.blocks = nn.Sequential(*blocks)
+        self.head = _cba(c, desc["head_channels"], 1, act=act)
+        self.pool = GlobalPool()
+        self.drop = nn.Dropout(0.1)
+        self.fc = nn.Linear(desc["head_channels"], desc["classes"])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.drop(self.pool(self.head(self.blocks(self.stem(x))))))
+
+
+#: base channels of the four stride-2 stages of ``hybrid`` (output strides 4, 8, 16, 32)
+HYBRID_STAGE_CHANNELS: tuple[int, ...] = (48, 64, 96, 128)
+#: side of the square patches a MobileViT block unfolds
+HYBRID_PATCH = 2
+
+
+@register_space("hybrid")
+def hybrid(trial: optuna.Trial, *, resolutions: Sequence[int] = (128, 192, 256, 320),
+           widths: Sequence[float] = (0.5, 0.75, 1.0, 1.5), max_depth: int = 3,
+           expansions: Sequence[int] = (2, 4, 6), kernels: Sequence[int] = (3, 5),
+           activations: Sequence[str] = ("silu",), max_attention_stages: int = 3,
+           dims: Sequence[int] = (72, 96, 120, 144, 192), max_layers: int = 4, heads: Sequence[int] = (2, 3, 4),
+           mlp_ratios: Sequence[int] = (2, 3, 4), mlp_activations: Sequence[str] = ("gelu", "silu"),
+           classes: int = 1000) -> Architecture:
+    """MobileNet stages, then MobileViT stages at the low-resolution end (see the module docstring)."""
+    stride = 2 ** (len(HYBRID_STAGE_CHANNELS) + 1)
+    resolutions = _resolution_choices(resolutions, stride * HYBRID_PATCH)
+    bad = [r for r in resolutions if r % (stride * HYBRID_PATCH)]
+    if bad:
+        raise SpaceError(f"space option 'resolutions': {bad} not multiples of {stride * HYBRID_PATCH} (the output "
+                         f"stride {stride} times the {HYBRID_PATCH}x{HYBRID_PATCH} patch of the last attention stage)")
+    widths = _choices("widths", widths, (int, float))
+    expansions = _choices("expansions", expansions, (int, float))
+    kernels = _choices("kernels", kernels, int)
+    activations = _choices("activations", activations, str)
+    dims = _choices("dims", dims, int)
+    heads = _choices("heads", heads, int)
+    mlp_ratios = _choices("mlp_ratios", mlp_ratios, int)
+    mlp_activations = _choices("mlp_activations", mlp_activations, str)
+    for a in activations:
+        if a not in ACTIVATIONS:
+            raise SpaceError(f"space option 'activations': unknown {a!r}; known: {', '.join(ACTIVATIONS)}")
+    for a in mlp_activations:
+        if a not in MLP_ACTIVATIONS:
+            raise SpaceError(f"space option 'mlp_activations': unknown {a!r}; known: {', '.join(MLP_ACTIVATIONS)}")
+    for name, value, hi in (("max_depth", max_depth, 8), ("max_layers", max_layers, 12),
+                            ("max_attention_stages", max_attention_stages, len(HYBRID_STAGE_CHANNELS) - 1)):
+        if not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= hi):
+            raise SpaceError(f"space option {name!r} must be an integer in [1, {hi}], got {value!r}")
+    if any(k < 1 or k % 2 == 0 for k in kernels):
+        raise SpaceError(f"space option 'kernels' must be odd positive integers, got {list(kernels)}")
+    if any(v < 1 for v in (*dims, *heads, *mlp_ratios)):
+        raise SpaceError("space options 'dims', 'heads' and 'mlp_ratios' must be positive integers")
+    pairs = [(d, h) for d in dims for h in heads if d % h]
+    if pairs:
+        raise SpaceError(f"space options 'dims' and 'heads': every dim must be divisible by every head count; "
+                         f"{', '.join(f'{d}/{h}' for d, h in pairs)} are not")
+
+    res = trial.suggest_categorical("resolution", resolutions)
+    width = float(trial.suggest_categorical("width", widths))
+    act = trial.suggest_categorical("activation", activations)
+    n_attn = trial.suggest_int("n_attention", 1, max_attention_stages)
+    n_mv2 = len(HYBRID_STAGE_CHANNELS) - n_attn
+    stages: list[dict[str, Any]] = []
+    for i, base in enumerate(HYBRID_STAGE_CHANNELS):
+        channels = make_divisible(base * width)
+        if i < n_mv2:
+            stages.append({"type": "mv2", "channels": channels, "stride": 2,
+                           "depth": trial.suggest_int(f"s{i}_depth", 1, max_depth),
+                           "expansion": trial.suggest_categorical(f"s{i}_expansion", expansions),
+                           "kernel": trial.suggest_categorical(f"s{i}_kernel", kernels)})
+        else:
+            stages.append({"type": "mobilevit", "channels": channels, "stride": 2,
+                           "expansion": trial.suggest_categorical(f"a{i}_expansion", expansions),
+                           "dim": int(trial.suggest_categorical(f"a{i}_dim", dims)),
+                           "layers": trial.suggest_int(f"a{i}_layers", 1, max_layers),
+                           "heads": int(trial.suggest_categorical(f"a{i}_heads", heads)),
+                           "mlp_ratio": int(trial.suggest_categorical(f"a{i}_mlp_ratio", mlp_ratios)),
+                           "mlp_activation": trial.suggest_categorical(f"a{i}_mlp_act", mlp_activations),
+                           "patch": HYBRID_PATCH})
+    desc = {
+        "family": "hybrid",
+        "resolution": int(res),
+        "width": width,
+        "activation": act,
+        "stem_channels": make_divisible(16 * width),
+        "first_channels": make_divisible(32 * width),
+        "stages": stages,
+        "head_channels": make_divisible(4 * stages[-1]["channels"]),
+        "classes": int(classes),
+    }
+    return Architecture(HybridSpaceNet(desc), (1, 3, int(res), int(res)), desc)
 
 
 # ------------------------------------------------------------------------- resolving

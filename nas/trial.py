@@ -4,9 +4,10 @@
 
 1. samples the architecture from the search space and builds the torch module (weights
    initialised from a fixed seed, so one architecture always gets the same weights);
-2. writes its weightless ONNX graph from the architecture description (built-in spaces,
-   :mod:`nas.direct`), or exports it to ONNX, simplifies it with onnxsim (:mod:`nas.export`)
-   and strips the weight data (:func:`service.client.strip_initializers`) (user spaces);
+2. writes its weightless ONNX graph from the architecture description (the built-in spaces
+   :mod:`nas.direct` knows: ``scaled``, ``mobilenet``, ``resnet``), or exports it to ONNX,
+   simplifies it with onnxsim (:mod:`nas.export`) and strips the weight data
+   (:func:`service.client.strip_initializers`) (``hybrid`` and user spaces);
 3. asks the estimation service for the latency at one confidence level, per layer;
 4. records in the trial's user attributes: ``worker`` (host:pid), ``arch`` (JSON
    description), ``input_shape``,
@@ -136,12 +137,12 @@ class Evaluator:
     # ------------------------------------------------------------ pieces
     def uses_direct(self) -> bool:
         """Whether candidates are written as ONNX from their description (:mod:`nas.direct`):
-        built-in spaces only, unless ``settings.direct_onnx`` is off."""
+        the built-in spaces of :data:`nas.direct.DIRECT_SPACES` only, unless ``settings.direct_onnx`` is off."""
         return self.s.direct_onnx and is_direct_space(self.s.space, self.s.space_fn)
 
     def estimate(self, arch_module: Any, input_shape: tuple[int, ...], timing: dict[str, float],
                  description: Any = None) -> tuple[Estimate, Any]:
-        """The candidate's weightless ONNX (written from ``description`` for built-in spaces,
+        """The candidate's weightless ONNX (written from ``description`` for :mod:`nas.direct`'s spaces,
         else exported, simplified and stripped), queried; returns the estimate and the model
         sent (the simplified model with weights on the export path)."""
         from service.client import EstimationError, strip_initializers  # noqa: PLC0415

@@ -499,7 +499,7 @@ def test_infeasible_budget_stops_with_advice(nas_env, tmp_path, capsys):
 
 def test_bad_space_and_objective_names(nas_env, tmp_path, capsys):
     assert nas_main(["search", "--device", DEVICE, "--budget", "5ms", "--space", "nope", "--out", str(tmp_path)]) == 2
-    assert "unknown search space 'nope'; built-in: mobilenet, resnet, scaled" in capsys.readouterr().err
+    assert "unknown search space 'nope'; built-in: hybrid, mobilenet, resnet, scaled" in capsys.readouterr().err
     assert nas_main(["search", "--device", DEVICE, "--budget", "5ms", "--objective", "no.such.module:f",
                      "--out", str(tmp_path)]) == 2
     assert "cannot import module 'no.such.module'" in capsys.readouterr().err
