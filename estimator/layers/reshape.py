@@ -1,10 +1,22 @@
-"""reshape: reshape / flatten / squeeze (often free)."""
+"""reshape: reshape / flatten / squeeze / unsqueeze (often free: a runtime may alias its input).
+
+Smart padding measures it as ``(1, c, h, w)`` reinterpreted as ``(1, h, c, w)``: the same
+contiguous data under another shape, which is all a reshape is.
+"""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping, Sequence
 
-from .registry import register
+import numpy as np
+
+from . import space
+from .ir import Op
+from .params import io_bytes, positive
+from .registry import NCHW, LayerCounts, register
 from .shared import MemoryBound, generic_draft
+
+_PRIOR_TOKENS = (16, 49, 50, 64, 196, 197, 256, 576, 1024)
+_PRIOR_SMALL = (1, 2, 3, 4, 8, 12, 16, 32, 64, 96, 128, 192, 256, 384)
 
 
 @register
@@ -14,6 +26,26 @@ class Reshape(MemoryBound):
     features = ("h", "w", "c")
     summary = "reshape / flatten / squeeze (often free)"
     onnx_ops = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+    benchable = True
+    model_formats = ("onnx",)
+    sampled = True
+    examples = (dict(h=14, w=14, c=192), dict(h=1, w=192, c=197))
+
+    def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
+        n, h, w, c = positive(p, "n", 1), positive(p, "h"), positive(p, "w"), positive(p, "c")
+        el = n * h * w * c
+        return LayerCounts(dict(h=h, w=w, c=c), 0, 0, float(el), io_bytes(el, el, 0, eb), (n, h, c, w))
+
+    def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
+                act: str | None, *, single: bool = False) -> list[Op]:
+        return [Op("reshape", "lum", tuple(ins), out_name, out_shape)]
 
     def from_onnx(self, n: Any, g: Any) -> Any:
         return generic_draft(n, g, self.name)
+
+    def draw(self, r: np.random.Generator, prior: bool) -> dict[str, Any]:
+        if prior:
+            t, s = int(r.choice(_PRIOR_TOKENS)), int(r.choice(_PRIOR_SMALL))
+            return dict(h=1, w=s, c=t) if r.random() < 0.5 else dict(h=t, w=s, c=int(r.choice((1, 2, 3, 4, 8, 12))))
+        return dict(h=space.loguniform_int(r, 1, 1024), w=space.loguniform_int(r, 1, 1024),
+                    c=space.loguniform_int(r, 1, 1024))
