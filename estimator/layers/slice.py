@@ -1,10 +1,23 @@
-"""slice: slice / split / gather."""
+"""slice: slice / split / gather of a computed tensor, counted by the elements it reads and
+writes.
+
+Smart padding measures a one-output slice as the first ``k`` channels of ``(1, c, h, w)``
+(``k = elems_out / (h w)``: the same elements copied out); a split into several outputs is
+not benchmarked (a fallback, flagged).
+"""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping, Sequence
 
-from .registry import register
+import numpy as np
+
+from . import space
+from .ir import Op
+from .params import LayerSpecError, opt_int
+from .registry import NCHW, LayerCounts, register
 from .shared import MemoryBound
+
+_PRIOR_TOKENS = (16, 49, 50, 64, 196, 197, 256, 576, 1024)
 
 
 @register
@@ -16,6 +29,53 @@ class Slice(MemoryBound):
     with_out = True
     onnx_ops = ("Slice", "Split", "Gather")
     extra = ("n_outputs",)
+    benchable = True
+    model_formats = ("onnx",)
+    sampled = True
+    examples = (dict(h=3, w=12608, c=3, elems_out=37824, n_outputs=1), dict(h=8, w=8, c=16, elems_out=512))
+
+    def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
+        counts = super().count(p, eb)
+        h, w = int(p["h"]), int(p["w"])
+        out = int(counts.output_shape[0])
+        if out % (h * w) == 0 and opt_int(p, "n_outputs", 1) == 1:  # whole channels: (n, k, h, w)
+            n = opt_int(p, "n", 1)
+            if out % (n * h * w) == 0:
+                counts = LayerCounts(counts.features, 0, 0, counts.ops, counts.bytes, (n, out // (n * h * w), h, w))
+        return counts
+
+    def _kept(self, p: Mapping[str, Any]) -> int:
+        h, w, c = int(p["h"]), int(p["w"]), int(p["c"])
+        out, k = opt_int(p, "elems_out", h * w * c), opt_int(p, "n_outputs", 1)
+        if k != 1 or out % (h * w) or not 1 <= out // (h * w) <= c:
+            raise LayerSpecError(f"slice to {out} elements in {k} output(s) of a {c}x{h}x{w} tensor cannot be "
+                                 "benchmarked; only one output of whole channels")
+        return out // (h * w)
+
+    def lum_output(self, p: Mapping[str, Any], counts: LayerCounts) -> NCHW:
+        return 1, self._kept(p), int(p["h"]), int(p["w"])
+
+    def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
+                act: str | None, *, single: bool = False) -> list[Op]:
+        return [Op(self.name, "lum", tuple(ins), out_name, out_shape, {"channels": self._kept(p)})]
+
+    def onnx_nodes(self, op: Op, output: str, weights: Mapping[str, np.ndarray], init: Any) -> list[Any]:
+        from onnx import helper  # noqa: PLC0415
+
+        i = np.array
+        ins = [op.inputs[0], init(f"{op.name}/starts", i([0])), init(f"{op.name}/ends", i([op.attrs["channels"]])),
+               init(f"{op.name}/axes", i([1]))]
+        return [helper.make_node("Slice", ins, [output], name=op.name)]
+
+    def draw(self, r: np.random.Generator, prior: bool) -> dict[str, Any]:
+        if prior:  # q, k, v out of a fused projection; a class token out of the tokens
+            t, d = int(r.choice(_PRIOR_TOKENS)), int(r.choice((16, 32, 64, 96, 192, 384)))
+            if r.random() < 0.5:
+                heads = int(r.choice((1, 2, 3, 4, 6, 8, 12)))
+                return dict(h=heads, w=t * d // heads or 1, c=3, elems_out=heads * (t * d // heads or 1), n_outputs=1)
+            return dict(h=1, w=d, c=t, elems_out=d, n_outputs=1)
+        h, w, c = space.loguniform_int(r, 1, 256), space.loguniform_int(r, 1, 1024), space.loguniform_int(r, 1, 512)
+        return dict(h=h, w=w, c=c, elems_out=h * w * int(r.integers(1, c + 1)), n_outputs=1)
 
     def from_onnx(self, n: Any, g: Any) -> Any:
         """Slice, Split or Gather of a computed tensor (a Gather from a constant table is an
