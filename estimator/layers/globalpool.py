@@ -37,19 +37,30 @@ class GlobalPool(LayerTypeSpec):
         return [Op("globalpool", "lum", tuple(ins), out_name, out_shape, {"mode": mode})]
 
     def from_onnx(self, n: Any, g: Any) -> Any:
-        """A global pool, or a ReduceMean/ReduceMax over both spatial axes of an NCHW tensor."""
+        """A global pool, a ReduceMean/ReduceMax over both spatial axes of an NCHW tensor, or
+        over the tokens of a token tensor ``(n, tokens, c)`` (as ``h = 1, w = tokens``)."""
+        d = None
         if n.op_type.startswith("Reduce"):
             xs = g.shape(n.input[0])
-            if xs is None or len(xs) != 4:
+            if xs is None or len(xs) not in (3, 4):
                 return None
             axes = attrs(n).get("axes")
             if axes is None and len(n.input) > 1 and n.input[1]:
                 v = g.value(n.input[1])
                 axes = None if v is None else [int(x) for x in np.ravel(v)]
-            if axes is None or sorted(int(x) % 4 for x in axes) != [2, 3]:
+            if axes is None:
                 return None
-        d = g.base(n, self.name)
-        g.spatial_params(d, n.input[0])
+            axes = sorted(int(x) % len(xs) for x in axes)
+            if len(xs) == 3 and axes == [1]:  # the mean over the tokens of (n, tokens, c)
+                d = g.base(n, self.name)
+                d.params.update(n=int(xs[0]), h=1, w=int(xs[1]), c=int(xs[2]))
+                if xs[0] > 1:
+                    d.flag("batch_gt_1")
+            elif len(xs) != 4 or axes != [2, 3]:
+                return None
+        if d is None:
+            d = g.base(n, self.name)
+            g.spatial_params(d, n.input[0])
         d.params["mode"] = "max" if n.op_type in ("GlobalMaxPool", "ReduceMax") else "avg"
         return d
 
