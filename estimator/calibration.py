@@ -18,9 +18,10 @@ correct the Eq. 7 total and calibrate the network intervals conformally.
    (the largest, with a warning, if too few rows). With two or more families ``q`` is at least that
    quantile of the leave-family-out scores: a deployed network's family is rarely a calibration family
    (held-out zoo, profile's own VM: 21/26 covered at 18 % width by leave-one-out scores, 25/26 at 21 %).
-3. Coverage holds for networks like the calibration networks. One farther (L1 over per-type time
+3. Coverage holds for networks like the calibration networks. One with fallback layers of a type
+   no row has, with :data:`UNSEEN_SHARE` or more of its time in a type no row has, farther (L1 over per-type time
    shares) from every row than the rows are from each other, or with a total beyond 2x their range,
-   is ``in_scope = False``; a family shifted beyond :data:`FAMILY_SHIFT_WARN` when predicted from
+   is ``in_scope = False`` and keeps at least its uncalibrated band; a family shifted beyond :data:`FAMILY_SHIFT_WARN` when predicted from
    the others makes :func:`family_warning` warn; under :data:`MIN_NETWORKS` rows, no calibration.
 """
 from __future__ import annotations
@@ -33,8 +34,12 @@ import numpy as np
 
 from .aggregate import conformal_index
 
+#: a type with at least this share of a network's time that no calibration network has puts
+#: the network out of the calibration's scope
+UNSEEN_SHARE = 0.01
+
 __all__ = ["MIN_NETWORKS", "REFERENCE_CONFIDENCE", "METHODS", "NO_CORRECTION", "ADOPT_GAIN", "TYPE_RIDGE",
-           "OTHER_TYPES", "FAMILY_SHIFT_WARN", "CalibrationRow", "Correction", "NetworkCalibration", "CalibratedTotal",
+           "OTHER_TYPES", "FAMILY_SHIFT_WARN", "UNSEEN_SHARE", "CalibrationRow", "Correction", "NetworkCalibration", "CalibratedTotal",
            "fit_calibration", "fit_correction", "cross_validate", "conformal_quantile", "family_warning", "type_times",
            "GROUP_METHODS", "KERNEL_TYPES", "layer_kind", "by_type"]
 
@@ -287,6 +292,8 @@ class CalibratedTotal:
     uncertified: list[float]
     nearest: str = ""
     distance: float = 0.0
+    #: why the network is out of scope ("" when in scope)
+    why: str = ""
 
 
 @dataclass
@@ -312,21 +319,39 @@ class NetworkCalibration:
     def n(self) -> int:
         return len(self.names)
 
-    def _scope(self, predicted_ms: float, shares: Mapping[str, float]) -> tuple[bool, str, float]:
+    def _scope(self, predicted_ms: float, shares: Mapping[str, float], fallback_types: Sequence[str] = ()
+               ) -> tuple[bool, str, float, str]:
+        """``(in scope, nearest row, its distance, why not)``."""
         shares = by_type(shares)
         d = [_l1(shares, s) for s in self.shares]
         i = int(np.argmin(d))
         lo, hi = self.totals
-        in_range = lo / 2 <= predicted_ms <= hi * 2
-        return (d[i] <= self.max_nn + 1e-12 and in_range), self.names[i], float(d[i])
+        seen = {t for s in self.shares for t, v in by_type(s).items() if v > 0}
+        unseen = sorted(t for t, v in shares.items() if v >= UNSEEN_SHARE and t not in seen)
+        new_fallback = sorted(set(fallback_types) - seen)
+        why = ""
+        if new_fallback:
+            why = (f"layers of type(s) {', '.join(new_fallback)} have no benchmark rows (roofline fallback) and no "
+                   "calibration network has them")
+        elif unseen:
+            why = f"no calibration network has layers of type(s) {', '.join(unseen)}"
+        elif not lo / 2 <= predicted_ms <= hi * 2:
+            why = "its Eq. 7 total is outside 0.5-2x the calibration networks' range"
+        elif d[i] > self.max_nn + 1e-12:
+            why = (f"its composition is farther from every calibration network (nearest: {self.names[i]}, "
+                   f"distance {d[i]:.2f}) than they are from each other (at most {self.max_nn:.2f})")
+        return not why, self.names[i], float(d[i]), why
 
     def apply(self, predicted_ms: float, n_layers: int, intervals: Mapping[str, Mapping[float, tuple[float, float]]],
-              shares: Mapping[str, float], confidences: Sequence[float]) -> CalibratedTotal:
+              shares: Mapping[str, float], confidences: Sequence[float],
+              fallback_types: Sequence[str] = ()) -> CalibratedTotal:
         """Calibrate one network's Eq. 7 total and Eq. 8 ``intervals`` (which must hold
-        :data:`REFERENCE_CONFIDENCE` for every metric) at ``confidences``."""
+        :data:`REFERENCE_CONFIDENCE` for every metric) at ``confidences``. A network out of
+        the calibration's scope keeps at least its uncalibrated band (the union with it and
+        with the bias-corrected one): the guarantee holds for networks like the rows only."""
         yhat = self.correction.predict(predicted_ms, n_layers, shares)
         factor = yhat / predicted_ms if predicted_ms > 0 else 1.0
-        in_scope, nearest, dist = self._scope(predicted_ms, shares)
+        in_scope, nearest, dist, why = self._scope(predicted_ms, shares, fallback_types)
         out: dict[str, dict[float, tuple[float, float]]] = {}
         uncertified: set[float] = set()
         for m, scores in self.scores.items():
@@ -341,11 +366,11 @@ class NetworkCalibration:
                 if self.shift_scores is not None:  # every network as a family the rows never saw
                     q = max(q, conformal_quantile(self.shift_scores[m], c)[0])
                 lo, hi = yhat * math.exp(-q * width), yhat * math.exp(q * width)
-                if not in_scope and self.shift_scores is None:
+                if not in_scope:
                     lo_u, hi_u = intervals[m][c]
-                    lo, hi = min(lo, lo_u * factor), max(hi, hi_u * factor)
+                    lo, hi = min(lo, lo_u * factor, lo_u), max(hi, hi_u * factor, hi_u)
                 out[m][float(c)] = (lo, hi)
-        return CalibratedTotal(yhat, out, in_scope, sorted(uncertified), nearest, dist)
+        return CalibratedTotal(yhat, out, in_scope, sorted(uncertified), nearest, dist, why)
 
 
 def _nn_distances(shares: Sequence[Mapping[str, float]]) -> np.ndarray:

@@ -488,19 +488,17 @@ class Estimator:
                 est.calibration.update(applied=False, reason="the network's Eq. 7 total is 0 ms")
             est.intervals = {m: {c: per[c] for c in confs} for m, per in est.intervals.items()}
             return est
-        res = cal.apply(est.total_ms, len(layers), est.intervals, _kind_shares(layers, pred), confs)
+        fallback_types = sorted({l.type for l in layers if l.type not in self.models.types})
+        res = cal.apply(est.total_ms, len(layers), est.intervals, _kind_shares(layers, pred), confs, fallback_types)
         est.uncalibrated = {"total_ms": est.total_ms,
                             "intervals": {m: {c: per[c] for c in confs} for m, per in est.intervals.items()}}
         est.total_ms, est.intervals = res.total_ms, res.intervals
         est.calibration = {**info, "in_scope": res.in_scope}
         if not res.in_scope:
             est.warnings.append(
-                f"this network is unlike the {cal.n} networks {self.device} is calibrated on (nearest: "
-                f"{res.nearest}, composition distance {res.distance:.2f} against at most {cal.max_nn:.2f} among them, "
-                f"or its Eq. 7 total outside 0.5-2x their range): coverage is not guaranteed; its intervals are "
-                + ("as wide as the correction is off on a calibration family it was not fitted on (leave-family-out, "
-                   "as every network's), which a network this different may exceed" if cal.shift_scores is not None else
-                   "the union of the calibrated and the bias-corrected Eq. 8 intervals"))
+                f"this network is out of the scope of {self.device}'s calibration on {cal.n} networks ({res.why}): "
+                "coverage is not guaranteed; its intervals keep at least their uncalibrated width (the union of the "
+                "calibrated, the uncalibrated and the bias-corrected Eq. 8 intervals)")
         for c in res.uncertified:
             est.warnings.append(f"confidence {c:g} needs more network rows than the {cal.n} of {self.device}: the "
                                 f"calibrated intervals use the largest calibration score")

@@ -274,19 +274,44 @@ def test_networks_get_the_family_shift_band_and_out_of_scope_ones_the_union_with
     q_in = conformal_quantile(cal.scores["CM_LV"], 0.9)[0]
     q_out = conformal_quantile(cal.shift_scores["CM_LV"], 0.9)[0]
     assert q_out > q_in
-    # a network's family is rarely a calibration family: in scope or not, the shift band
-    for res in (inside, outside):
-        assert res.intervals["CM_LV"][0.9] == pytest.approx((res.total_ms * math.exp(-q_out * w),
-                                                            res.total_ms * math.exp(q_out * w)))
+    # a network's family is rarely a calibration family: in scope, the shift band
+    shift = (inside.total_ms * math.exp(-q_out * w), inside.total_ms * math.exp(q_out * w))
+    assert inside.intervals["CM_LV"][0.9] == pytest.approx(shift)
+    # out of scope: at least the uncalibrated band (the union with it and the bias-corrected one)
+    f = outside.total_ms / 5.0
+    assert outside.intervals["CM_LV"][0.9] == pytest.approx((min(shift[0], 3.0 * f, 3.0), max(shift[1], 20.0 * f, 20.0)))
+    assert outside.why
     # one family: nothing tells how far the correction is off elsewhere: the union with Eq. 8
     one = fit_calibration(rows(["only"] * 24))
     assert one.shift_scores is None
     a, b = one.apply(5.0, 40, ivs, like, [0.9]), one.apply(5.0, 40, ivs, unlike, [0.9])
     f = b.total_ms / 5.0
-    assert b.intervals["CM_LV"][0.9] == pytest.approx((min(a.intervals["CM_LV"][0.9][0], 3.0 * f),
-                                                      max(a.intervals["CM_LV"][0.9][1], 20.0 * f)))
+    assert b.intervals["CM_LV"][0.9] == pytest.approx((min(a.intervals["CM_LV"][0.9][0], 3.0 * f, 3.0),
+                                                      max(a.intervals["CM_LV"][0.9][1], 20.0 * f, 20.0)))
     huge = cal.apply(5000.0, 40, {m: {0.9: (4000.0, 6000.0)} for m in METRICS}, like, [0.9])
     assert not huge.in_scope  # the total is far outside the calibration networks' range
+
+
+def test_fallback_layers_and_unseen_types_are_out_of_scope_and_keep_their_uncalibrated_band():
+    rng = np.random.default_rng(3)
+    p = rng.uniform(1, 10, 24)
+    y = 0.5 * p * np.exp(rng.normal(0, 0.02, 24))
+    cal = fit_calibration([CalibrationRow(f"n{i}", f"f{i % 3}", float(y[i]), float(p[i]), 40,
+                                          {m: 0.1 for m in METRICS}, {"conv2d": 0.8, "add": 0.2})
+                           for i in range(24)])
+    ivs = {m: {0.9: (3.0, 9.0)} for m in METRICS}
+    like = {"conv2d": 0.8, "add": 0.2}
+    base = cal.apply(5.0, 40, ivs, like, [0.9])
+    assert base.in_scope and not base.why
+    # the calibrated band is narrower than the Eq. 8 one here
+    assert base.intervals["CM_LV"][0.9][1] - base.intervals["CM_LV"][0.9][0] < 6.0
+    # a fallback type the calibration networks had too is in scope: they were estimated with it
+    assert cal.apply(5.0, 40, ivs, like, [0.9], fallback_types=["add"]).in_scope
+    for res, what in ((cal.apply(5.0, 40, ivs, like, [0.9], fallback_types=["softmax"]), "softmax have no benchmark rows"),
+                      (cal.apply(5.0, 40, ivs, {"conv2d": 0.77, "add": 0.2, "layernorm": 0.03}, [0.9]), "layernorm")):
+        assert not res.in_scope and what in res.why
+        lo, hi = res.intervals["CM_LV"][0.9]
+        assert lo <= 3.0 and hi >= 9.0 and hi - lo >= 6.0
 
 
 # ------------------------------------------------------------------------ end to end
@@ -683,3 +708,33 @@ def test_row_specs_rebuild_names_and_leave_out_missing_files(cal, tmp_path):
     assert specs[2].build() == b"not checked until built"
     assert set(skipped) == {"onnx:gone", "onnx:changed"}
     assert "is not here" in skipped["onnx:gone"] and "changed since" in skipped["onnx:changed"]
+
+
+def test_a_network_of_an_unbenchmarked_type_keeps_its_uncalibrated_band(cal, tmp_path, capsys):
+    """Calibration's guarantee holds for networks like its calibration networks: one whose
+    layers fall back to the roofline in a type none of them had is out of scope, keeps at
+    least its uncalibrated band and says why."""
+    import io
+
+    import torch
+
+    class ConvNorm(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.norm = torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.LayerNorm([16, 16, 16])
+
+        def forward(self, x):
+            return self.norm(torch.relu(self.conv(x)))
+
+    buf = io.BytesIO()
+    torch.onnx.export(ConvNorm().eval(), torch.randn(1, 3, 16, 16), buf, opset_version=17, dynamo=False)
+    path = tmp_path / "convnorm.onnx"
+    path.write_bytes(buf.getvalue())
+    assert _estimator(["predict", str(path), "--device", "tiny-cal", "--profiles", str(cal["root"]), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["calibration"]["applied"] and not doc["calibration"]["in_scope"]
+    for m in ("CM_TV", "CM_LV", "CM_O"):
+        lo, hi = doc["intervals"][m]["0.9"]
+        u_lo, u_hi = doc["uncalibrated"]["intervals"][m]["0.9"]
+        assert lo <= u_lo and hi >= u_hi
+    assert any("out of the scope" in w and "layernorm" in w for w in doc["warnings"])
