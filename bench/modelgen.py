@@ -286,7 +286,7 @@ def single_layer_model(layer_type: str, params: Mapping[str, Any]) -> ModelIR:
     s = _lum_spec(layer_type, params)
     shapes: Sequence[tuple[int, ...]] = s.input_shapes
     out_shape: tuple[int, ...] = s.output_shape
-    shapes, out_shape = SPECS[layer_type].single_layer_io(s.input_shapes, s.output_shape)
+    shapes, out_shape = SPECS[layer_type].single_layer_io(params, s.input_shapes, s.output_shape)
     inputs = tuple(TensorSpec(f"x{i}", tuple(shp)) for i, shp in enumerate(shapes))
     ops = _lum_ops(layer_type, params, [t.name for t in inputs], s, "y", single=True)
     return ModelIR(_model_name("single", layer_type, params), "single", inputs,

@@ -36,7 +36,7 @@ def test_every_sampled_type_draws_configurations_its_lum_builds(layer_type):
             assert [o.role for o in ir.ops].count("pad_out") == 1
             assert ir.lum_op_names(), layer_type
             keys = padding_keys(layer_type, p)
-            assert keys.output[2] == (counts.output_shape[1] if len(counts.output_shape) == 4 else keys.output[2])
+            assert all(min(k) >= 1 for k in keys.all()) and counts.ops > 0
             single_layer_model(layer_type, p)
             built += 1
     assert built >= 10, (layer_type, built)

@@ -21,14 +21,14 @@ def test_token_rows_single_layer_is_torchs_linear():
     np.testing.assert_allclose(y, x @ w["w"] + w["b"], rtol=1e-4, atol=1e-4)
 
 
-def test_token_rows_are_padded_as_a_one_channel_map():
+def test_token_rows_are_padded_with_a_channel_per_row():
     p = dict(m=197, c_in=192, c_out=576)
-    keys = padding_keys("fc", p)
-    assert keys.inputs == ((197, 192, 1),) and keys.output == (197, 576, 1)
+    keys = padding_keys("fc", p)  # (1, m, 1, c): 1x1 padding convs 1 -> m at 1 x c, cheap per element
+    assert keys.inputs == ((1, 192, 197),) and keys.output == (1, 576, 197)
     ir = padded_model("fc", p)
     assert [o.kind for o in ir.ops] == ["conv", "fc", "conv"]
     out = ort.InferenceSession(to_onnx(ir), providers=["CPUExecutionProvider"]).run(None, make_inputs(ir))[0]
-    assert out.shape == (1, 1, 197, 576)
+    assert out.shape == (1, 1, 1, 576)
     assert padding_keys("fc", dict(c_in=64, c_out=10)).inputs == ((1, 1, 64),)  # one row: as before
 
 

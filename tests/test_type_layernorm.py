@@ -53,11 +53,11 @@ def test_layernorm_over_a_feature_map_normalises_all_trailing_axes():
 def test_padded_model_runs_the_operator_torch_runs():
     p = dict(rows=49, c=96)
     keys = padding_keys("layernorm", p)
-    assert keys.inputs == ((49, 96, 1),) and keys.output == (49, 96, 1)
+    assert keys.inputs == ((1, 96, 49),) and keys.output == (1, 96, 49)  # (1, rows, 1, c)
     ir = padded_model("layernorm", p)
     assert [o.kind for o in ir.ops] == ["conv", "layernorm", "conv"]
     out = ort.InferenceSession(to_onnx(ir), providers=["CPUExecutionProvider"]).run(None, make_inputs(ir))[0]
-    assert out.shape == (1, 1, 49, 96) and np.isfinite(out).all()
+    assert out.shape == (1, 1, 1, 96) and np.isfinite(out).all()
     ir1 = single_layer_model("layernorm", p)
     import onnx
     from onnx import numpy_helper

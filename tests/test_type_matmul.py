@@ -18,14 +18,17 @@ def _run(ir):
 def test_q_times_k_transposed():
     p = dict(b=3, m=50, k=16, n_cols=50)
     keys = padding_keys("matmul", p)
-    assert keys.inputs == ((50, 16, 3), (16, 50, 3)) and keys.output == (50, 50, 3)
+    # operands (1, 3, 50, 16) and (1, 3, 16, 50) padded as rows: (1, 150, 1, 16), (1, 48, 1, 50)
+    assert keys.inputs == ((1, 16, 150), (1, 50, 48)) and keys.output == (1, 50, 150)
+    assert [o.kind for o in padded_model("matmul", p).ops] == ["conv", "conv", "reshape", "reshape", "matmul",
+                                                                  "reshape", "conv"]
     ir = single_layer_model("matmul", p)
     feeds = make_inputs(ir)
     (y,) = ort.InferenceSession(to_onnx(ir), providers=["CPUExecutionProvider"]).run(None, feeds)
     ref = torch.from_numpy(feeds["x0"]) @ torch.from_numpy(feeds["x1"])
     np.testing.assert_allclose(y, ref.numpy(), rtol=1e-4, atol=1e-4)
     (out,) = _run(padded_model("matmul", p))
-    assert out.shape == (1, 1, 50, 50)
+    assert out.shape == (1, 1, 1, 50)
 
 
 def test_attention_products_import_as_benchable_matmuls():

@@ -17,11 +17,11 @@ def _run(ir):
 
 def test_attention_scores_softmax_over_the_last_axis():
     p = dict(h=197, w=197, c=3, axis_len=197)
-    assert padding_keys("softmax", p).inputs == ((197, 197, 3),)
+    assert padding_keys("softmax", p).inputs == ((1, 197, 591),)  # rows of (1, 3 x 197, 1, 197)
     ir = single_layer_model("softmax", p)
     x = make_inputs(ir)["x0"]
     np.testing.assert_allclose(_run(ir), torch.softmax(torch.from_numpy(x), -1).numpy(), rtol=1e-5, atol=1e-6)
-    assert _run(padded_model("softmax", p)).shape == (1, 1, 197, 197)
+    assert _run(padded_model("softmax", p)).shape == (1, 1, 1, 197)
 
 
 def test_classifier_softmax_over_channels():

@@ -9,7 +9,7 @@ import numpy as np
 from . import space
 from .ir import Op
 from .params import act_code, cold, io_bytes, nonneg, opt_int, positive
-from .registry import NCHW, LayerCounts, LayerTypeSpec, register
+from .registry import NCHW, LayerCounts, LayerTypeSpec, register, rows_of
 from .shared import gemm_dims
 
 
@@ -48,8 +48,8 @@ class Fc(LayerTypeSpec):
     # -> conv c_out -> 1, i.e. the padding pairs of a global-pool output; the flatten/reshape
     # glue is counted in T_c (real networks have the same flatten before their classifier).
     # Rows of tokens (m > 1, a transformer's Linear on (1, m, c_in)) are measured on their own
-    # layout as a one-channel m x c_in map: conv 1 -> 1 -> MatMul by the (c_in, c_out) weight
-    # + bias (IR op kind "fc") -> (1, 1, m, c_out) -> conv 1 -> 1; no glue. ONNX only.
+    # data as (1, m, 1, c_in) (rows_of): conv 1 -> m -> MatMul by the (c_in, c_out) weight +
+    # bias (IR op kind "fc") -> (1, m, 1, c_out) -> conv m -> 1; no glue. ONNX only.
 
     def renders(self, p: Mapping[str, Any], model_format: str) -> bool:
         return model_format in self.model_formats and (opt_int(p, "m", 1) == 1 or model_format == "onnx")
@@ -57,21 +57,22 @@ class Fc(LayerTypeSpec):
     def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts) -> tuple[NCHW, ...]:
         m = opt_int(p, "m", 1)
         if m > 1:
-            return ((1, 1, m, int(p["c_in"])),)
+            return (rows_of((1, m, int(p["c_in"]))),)
         return ((1, int(p["c_in"]), 1, 1),)
 
     def lum_output(self, p: Mapping[str, Any], counts: LayerCounts) -> NCHW:
         m = opt_int(p, "m", 1)
         if m > 1:
-            return 1, 1, m, int(p["c_out"])
+            return rows_of((1, m, int(p["c_out"])))
         return 1, int(p["c_out"]), 1, 1
 
     def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
                 act: str | None, *, single: bool = False) -> list[Op]:
         c_in, c_out = int(p["c_in"]), int(p["c_out"])
         gemm_attrs = dict(c_in=c_in, c_out=c_out, bias=bool(opt_int(p, "bias", 1)))
-        if opt_int(p, "m", 1) > 1:
-            shape = out_shape[2:] if single else out_shape
+        m = opt_int(p, "m", 1)
+        if m > 1:
+            shape = (m, c_out) if single else out_shape
             return [Op(self.name, "lum", tuple(ins), out_name, shape, gemm_attrs, act)]
         if single:
             return [Op("gemm", "lum", tuple(ins), out_name, (1, c_out), gemm_attrs, act)]
@@ -81,10 +82,10 @@ class Fc(LayerTypeSpec):
             Op("reshape", "lum/reshape_out", ("lum_gemm",), out_name, out_shape, {}, None, "aux"),
         ]
 
-    def single_layer_io(self, ins: tuple[NCHW, ...], out: NCHW) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
-        if ins[0][1] == 1 and ins[0][2] > 1:  # rows of tokens: (m, c_in) -> (m, c_out)
-            return ((ins[0][2], ins[0][3]),), (out[2], out[3])
-        return ((1, ins[0][1]),), (1, out[1])  # a plain (1, c_in) -> (1, c_out) Gemm
+    def single_layer_io(self, p: Mapping[str, Any], ins: tuple[NCHW, ...], out: NCHW
+                        ) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+        m = opt_int(p, "m", 1)  # rows of tokens: (m, c_in) -> (m, c_out); one row: a (1, c_in) Gemm
+        return ((m, int(p["c_in"])),), (m, int(p["c_out"]))
 
     def op_weights(self, op: Op, rng: np.random.Generator) -> dict[str, np.ndarray]:
         """The token-rows LUM's weight ``(c_in, c_out)`` (MatMul layout) and bias."""

@@ -2,10 +2,10 @@
 and bias.
 
 A LayerNorm normalises ``rows`` vectors of length ``c`` (a token tensor ``(n, rows, c)``).
-Smart padding measures it on the same data laid out as a one-channel ``rows x c`` map,
-``(1, 1, rows, c)``, normalised over its last axis: the padding convs are 1x1 convs 1 -> 1 at
-``rows x c`` and the LUM is the same ONNX operator on the same contiguous data as in the
-network, with no transpose or reshape glue charged to it.
+Smart padding measures it on the same data laid out as ``(1, rows, 1, c)``
+(:func:`~estimator.layers.registry.rows_of`), normalised over its last axis: the padding convs
+are 1x1 convs 1 -> rows at ``1 x c`` and the LUM is the same ONNX operator on the same
+contiguous data as in the network, with no glue charged to it.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from . import space
 from .importing import Unsupported, attrs
 from .ir import Op
 from .params import io_bytes, positive
-from .registry import NCHW, LayerCounts, LayerTypeSpec, register
+from .registry import NCHW, LayerCounts, LayerTypeSpec, register, rows_of
 
 #: Network prior: token counts of ViTs and hybrid networks (7x7..56x56 maps, +1 class token).
 _PRIOR_ROWS = (16, 49, 50, 64, 65, 144, 196, 197, 256, 257, 576, 784, 1024, 3136)
@@ -50,13 +50,15 @@ class LayerNorm(LayerTypeSpec):
                            (n, rows, c))
 
     def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts) -> tuple[NCHW, ...]:
-        return ((1, 1, int(p["rows"]), int(p["c"])),)
+        return (rows_of((1, int(p["rows"]), int(p["c"]))),)
 
     def lum_output(self, p: Mapping[str, Any], counts: LayerCounts) -> NCHW:
-        return 1, 1, int(p["rows"]), int(p["c"])
+        return rows_of((1, int(p["rows"]), int(p["c"])))
 
-    def single_layer_io(self, ins: tuple[NCHW, ...], out: NCHW) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
-        return ((1, ins[0][2], ins[0][3]),), (1, out[2], out[3])  # the token tensor (1, rows, c)
+    def single_layer_io(self, p: Mapping[str, Any], ins: tuple[NCHW, ...], out: NCHW
+                        ) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+        shape = (1, int(p["rows"]), int(p["c"]))  # the token tensor
+        return (shape,), shape
 
     def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
                 act: str | None, *, single: bool = False) -> list[Op]:

@@ -1,8 +1,9 @@
 """matmul: MatMul of two activations, (b, m, k) x (b, k, n_cols): attention's products.
 
-Smart padding measures it as in a transformer: operands ``(1, b, m, k)`` and
-``(1, b, k, n_cols)``, each from its own pad-in conv 1 -> b at ``m x k`` and ``k x n_cols``,
-output ``(1, b, m, n_cols)`` into the pad-out conv b -> 1.
+Smart padding measures it as in a transformer, on operands ``(1, b, m, k)`` and
+``(1, b, k, n_cols)`` and output ``(1, b, m, n_cols)``; the padding convs feed and read them
+as ``(1, b m, 1, k)``, ``(1, b k, 1, n_cols)`` and ``(1, b m, 1, n_cols)``
+(:func:`~estimator.layers.registry.rows_of`, reshaped to the operands as views).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import numpy as np
 from . import space
 from .ir import Op
 from .params import act_code, io_bytes, positive
-from .registry import NCHW, LayerCounts, LayerTypeSpec, register
+from .registry import NCHW, LayerCounts, LayerTypeSpec, register, reshape_op, rows_of
 from .shared import gemm_dims
 
 #: Network prior: attention heads, token counts and head dimensions.
@@ -43,20 +44,31 @@ class MatMul(LayerTypeSpec):
         feats = dict(b=b, m=m, k=k, n_cols=nn, flops=2 * macs, act=act_code(p))
         return LayerCounts(feats, macs, 0, 2.0 * macs, io_bytes(b * (m * k + k * nn), b * m * nn, 0, eb), (b, m, nn))
 
-    def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts) -> tuple[NCHW, ...]:
+    @staticmethod
+    def _shapes(p: Mapping[str, Any]) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
         b, m, k, nn = int(p.get("b") or 1), int(p["m"]), int(p["k"]), int(p["n_cols"])
-        return (1, b, m, k), (1, b, k, nn)
+        return (1, b, m, k), (1, b, k, nn), (1, b, m, nn)
+
+    def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts) -> tuple[NCHW, ...]:
+        a, b, _ = self._shapes(p)
+        return rows_of(a), rows_of(b)
 
     def lum_output(self, p: Mapping[str, Any], counts: LayerCounts) -> NCHW:
-        return 1, int(p.get("b") or 1), int(p["m"]), int(p["n_cols"])
+        return rows_of(self._shapes(p)[2])
 
-    def single_layer_io(self, ins: tuple[NCHW, ...], out: NCHW) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
-        return tuple(s[1:] for s in ins), out[1:]  # (b, m, k) x (b, k, n_cols)
+    def single_layer_io(self, p: Mapping[str, Any], ins: tuple[NCHW, ...], out: NCHW
+                        ) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+        a, b, y = self._shapes(p)
+        return (a[1:], b[1:]), y[1:]  # (b, m, k) x (b, k, n_cols)
 
     def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
                 act: str | None, *, single: bool = False) -> list[Op]:
-        shape = out_shape[1:] if single else out_shape
-        return [Op(self.name, "lum", tuple(ins), out_name, shape, {}, act)]
+        a, b, y = self._shapes(p)
+        if single:
+            return [Op(self.name, "lum", tuple(ins), out_name, y[1:], {}, act)]
+        return [reshape_op("lum/reshape_a", ins[0], "lum_a", a), reshape_op("lum/reshape_b", ins[1], "lum_b", b),
+                Op(self.name, "lum", ("lum_a", "lum_b"), "lum_y", y, {}, act),
+                reshape_op("lum/reshape_out", "lum_y", out_name, out_shape)]
 
     def onnx_nodes(self, op: Op, output: str, weights: Mapping[str, np.ndarray], init: Any) -> list[Any]:
         from onnx import helper  # noqa: PLC0415

@@ -2,8 +2,9 @@
 writes.
 
 Smart padding measures a one-output slice as the first ``k`` channels of ``(1, c, h, w)``
-(``k = elems_out / (h w)``: the same elements copied out); a split into several outputs is
-not benchmarked (a fallback, flagged).
+(``k = elems_out / (h w)``: the same elements copied out), fed and read as rows
+(:func:`~estimator.layers.registry.rows_of`: the first ``k h`` rows of ``(1, c h, 1, w)``); a
+split into several outputs is not benchmarked (a fallback, flagged).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import numpy as np
 from . import space
 from .ir import Op
 from .params import LayerSpecError, opt_int
-from .registry import NCHW, LayerCounts, register
+from .registry import NCHW, LayerCounts, register, rows_of
 from .shared import MemoryBound
 
 _PRIOR_TOKENS = (16, 49, 50, 64, 196, 197, 256, 576, 1024)
@@ -52,12 +53,21 @@ class Slice(MemoryBound):
                                  "benchmarked; only one output of whole channels")
         return out // (h * w)
 
+    def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts) -> tuple[NCHW, ...]:
+        return (rows_of((1, int(p["c"]), int(p["h"]), int(p["w"]))),)
+
     def lum_output(self, p: Mapping[str, Any], counts: LayerCounts) -> NCHW:
-        return 1, self._kept(p), int(p["h"]), int(p["w"])
+        return rows_of((1, self._kept(p), int(p["h"]), int(p["w"])))
+
+    def single_layer_io(self, p: Mapping[str, Any], ins: tuple[NCHW, ...], out: NCHW
+                        ) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+        return ((1, int(p["c"]), int(p["h"]), int(p["w"])),), (1, self._kept(p), int(p["h"]), int(p["w"]))
 
     def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
                 act: str | None, *, single: bool = False) -> list[Op]:
-        return [Op(self.name, "lum", tuple(ins), out_name, out_shape, {"channels": self._kept(p)})]
+        k = self._kept(p) if single else self._kept(p) * int(p["h"])  # channels, or rows of (1, c h, 1, w)
+        shape = (1, self._kept(p), int(p["h"]), int(p["w"])) if single else out_shape
+        return [Op(self.name, "lum", tuple(ins), out_name, shape, {"channels": k})]
 
     def onnx_nodes(self, op: Op, output: str, weights: Mapping[str, np.ndarray], init: Any) -> list[Any]:
         from onnx import helper  # noqa: PLC0415

@@ -1,9 +1,9 @@
 """softmax: softmax (or log-softmax) along one axis.
 
-Smart padding measures it on an NCHW tensor ``(1, c, h, w)`` normalised over its last axis
-(``axis_len == w``: attention scores ``(1, heads, tokens, tokens)``, token tensors
-``(1, tokens, 1, width)``) or over its channels at ``h = w = 1`` (a classifier's
-``(1, classes)``): the same operator on the same contiguous data as in the network.
+Smart padding measures it over the last axis of a tensor ``(1, c, h, w)`` (``axis_len == w``:
+attention scores ``(1, heads, tokens, tokens)``), fed as ``(1, c h, 1, w)``
+(:func:`~estimator.layers.registry.rows_of`: the same contiguous rows, normalised the same
+way), or over the channels of ``(1, c, 1, 1)`` (a classifier's ``(1, classes)``).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from . import space
 from .importing import attrs
 from .ir import Op
 from .params import LayerSpecError, io_bytes, nonneg, positive
-from .registry import NCHW, LayerCounts, register
+from .registry import NCHW, LayerCounts, register, rows_of
 from .shared import MemoryBound, generic_draft
 
 #: Network prior: attention heads and token counts.
@@ -53,13 +53,25 @@ class Softmax(MemoryBound):
         raise LayerSpecError(f"softmax over an axis of length {length} of a {c}x{h}x{w} tensor cannot be "
                              "benchmarked; only over its last axis (axis_len = w) or its channels at h = w = 1 (axis_len = c)")
 
+    def _shape(self, p: Mapping[str, Any]) -> NCHW:
+        shape = (1, int(p["c"]), int(p["h"]), int(p["w"]))
+        return rows_of(shape) if self._axis(p) == 3 else shape
+
     def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts) -> tuple[NCHW, ...]:
-        self._axis(p)
-        return ((1, int(p["c"]), int(p["h"]), int(p["w"])),)
+        return (self._shape(p),)
+
+    def lum_output(self, p: Mapping[str, Any], counts: LayerCounts) -> NCHW:
+        return self._shape(p)
+
+    def single_layer_io(self, p: Mapping[str, Any], ins: tuple[NCHW, ...], out: NCHW
+                        ) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+        shape = (1, int(p["c"]), int(p["h"]), int(p["w"]))
+        return (shape,), shape
 
     def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
                 act: str | None, *, single: bool = False) -> list[Op]:
-        return [Op(self.name, "lum", tuple(ins), out_name, out_shape, {"axis": self._axis(p)})]
+        shape = (1, int(p["c"]), int(p["h"]), int(p["w"])) if single else out_shape
+        return [Op(self.name, "lum", tuple(ins), out_name, shape, {"axis": self._axis(p)})]
 
     def onnx_nodes(self, op: Op, output: str, weights: Mapping[str, np.ndarray], init: Any) -> list[Any]:
         from onnx import helper  # noqa: PLC0415

@@ -3,8 +3,9 @@
 What a transpose costs depends on whether it keeps the last axis in place (contiguous rows
 are copied: token layouts' (b, n, heads, d) -> (b, heads, n, d)) or moves it (every element
 is gathered with a stride: k^T in attention, NCHW <-> NHWC): the ``moves_last`` feature.
-Smart padding measures a rank-4 transpose of an NCHW tensor ``(1, c, h, w)`` with perm
-(0, 2, 1, 3) (last axis kept) or (0, 1, 3, 2) (last axis moved).
+Smart padding measures a rank-4 transpose of ``(1, c, h, w)`` with perm (0, 2, 1, 3) (last
+axis kept) or (0, 1, 3, 2) (last axis moved), fed and read as rows
+(:func:`~estimator.layers.registry.rows_of`, reshaped as views).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from . import space
 from .importing import attrs
 from .ir import Op
 from .params import nonneg, opt_int
-from .registry import NCHW, LayerCounts, register
+from .registry import NCHW, LayerCounts, register, reshape_op, rows_of
 from .shared import MemoryBound, generic_draft
 
 _PRIOR_TOKENS = (16, 49, 50, 64, 65, 144, 196, 197, 256, 257, 576, 1024)
@@ -39,14 +40,30 @@ class Transpose(MemoryBound):
     def _perm(self, p: Mapping[str, Any]) -> tuple[int, int, int, int]:
         return (0, 1, 3, 2) if nonneg(p, "moves_last", 0) else (0, 2, 1, 3)
 
-    def lum_output(self, p: Mapping[str, Any], counts: LayerCounts) -> NCHW:
+    def _io(self, p: Mapping[str, Any]) -> tuple[NCHW, NCHW]:
         x = (1, int(p["c"]), int(p["h"]), int(p["w"]))
         a, b, c, d = (x[i] for i in self._perm(p))
-        return a, b, c, d
+        return x, (a, b, c, d)
+
+    def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts) -> tuple[NCHW, ...]:
+        return (rows_of(self._io(p)[0]),)
+
+    def lum_output(self, p: Mapping[str, Any], counts: LayerCounts) -> NCHW:
+        return rows_of(self._io(p)[1])
+
+    def single_layer_io(self, p: Mapping[str, Any], ins: tuple[NCHW, ...], out: NCHW
+                        ) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+        x, y = self._io(p)
+        return (x,), y
 
     def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
                 act: str | None, *, single: bool = False) -> list[Op]:
-        return [Op(self.name, "lum", tuple(ins), out_name, out_shape, {"perm": list(self._perm(p))})]
+        x, y = self._io(p)
+        perm = {"perm": list(self._perm(p))}
+        if single:
+            return [Op(self.name, "lum", tuple(ins), out_name, y, perm)]
+        return [reshape_op("lum/reshape_in", ins[0], "lum_x", x), Op(self.name, "lum", ("lum_x",), "lum_y", y, perm),
+                reshape_op("lum/reshape_out", "lum_y", out_name, out_shape)]
 
     def onnx_nodes(self, op: Op, output: str, weights: Mapping[str, np.ndarray], init: Any) -> list[Any]:
         from onnx import helper  # noqa: PLC0415
