@@ -1348,6 +1348,15 @@ class _Extractor:
             d.flag("batch_gt_1")
         return n, c, h, w
 
+    def rows_params(self, d: _Draft, t: str) -> tuple[int, int, int, int]:
+        n, c, h, w = self.nchw(t, d)
+        if n > 1:
+            d.flag("batch_gt_1")  # (the leading dim is folded into the rows: one kernel reads them all)
+            s = self.shape(t)
+            c, h, w = (n, 1, c) if s is not None and len(s) == 2 else (n * c, h, w)
+        d.params.update(n=1, h=h, w=w, c=c)
+        return 1, c, h, w
+
     def other(self, n: onnx.NodeProto, extra_flags: Iterable[str] = ()) -> _Draft:
         d = self.base(n, LayerType.OTHER)
         d.op_type = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}:{n.op_type}"

@@ -61,6 +61,10 @@ def _follow(g: Any, start: Any, x: str, steps: Sequence[tuple[str, Any]]) -> lis
     return chain
 
 
+#: Network prior: token counts and widths of transformer layers.
+_PRIOR_TOKENS = (16, 49, 50, 64, 65, 144, 196, 197, 256, 257, 576, 784, 1024)
+_PRIOR_WIDTHS = (64, 96, 128, 192, 240, 256, 288, 384, 480, 576, 768, 1024, 1536)
+
 #: Kinds the sampler draws (``other`` has no operator, ``clip`` is ReLU6's general form).
 _DRAWN_KINDS = tuple(k for k in ACTIVATION_KINDS if k not in ("other", "clip"))
 
@@ -146,7 +150,7 @@ class Activation(LayerTypeSpec):
         chain = [*nodes, *tail[1:]]
         d = Draft(type="activation", params={}, op_type="Gelu", nodes=[m.name for m in chain], inputs=[x],
                   outputs=g.outs(chain[-1]), kind="gelu")
-        g.spatial_params(d, x)
+        g.rows_params(d, x)
         d.params["kind"] = "gelu"
         return d
 
@@ -172,7 +176,7 @@ class Activation(LayerTypeSpec):
                     outputs = g.outs(mul)
                     kind = "silu" if n.op_type == "Sigmoid" else "hardswish"
         d = Draft(type=self.name, params={}, op_type=n.op_type, nodes=nodes, inputs=[x], outputs=outputs, kind=kind)
-        g.spatial_params(d, n.input[0])
+        g.rows_params(d, n.input[0])
         d.params["kind"] = kind
         if n.op_type == "PRelu" and len(n.input) > 1:
             slopes = g.elems(n.input[1]) or 0
@@ -206,3 +210,13 @@ class Activation(LayerTypeSpec):
         h, w = space.hw(r, prior)
         return dict(h=h, w=w, c=space.channels(r, prior=prior, h=h),
                     kind=str(_DRAWN_KINDS[r.integers(len(_DRAWN_KINDS))]))
+
+    def prior_variant(self, p: dict[str, Any], unit: space.UnitHash) -> dict[str, Any]:
+        """A third of the prior's activations act on token rows, ``(1, tokens, 1, width)``, as
+        a transformer's MLP does, mostly with GELU or SiLU."""
+        if unit(p, "token-rows") < 1 / 3:
+            p.update(h=1, w=_PRIOR_WIDTHS[int(len(_PRIOR_WIDTHS) * unit(p, "width"))],
+                     c=_PRIOR_TOKENS[int(len(_PRIOR_TOKENS) * unit(p, "tokens"))])
+            if unit(p, "token-kind") < 0.7:
+                p["kind"] = "gelu" if unit(p, "gelu-or-silu") < 0.6 else "silu"
+        return p

@@ -88,10 +88,8 @@ class LayerNorm(LayerTypeSpec):
         d = g.base(n, self.name)
         d.inputs = [g.canon(n.input[0])]
         d.outputs = d.outputs[:1]  # (the optional mean and inverse-std outputs are not used in inference)
-        n_ = int(xs[0])
-        if n_ > 1:
-            d.flag("batch_gt_1")
-        d.params = dict(n=n_, rows=max(int(math.prod(xs[1:axis])), 1), c=int(math.prod(xs[axis:])))
+        # every vector normalised, whatever the leading dims (a batch, MobileViT's patches)
+        d.params = dict(n=1, rows=max(int(math.prod(xs[:axis])), 1), c=int(math.prod(xs[axis:])))
         return d
 
     def draw(self, r: np.random.Generator, prior: bool) -> dict[str, Any]:

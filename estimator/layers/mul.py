@@ -24,7 +24,7 @@ class Mul(BinaryEltwise):
             return super().from_onnx(n, g)
         d = g.base(n, self.name)
         d.outputs = d.outputs[:1]
-        _, c, _, _ = g.spatial_params(d, n.input[0])
+        _, c, _, _ = g.spatial_params(d, n.input[0])  # per-channel: a batch stays a batch
         d.params.update(broadcast=1, elems_b=c, const_params=2 * c)
         d.flag("batchnorm")
         return d

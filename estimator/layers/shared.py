@@ -139,7 +139,7 @@ class BinaryEltwise(LayerTypeSpec):
             return None
         d = g.base(n, self.name)
         out = n.output[0]
-        g.spatial_params(d, out)
+        g.rows_params(d, out)
         sizes = [g.elems(x) for x in ins]
         total = g.elems(out)
         if any(s is None for s in sizes) or total is None:
@@ -243,10 +243,11 @@ def conv_draft(n: Any, g: Any, layer_type: str) -> Draft:
 
 
 def generic_draft(n: Any, g: Any, layer_type: str, **extra: int) -> Draft:
-    """A one-input node counted by the elements it moves: ``(n, h, w, c)`` of its input."""
+    """A one-input node counted by the elements it moves: ``(h, w, c)`` of its input, leading
+    dimensions as rows."""
     d = g.base(n, layer_type)
     d.inputs = [g.canon(n.input[0])]
-    g.spatial_params(d, n.input[0])
+    g.rows_params(d, n.input[0])
     d.params.update(extra)
     return d
 

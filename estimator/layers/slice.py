@@ -95,7 +95,7 @@ class Slice(MemoryBound):
             return g.other(n, ["embedding"])
         d = g.base(n, self.name)
         d.inputs = [g.canon(data)]
-        g.spatial_params(d, data)
+        g.rows_params(d, data)
         sizes = [g.elems(o) for o in n.output if o]
         if any(s is None for s in sizes):
             d.flag("unknown_shape")
