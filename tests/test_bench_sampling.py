@@ -155,6 +155,9 @@ def test_network_prior_moves_a_share_of_conv_channels_off_the_ladder(monkeypatch
 
     types = ["conv2d", "dwconv2d", "add"]
     plan = make_plan(types, 0, prior_samples=400, seed=0, limits=LIM)
+    # (a residual add over token rows, (1, tokens, 1, width), counts tokens, not channels)
+    rows = [c for c in plan if c.layer_type == "add" and c.params["h"] == 1]
+    plan = [c for c in plan if c not in rows]
     off = [c for c in plan if any(ch % 8 and ch != 3 for ch in _chans(c))]
     for t, share in (("conv2d", 0.15), ("dwconv2d", 0.25)):
         n_off = sum(c.layer_type == t for c in off)
@@ -170,9 +173,10 @@ def test_network_prior_moves_a_share_of_conv_channels_off_the_ladder(monkeypatch
     # an earlier one makes the plan draw once more, so compare with a longer old plan)
     for t in ("conv2d", "dwconv2d"):
         monkeypatch.setattr(SPECS[t], "off_ladder_share", 0.0)
+    monkeypatch.setattr(type(SPECS["add"]), "prior_variant", lambda self, p, unit: p)  # no token rows either
     old = make_plan(types, 0, prior_samples=400, seed=0, limits=LIM)
     assert not any(ch % 8 and ch != 3 for c in old for ch in _chans(c))
     before = {c.key for c in make_plan(types, 0, prior_samples=450, seed=0, limits=LIM)}
     on = {c.key for c in plan} - {c.key for c in off}
     assert on <= before
-    assert len({c.key for c in old} - on) <= 1.1 * len(off)
+    assert len({c.key for c in old} - on) <= 1.1 * (len(off) + len(rows))
