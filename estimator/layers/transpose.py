@@ -28,9 +28,9 @@ _PRIOR_SMALL = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192)
 class Transpose(MemoryBound):
     name = "transpose"
     order = 150
-    features = ("h", "w", "c", "rank", "moves_last")
+    features = ("h", "w", "c", "moves_last")  # (rank is a raw param only: every row is rank 4)
     summary = "transpose / channel shuffle (moves_last=1: the last axis moves, a strided gather)"
-    extra = ("rank", "moves_last")
+    extra = ("moves_last",)
     onnx_ops = ("Transpose", "DepthToSpace", "SpaceToDepth")
     benchable = True
     model_formats = ("onnx",)
