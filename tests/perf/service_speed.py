@@ -8,7 +8,8 @@ Run it on a quiet machine against a real profile, e.g.::
 
 Sections
 --------
-1. ``EstimateNetwork`` for MobileNetV2 (224, torch zoo, weights stripped by the client),
+1. ``EstimateNetwork`` for MobileNetV2 (224, torch zoo, weights stripped by the client; another
+   zoo network with ``--network``, e.g. ``deit_tiny``),
    all three CMs at one confidence (``--confidence``, default 0.9), per-layer rows on:
    server-side time (``server_time_ms``) and client round trip, p50/p99 over ``--single``
    calls. The in-process server runs with its response cache off for this section, so
@@ -104,7 +105,7 @@ def section_single(client: EstimationClient, device: str, args: argparse.Namespa
         svc_log.removeHandler(cpu_log)
         svc_log.setLevel(saved[0])
         svc_log.propagate = saved[1]
-    print(f"{label}MobileNetV2 224 ({r.n_layers} layers, stripped {len(mbv2) / 1e3:.1f} kB, CM_TV/CM_LV/CM_O at "
+    print(f"{label}{args.network} ({r.n_layers} layers, stripped {len(mbv2) / 1e3:.1f} kB, CM_TV/CM_LV/CM_O at "
           f"{args.confidence:g}, per-layer rows on)")
     print(f"  server time ms : {summary(server_ms)}")
     if cpu_log.cpu_ms:
@@ -235,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     add_server_args(ap)
     ap.add_argument("--confidence", type=float, default=0.9)
+    ap.add_argument("--network", default="mobilenet_v2",
+                    help="zoo network of section 1, at its default resolution (default mobilenet_v2; e.g. deit_tiny)")
     ap.add_argument("--single", type=int, default=200, help="EstimateNetwork calls for p50/p99 (default 200)")
     ap.add_argument("--stream", type=int, default=1000, help="distinct networks on the stream (default 1000)")
     ap.add_argument("--stream-kind", choices=("onnx", "zoo"), default="onnx")
@@ -249,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from estimator import zoo
 
-    mbv2 = strip_initializers(zoo.export_onnx("mobilenet_v2", 224)).SerializeToString()
+    mbv2 = strip_initializers(zoo.export_onnx(args.network)).SerializeToString()
     args.profiles_for_inprocess = None
     if args.address is None:
         from estimator.profile import default_root
