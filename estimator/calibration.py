@@ -26,6 +26,7 @@ correct the Eq. 7 total and calibrate the network intervals conformally.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -319,6 +320,11 @@ class NetworkCalibration:
     def n(self) -> int:
         return len(self.names)
 
+    @functools.cached_property
+    def _seen_types(self) -> frozenset[str]:
+        """The layer types some calibration network has time in."""
+        return frozenset(t for s in self.shares for t, v in by_type(s).items() if v > 0)
+
     def _scope(self, predicted_ms: float, shares: Mapping[str, float], fallback_types: Sequence[str] = ()
                ) -> tuple[bool, str, float, str]:
         """``(in scope, nearest row, its distance, why not)``."""
@@ -326,7 +332,7 @@ class NetworkCalibration:
         d = [_l1(shares, s) for s in self.shares]
         i = int(np.argmin(d))
         lo, hi = self.totals
-        seen = {t for s in self.shares for t, v in by_type(s).items() if v > 0}
+        seen = self._seen_types
         unseen = sorted(t for t, v in shares.items() if v >= UNSEEN_SHARE and t not in seen)
         new_fallback = sorted(set(fallback_types) - seen)
         why = ""
