@@ -37,6 +37,9 @@ class LayerSpecError(UserError, ValueError):
     """Raw parameters that do not describe a valid layer of the named type."""
 
 
+LayerSpecError.__module__ = "estimator.layers"  # its public home (tracebacks name it there)
+
+
 #: Activation kinds. The integer code is the ``kind`` feature of standalone activations.
 ACTIVATION_KINDS: dict[str, int] = {
     "relu": 0,
