@@ -125,13 +125,13 @@ def test_hybrid_refuses_bad_options(options, match):
 
 
 def test_hybrid_search_end_to_end(tmp_path, monkeypatch, capsys):
-    """``nas search --space hybrid --device host-cpu --budget 20ms --trials 8`` on the shipped
+    """``nas search --space hybrid --device host-cpu --budget 40ms --trials 8`` on the shipped
     profile: every candidate is estimated and scored, and the reports are written."""
     root = tmp_path / "profiles"
     shutil.copytree(ROOT / "profiles" / "host-cpu", root / "host-cpu")
     monkeypatch.setenv("CL_CACHE_DIR", str(tmp_path / "cache"))
     out = tmp_path / "out"
-    rc = nas_main(["search", "--space", "hybrid", "--device", "host-cpu", "--budget", "20ms", "--trials", "8",
+    rc = nas_main(["search", "--space", "hybrid", "--device", "host-cpu", "--budget", "40ms", "--trials", "8",
                    "--seed", "0", "--profiles", str(root), "--out", str(out), "--no-progress"])
     text = capsys.readouterr().out
     assert rc == 0
@@ -141,13 +141,13 @@ def test_hybrid_search_end_to_end(tmp_path, monkeypatch, capsys):
     assert len(rows) == 8 and all(r["state"] == "COMPLETE" for r in rows)
     for r in rows:
         assert float(r["CM_LV_lower_ms"]) <= float(r["latency_ms"]) <= float(r["CM_LV_upper_ms"])
-        assert r["feasible"] == str(int(float(r["CM_LV_upper_ms"]) <= 20.0))
+        assert r["feasible"] == str(int(float(r["CM_LV_upper_ms"]) <= 40.0))
         assert int(r["n_layers"]) > 50 and json.loads(r["params"])["resolution"] in (128, 192, 256, 320)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["n_feasible"] == sum(r["feasible"] == "1" for r in rows)
     assert summary["n_feasible"] + summary["n_rejected_by_budget"] == 8
     assert "space hybrid" in text
-    assert summary["best"] is not None and summary["best"]["intervals"]["CM_LV"][1] <= 20.0
+    assert summary["best"] is not None and summary["best"]["intervals"]["CM_LV"][1] <= 40.0
     best = json.loads((out / "best.json").read_text())
     assert best["description"]["family"] == "hybrid" and best["reestimate_matches"] is True
     assert (out / "best.onnx").is_file() and (out / "best_layers.csv").is_file()
