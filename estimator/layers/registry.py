@@ -1,13 +1,16 @@
 """The layer-type registry: one :class:`LayerTypeSpec` subclass per module of this package.
 
 A layer type owns everything about itself in its module: its features and counts
-(:meth:`~LayerTypeSpec.count`), its smart-padding layer under measurement
-(:meth:`~LayerTypeSpec.lum_inputs`, :meth:`~LayerTypeSpec.lum_ops`), its sampling draws and
-network prior (:meth:`~LayerTypeSpec.draw`, :meth:`~LayerTypeSpec.prior_variant`,
+(:meth:`~LayerTypeSpec.count`), its ONNX operators and patterns
+(:attr:`~LayerTypeSpec.onnx_ops`, :meth:`~LayerTypeSpec.from_onnx`), its smart-padding layer
+under measurement (:meth:`~LayerTypeSpec.lum_inputs`, :meth:`~LayerTypeSpec.lum_ops`, and the
+rendering of IR ops of its own kind), its sampling draws and network prior
+(:meth:`~LayerTypeSpec.draw`, :meth:`~LayerTypeSpec.prior_variant`,
 :attr:`~LayerTypeSpec.prior_acts`), and which activation it takes fused. Modules register
-their type with :func:`register`; every module of the package is imported on first use
-(:func:`discover`), so a new type is one new module. ``bench.modelgen``,
-``bench.sampling`` and the estimator loop over :data:`SPECS` and never name a type.
+their type with :func:`register`; importing the package imports every module of it
+(:func:`discover`), so a new type is one new module. The ONNX importer, ``bench.modelgen``,
+``bench.sampling`` and the estimator loop over :data:`SPECS` and :data:`ONNX_OPS` and never
+name a type.
 """
 from __future__ import annotations
 
