@@ -144,11 +144,13 @@ def mean_lv(ws: Sequence[TargetWidth], start: Sequence[TargetWidth]) -> float:
     return statistics.fmean(w.lv_width / ref[w.name] if ref.get(w.name, 0) > 0 else 1.0 for w in ws)
 
 
-def rank(estimates: Sequence[tuple[Target, Any]], *, exclude: set[str], limits: Any) -> list[tuple[Any, float]]:
-    """``(Config, score)`` of every configuration of the targets inside the sampling limits
-    and not in ``exclude``, best first (see the module docstring). Measured ones stay in the
-    ranking: their neighbours are what can still narrow a wide interval there."""
-    from estimator.layers import layer_bench_params  # noqa: PLC0415
+def rank(estimates: Sequence[tuple[Target, Any]], *, exclude: set[str], limits: Any,
+         model_format: str | None = None) -> list[tuple[Any, float]]:
+    """``(Config, score)`` of every configuration of the targets inside the sampling limits,
+    not in ``exclude`` and (with ``model_format``) renderable to the runner's models, best first
+    (see the module docstring). Measured ones stay in the ranking: their neighbours are what
+    can still narrow a wide interval there."""
+    from estimator.layers import SPECS, layer_bench_params  # noqa: PLC0415
 
     from .modelgen import BENCHABLE_TYPES  # noqa: PLC0415
     from .sampling import Config, config_key, in_space  # noqa: PLC0415
@@ -169,7 +171,8 @@ def rank(estimates: Sequence[tuple[Target, Any]], *, exclude: set[str], limits: 
             if key in refused:
                 continue
             if key not in configs:
-                if not in_space(layer.type, params, limits):
+                if not in_space(layer.type, params, limits) or (
+                        model_format is not None and not SPECS[layer.type].renders(params, model_format)):
                     refused.add(key)
                     continue
                 configs[key] = Config.make(layer.type, params)
@@ -357,7 +360,8 @@ def refine(base: Any, name: str, root: str | Path, targets: Sequence[Target], ru
                 stopped = f"the {minutes:.3g}-minute budget is spent"
                 break
             skip = base_keys | known | set(exclude_keys)
-            plan = round_plan(rank(estimates, exclude=set(exclude_keys), limits=limits), top=top,
+            plan = round_plan(rank(estimates, exclude=set(exclude_keys), limits=limits,
+                                   model_format=runner.model_format), top=top,
                               neighbours=neighbours, skip=skip, limits=limits)
             if not plan:
                 stopped = "no configuration of the targets is left to measure"

@@ -199,3 +199,23 @@ def test_round_plan_reaches_further_neighbours_when_the_near_ones_are_measured()
     two_steps = {n.key for c in neighbours("conv2d", p) for n in neighbours("conv2d", c.params)}
     assert {c.key for c in later} <= two_steps
     assert round_plan([(cfg, 1.0)], top=1, neighbours=0, skip={cfg.key}, limits=Limits()) == []
+
+
+def test_rank_leaves_out_configurations_the_runners_models_cannot_render():
+    """Refinement on a TFLite runner (Vela, LiteRT) never plans an fc over token rows, whose
+    benchmark model exists in ONNX only; on ONNX Runtime it does."""
+    from types import SimpleNamespace
+
+    from bench.refine import rank
+    from bench.sampling import Limits
+    from estimator.predict import make_layer
+
+    layers = [make_layer("fc", dict(m=197, c_in=192, c_out=576), name="tokens"),
+              make_layer("fc", dict(c_in=192, c_out=1000), name="head")]
+    row = lambda name: SimpleNamespace(name=name, interval=lambda m: (0.5, 1.5))  # noqa: E731
+    est = SimpleNamespace(total_ms=2.0, layers=[row("tokens"), row("head")])
+    target = SimpleNamespace(net=SimpleNamespace(layers=layers))
+    onnx = rank([(target, est)], exclude=set(), limits=Limits(), model_format="onnx")
+    tflite = rank([(target, est)], exclude=set(), limits=Limits(), model_format="tflite")
+    assert sorted(c.params.get("m", 1) for c, _ in onnx) == [1, 197]
+    assert [c.params.get("m", 1) for c, _ in tflite] == [1]
