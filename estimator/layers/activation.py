@@ -61,10 +61,6 @@ def _follow(g: Any, start: Any, x: str, steps: Sequence[tuple[str, Any]]) -> lis
     return chain
 
 
-#: Network prior: token counts and widths of transformer layers.
-_PRIOR_TOKENS = (16, 49, 50, 64, 65, 144, 196, 197, 256, 257, 576, 784, 1024)
-_PRIOR_WIDTHS = (64, 96, 128, 192, 240, 256, 288, 384, 480, 576, 768, 1024, 1536)
-
 #: Kinds the sampler draws (``other`` has no operator, ``clip`` is ReLU6's general form).
 _DRAWN_KINDS = tuple(k for k in ACTIVATION_KINDS if k not in ("other", "clip"))
 
@@ -215,8 +211,8 @@ class Activation(LayerTypeSpec):
         """A third of the prior's activations act on token rows, ``(1, tokens, 1, width)``, as
         a transformer's MLP does, mostly with GELU or SiLU."""
         if unit(p, "token-rows") < 1 / 3:
-            p.update(h=1, w=_PRIOR_WIDTHS[int(len(_PRIOR_WIDTHS) * unit(p, "width"))],
-                     c=_PRIOR_TOKENS[int(len(_PRIOR_TOKENS) * unit(p, "tokens"))])
+            p.update(h=1, w=space.PRIOR_WIDTHS[int(len(space.PRIOR_WIDTHS) * unit(p, "width"))],
+                     c=space.PRIOR_TOKENS[int(len(space.PRIOR_TOKENS) * unit(p, "tokens"))])
             if unit(p, "token-kind") < 0.7:
                 p["kind"] = "gelu" if unit(p, "gelu-or-silu") < 0.6 else "silu"
         return p

@@ -7,10 +7,6 @@ from . import space
 from .registry import register
 from .shared import BinaryEltwise
 
-#: Network prior: token counts and widths of transformer layers.
-_PRIOR_TOKENS = (16, 49, 50, 64, 65, 144, 196, 197, 256, 257, 576, 784, 1024)
-_PRIOR_WIDTHS = (64, 96, 128, 192, 240, 256, 288, 384, 480, 576, 768)
-
 
 @register
 class Add(BinaryEltwise):
@@ -25,6 +21,6 @@ class Add(BinaryEltwise):
     def prior_variant(self, p: dict[str, Any], unit: space.UnitHash) -> dict[str, Any]:
         """A quarter of the prior's adds are residual adds over token rows, (1, tokens, 1, width)."""
         if unit(p, "token-rows") < 0.25 and not p.get("broadcast"):
-            p.update(h=1, w=_PRIOR_WIDTHS[int(len(_PRIOR_WIDTHS) * unit(p, "width"))],
-                     c=_PRIOR_TOKENS[int(len(_PRIOR_TOKENS) * unit(p, "tokens"))])
+            p.update(h=1, w=space.PRIOR_WIDTHS[int(len(space.PRIOR_WIDTHS) * unit(p, "width"))],
+                     c=space.PRIOR_TOKENS[int(len(space.PRIOR_TOKENS) * unit(p, "tokens"))])
         return p

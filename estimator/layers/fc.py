@@ -13,11 +13,6 @@ from .registry import NCHW, LayerCounts, LayerTypeSpec, register, rows_of
 from .shared import gemm_dims
 
 
-#: Network prior: token rows of ViTs and hybrid networks (7x7..56x56 maps, +1 class token).
-_PRIOR_ROWS = (16, 49, 50, 64, 65, 144, 196, 197, 256, 257, 576, 784, 1024)
-_MAX_ROWS = 4096
-
-
 @register
 class Fc(LayerTypeSpec):
     name = "fc"
@@ -136,8 +131,8 @@ class Fc(LayerTypeSpec):
     def prior_variant(self, p: dict[str, Any], unit: space.UnitHash) -> dict[str, Any]:
         """Half of the prior's classifiers become a transformer's Linear over token rows."""
         if unit(p, "token-rows") < 0.5:
-            p["m"] = _PRIOR_ROWS[int(len(_PRIOR_ROWS) * unit(p, "rows"))]
+            p["m"] = space.PRIOR_TOKENS[int(len(space.PRIOR_TOKENS) * unit(p, "rows"))]
         return p
 
     def in_ranges(self, p: Mapping[str, Any], ins: Sequence[tuple[int, ...]], out: tuple[int, ...]) -> bool:
-        return max(int(p["c_in"]), int(p["c_out"])) <= space.SPACE_MAX["fc_c"] and opt_int(p, "m", 1) <= _MAX_ROWS
+        return max(int(p["c_in"]), int(p["c_out"])) <= space.SPACE_MAX["fc_c"] and opt_int(p, "m", 1) <= space.MAX_ROWS

@@ -20,12 +20,10 @@ from .ir import Op
 from .params import io_bytes, positive
 from .registry import NCHW, LayerCounts, LayerTypeSpec, register, rows_of
 
-#: Network prior: token counts of ViTs and hybrid networks (7x7..56x56 maps, +1 class token).
-_PRIOR_ROWS = (16, 49, 50, 64, 65, 144, 196, 197, 256, 257, 576, 784, 1024, 3136)
 #: Network prior: embedding widths.
 _PRIOR_C = (32, 48, 64, 80, 96, 120, 128, 144, 160, 192, 224, 240, 256, 320, 384, 448, 512, 640, 768)
-#: The broad space's caps.
-_MAX_ROWS, _MAX_C = 4096, 4096
+#: The broad space's cap on the normalised length.
+_MAX_C = 4096
 
 
 @register
@@ -94,11 +92,11 @@ class LayerNorm(LayerTypeSpec):
 
     def draw(self, r: np.random.Generator, prior: bool) -> dict[str, Any]:
         if prior:
-            return dict(rows=int(r.choice(_PRIOR_ROWS)), c=int(r.choice(_PRIOR_C)))
+            return dict(rows=int(r.choice(space.PRIOR_TOKENS)), c=int(r.choice(_PRIOR_C)))
         c = space.loguniform_int(r, 8, 2048)
         if r.random() < 0.6 and c >= 16:
             c = int(round(c / 16)) * 16
-        return dict(rows=space.loguniform_int(r, 1, _MAX_ROWS), c=c)
+        return dict(rows=space.loguniform_int(r, 1, space.MAX_ROWS), c=c)
 
     def in_ranges(self, p: Mapping[str, Any], ins: Sequence[tuple[int, ...]], out: tuple[int, ...]) -> bool:
-        return int(p["rows"]) <= _MAX_ROWS and int(p["c"]) <= _MAX_C
+        return int(p["rows"]) <= space.MAX_ROWS and int(p["c"]) <= _MAX_C

@@ -17,9 +17,7 @@ from .params import act_code, io_bytes, positive
 from .registry import NCHW, LayerCounts, LayerTypeSpec, register, reshape_op, rows_of
 from .shared import gemm_dims
 
-#: Network prior: attention heads, token counts and head dimensions.
-_PRIOR_HEADS = (1, 2, 3, 4, 6, 8, 12)
-_PRIOR_TOKENS = (16, 49, 50, 64, 65, 144, 196, 197, 256, 257, 576, 1024)
+#: Network prior: attention head dimensions (heads and tokens: :mod:`space`).
 _PRIOR_HEAD_DIM = (16, 24, 32, 48, 64)
 
 
@@ -89,7 +87,7 @@ class MatMul(LayerTypeSpec):
 
     def draw(self, r: np.random.Generator, prior: bool) -> dict[str, Any]:
         if prior:
-            heads, t, dim = int(r.choice(_PRIOR_HEADS)), int(r.choice(_PRIOR_TOKENS)), int(r.choice(_PRIOR_HEAD_DIM))
+            heads, t, dim = int(r.choice(space.PRIOR_HEADS)), int(r.choice(space.PRIOR_TOKENS)), int(r.choice(_PRIOR_HEAD_DIM))
             if r.random() < 0.5:
                 return dict(b=heads, m=t, k=dim, n_cols=t)  # q @ k^T
             return dict(b=heads, m=t, k=t, n_cols=dim)  # softmax(q k^T) @ v

@@ -15,7 +15,6 @@ from .params import io_bytes, positive
 from .registry import NCHW, LayerCounts, register
 from .shared import MemoryBound, generic_draft
 
-_PRIOR_TOKENS = (16, 49, 50, 64, 196, 197, 256, 576, 1024)
 _PRIOR_SMALL = (1, 2, 3, 4, 8, 12, 16, 32, 64, 96, 128, 192, 256, 384)
 
 
@@ -45,7 +44,7 @@ class Reshape(MemoryBound):
 
     def draw(self, r: np.random.Generator, prior: bool) -> dict[str, Any]:
         if prior:
-            t, s = int(r.choice(_PRIOR_TOKENS)), int(r.choice(_PRIOR_SMALL))
-            return dict(h=1, w=s, c=t) if r.random() < 0.5 else dict(h=t, w=s, c=int(r.choice((1, 2, 3, 4, 8, 12))))
+            t, s = int(r.choice(space.PRIOR_TOKENS)), int(r.choice(_PRIOR_SMALL))
+            return dict(h=1, w=s, c=t) if r.random() < 0.5 else dict(h=t, w=s, c=int(r.choice(space.PRIOR_HEADS)))
         return dict(h=space.loguniform_int(r, 1, 1024), w=space.loguniform_int(r, 1, 1024),
                     c=space.loguniform_int(r, 1, 1024))

@@ -18,7 +18,6 @@ from .params import LayerSpecError, opt_int
 from .registry import NCHW, LayerCounts, register, rows_of
 from .shared import MemoryBound
 
-_PRIOR_TOKENS = (16, 49, 50, 64, 196, 197, 256, 576, 1024)
 
 
 @register
@@ -79,9 +78,9 @@ class Slice(MemoryBound):
 
     def draw(self, r: np.random.Generator, prior: bool) -> dict[str, Any]:
         if prior:  # q, k, v out of a fused projection; a class token out of the tokens
-            t, d = int(r.choice(_PRIOR_TOKENS)), int(r.choice((16, 32, 64, 96, 192, 384)))
+            t, d = int(r.choice(space.PRIOR_TOKENS)), int(r.choice((16, 32, 64, 96, 192, 384)))
             if r.random() < 0.5:
-                heads = int(r.choice((1, 2, 3, 4, 6, 8, 12)))
+                heads = int(r.choice(space.PRIOR_HEADS))
                 return dict(h=heads, w=t * d // heads or 1, c=3, elems_out=heads * (t * d // heads or 1), n_outputs=1)
             return dict(h=1, w=d, c=t, elems_out=d, n_outputs=1)
         h, w, c = space.loguniform_int(r, 1, 256), space.loguniform_int(r, 1, 1024), space.loguniform_int(r, 1, 512)

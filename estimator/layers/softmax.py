@@ -19,10 +19,6 @@ from .params import LayerSpecError, io_bytes, nonneg, positive
 from .registry import NCHW, LayerCounts, register, rows_of
 from .shared import MemoryBound, generic_draft
 
-#: Network prior: attention heads and token counts.
-_PRIOR_HEADS = (1, 2, 3, 4, 6, 8, 12)
-_PRIOR_TOKENS = (16, 49, 50, 64, 65, 144, 196, 197, 256, 257, 576, 1024)
-
 
 @register
 class Softmax(MemoryBound):
@@ -93,7 +89,7 @@ class Softmax(MemoryBound):
             if r.random() < 0.1:  # a classifier's softmax
                 c = int(r.choice((10, 100, 1000)))
                 return dict(h=1, w=1, c=c, axis_len=c)
-            t = int(r.choice(_PRIOR_TOKENS))
-            return dict(h=t, w=t, c=int(r.choice(_PRIOR_HEADS)), axis_len=t)
+            t = int(r.choice(space.PRIOR_TOKENS))
+            return dict(h=t, w=t, c=int(r.choice(space.PRIOR_HEADS)), axis_len=t)
         w = space.loguniform_int(r, 2, 1024)
         return dict(h=space.loguniform_int(r, 1, 1024), w=w, c=space.loguniform_int(r, 1, 64), axis_len=w)

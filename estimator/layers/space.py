@@ -16,7 +16,7 @@ import numpy as np
 
 from .params import same_pads
 
-__all__ = ["SPACE_MAX", "PRIOR_HW", "PRIOR_C", "UnitHash", "loguniform_int", "channels", "hw", "kernel",
+__all__ = ["SPACE_MAX", "PRIOR_HW", "PRIOR_C", "PRIOR_TOKENS", "PRIOR_WIDTHS", "PRIOR_HEADS", "MAX_ROWS", "UnitHash", "loguniform_int", "channels", "hw", "kernel",
            "strides", "pads", "off_ladder"]
 
 #: The raw parameter space.
@@ -36,6 +36,14 @@ PRIOR_HW = (7, 8, 10, 13, 14, 16, 20, 26, 28, 32, 40, 52, 56, 64, 80, 112, 128, 
 #: Network prior: channel counts (multiples of 8, the MobileNet/EfficientNet/ResNet ladders).
 PRIOR_C = tuple(sorted(set(c for c in _COMMON_C if c % 8 == 0) | {56, 72, 88, 120, 136, 184, 200, 232, 272, 288, 336, 400,
                                                       432, 528, 720, 816, 864, 896, 1088, 1232, 1344, 1824}))
+
+#: Network prior of transformer layers: token counts (7x7..56x56 maps, +1 class token), widths
+#: and attention heads.
+PRIOR_TOKENS = (16, 49, 50, 64, 65, 144, 196, 197, 256, 257, 576, 784, 1024)
+PRIOR_WIDTHS = (64, 96, 128, 192, 240, 256, 288, 384, 480, 576, 768, 1024, 1536)
+PRIOR_HEADS = (1, 2, 3, 4, 6, 8, 12)
+#: The broad space's cap on rows of a token tensor.
+MAX_ROWS = 4096
 
 
 def loguniform_int(r: np.random.Generator, lo: int, hi: int) -> int:

@@ -20,7 +20,6 @@ from .params import nonneg, opt_int
 from .registry import NCHW, LayerCounts, register, reshape_op, rows_of
 from .shared import MemoryBound, generic_draft
 
-_PRIOR_TOKENS = (16, 49, 50, 64, 65, 144, 196, 197, 256, 257, 576, 1024)
 _PRIOR_SMALL = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192)
 
 
@@ -91,9 +90,9 @@ class Transpose(MemoryBound):
 
     def draw(self, r: np.random.Generator, prior: bool) -> dict[str, Any]:
         if prior:
-            t, s = int(r.choice(_PRIOR_TOKENS)), int(r.choice(_PRIOR_SMALL))
+            t, s = int(r.choice(space.PRIOR_TOKENS)), int(r.choice(_PRIOR_SMALL))
             if r.random() < 0.5:  # (1, heads, tokens, d) -> (1, heads, d, tokens)
-                return dict(h=t, w=s, c=int(r.choice((1, 2, 3, 4, 6, 8, 12))), rank=4, moves_last=1)
-            return dict(h=int(r.choice((1, 2, 3, 4, 6, 8, 12))), w=s, c=t, rank=4, moves_last=0)  # heads <-> tokens
+                return dict(h=t, w=s, c=int(r.choice(space.PRIOR_HEADS)), rank=4, moves_last=1)
+            return dict(h=int(r.choice(space.PRIOR_HEADS)), w=s, c=t, rank=4, moves_last=0)  # heads <-> tokens
         return dict(h=space.loguniform_int(r, 1, 1024), w=space.loguniform_int(r, 1, 1024),
                     c=space.loguniform_int(r, 1, 1024), rank=4, moves_last=int(r.random() < 0.5))
