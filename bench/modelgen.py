@@ -71,26 +71,9 @@ their (equal) work, the true padding time lies between them (for two equal input
 exactly their midpoint, and so is the number of op dispatches), which is what Eq. 4
 needs.
 
-* conv2d, dwconv2d (incl. stride 2, asymmetric k_h x k_w, groups, dilation), maxpool,
-  avgpool, activation: one input. Keys: in ``(h, w, c_in)``, out ``(h_out, w_out, c_out)``.
-* add, mul with equal shapes: two inputs, each from its own pad-in conv 1 -> c reading
-  the same 1-channel graph input (so no extra data transfer). Keys: in
-  ``[(h, w, c), (h, w, c)]``, out ``(h, w, c)``.
-* add, mul with a broadcast operand (``broadcast=1``; SE-style scale ``(1, c, 1, 1)``, or
-  ``elems_b=1`` for ``(1, 1, 1, 1)``): the broadcast operand is produced at its own
-  spatial size by a pad-in conv 1 -> c (or 1 -> 1) from a second, ``(1, 1, 1, 1)`` graph
-  input, like the SE branch it stands for. Keys: in ``[(h, w, c), (1, 1, c_b)]``, out
-  ``(h, w, c)``. In the single-layer model both operands are graph inputs.
-* concat of k inputs (channels c_1..c_k): one pad-in conv 1 -> c_i per input from the
-  shared graph input. Keys: in ``[(h, w, c_i) for each i]``, out ``(h, w, sum c_i)``.
-* fc (Gemm): spatial 1x1 padding. Graph input ``(1, 1, 1, 1)`` -> conv 1 -> c_in (+ReLU)
-  -> flatten ``(1, c_in)`` -> Gemm -> reshape ``(1, c_out, 1, 1)`` -> conv c_out -> 1
-  (+ReLU). Keys: in ``(1, 1, c_in)``, out ``(1, 1, c_out)``, i.e. the same pairs as a
-  global-pool output. The flatten/reshape glue is counted in T_c (real networks have the
-  same flatten before their classifier). Only ``m = 1`` (one row) is benchable.
-* globalpool: keys in ``(h, w, c)``, out ``(1, 1, c)``. ``mode`` param: avg (default) | max.
-* resize (nearest/linear/cubic to ``h_out x w_out``): keys in ``(h, w, c)``, out
-  ``(h_out, w_out, c)``.
+Each type's module says how its LUM is fed and read (a one-input map, two operands, a
+broadcast SE-style operand from a ``(1, 1, 1, 1)`` graph input, token tensors padded as rows,
+...); ``docs/layer-types.md`` has the table.
 
 LUM activations follow Table 2 of the paper: conv2d, dwconv2d and add carry a fused ReLU,
 fc and mul none. A raw param ``act`` (an activation name, or ``"none"``) overrides it.
