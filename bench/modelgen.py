@@ -47,7 +47,8 @@ renames fused nodes; :func:`bench.smartpad.lum_profile_ms` handles that).
 Public API for emitters: :class:`ModelIR` (``inputs``, ``outputs``: :class:`TensorSpec`
 with NCHW shapes; ``ops``: :class:`Op` in topological order; ``to_dict``/``from_dict``
 for JSON), :func:`make_weights`, :func:`make_inputs`, :func:`same_pads`; builders
-:func:`single_layer_model`, :func:`padding_model`, :func:`padded_model`; LUT keys
+:func:`single_layer_model`, :func:`padding_model`, :func:`padded_model` (and
+:func:`chained_model`, two LUMs in a row, for fusion tests); LUT keys
 :func:`padding_keys`.
 
 How each benchable type is padded (Fig. 5c) and which LUT keys it uses
@@ -102,6 +103,7 @@ __all__ = [
     "single_layer_model",
     "padding_model",
     "padded_model",
+    "chained_model",
     "padding_keys",
     "lum_io_shapes",
     "same_pads",
@@ -122,8 +124,8 @@ PAD_ACT = "relu"
 
 @dataclass(frozen=True)
 class ModelIR:
-    """A benchmark model: ``kind`` is ``"single"`` (Fig. 5a), ``"padding"`` (5b) or
-    ``"padded"`` (5c)."""
+    """A benchmark model: ``kind`` is ``"single"`` (Fig. 5a), ``"padding"`` (5b),
+    ``"padded"`` (5c) or ``"chain"`` (:func:`chained_model`)."""
 
     name: str
     kind: str
@@ -289,15 +291,9 @@ def padding_model(h: int, w: int, c: int) -> ModelIR:
                    (TensorSpec("y", (1, 1, h, w)),), ops, pad_key=(h, w, c))
 
 
-def padded_model(layer_type: str, params: Mapping[str, Any]) -> ModelIR:
-    """Fig. 5c: a pad-in conv per LUM input, the LUM, a pad-out conv.
-
-    A conv2d with ``graph_input=1`` (a network's stem) reads the graph input itself, as it
-    does in a network, where the host writes the image: only the output side is padded,
-    and Eq. 4 runs with ``T_b1 = 0`` (:func:`padding_keys`). On Vela a pad-in conv writing
-    a 3-channel map costs up to 10x its padding pair (a 224x224x3 NHWC write to DRAM), which
-    smart padding would charge to the stem."""
-    s = _lum_spec(layer_type, params)
+def _input_side(layer_type: str, params: Mapping[str, Any], s: _LumSpec
+                ) -> tuple[tuple[TensorSpec, ...], list[Op], list[str]]:
+    """Graph inputs, pad-in convs and the tensors the LUM reads (Fig. 5c's input side)."""
     graph_inputs: dict[tuple[int, int], TensorSpec] = {}
     ops: list[Op] = []
     lum_ins: list[str] = []
@@ -311,11 +307,54 @@ def padded_model(layer_type: str, params: Mapping[str, Any]) -> ModelIR:
         name = "pad_in" if len(s.input_shapes) == 1 else f"pad_in{i}"
         ops.append(_pad_conv(name, graph_inputs[hw].name, f"{name}_out", 1, shp[1], shp[2], shp[3], "pad_in"))
         lum_ins.append(f"{name}_out")
+    return tuple(graph_inputs.values()), ops, lum_ins
+
+
+def padded_model(layer_type: str, params: Mapping[str, Any]) -> ModelIR:
+    """Fig. 5c: a pad-in conv per LUM input, the LUM, a pad-out conv.
+
+    A conv2d with ``graph_input=1`` (a network's stem) reads the graph input itself, as it
+    does in a network, where the host writes the image: only the output side is padded,
+    and Eq. 4 runs with ``T_b1 = 0`` (:func:`padding_keys`). On Vela a pad-in conv writing
+    a 3-channel map costs up to 10x its padding pair (a 224x224x3 NHWC write to DRAM), which
+    smart padding would charge to the stem."""
+    s = _lum_spec(layer_type, params)
+    graph_inputs, ops, lum_ins = _input_side(layer_type, params, s)
     ops += _lum_ops(layer_type, params, lum_ins, s, "lum_out")
     _, c_out, h_out, w_out = s.output_shape
     ops.append(_pad_conv("pad_out", "lum_out", "y", c_out, 1, h_out, w_out, "pad_out"))
-    return ModelIR(_model_name("padded", layer_type, params), "padded", tuple(graph_inputs.values()),
+    return ModelIR(_model_name("padded", layer_type, params), "padded", graph_inputs,
                    (TensorSpec("y", (1, 1, h_out, w_out)),), tuple(ops), layer_type, dict(params))
+
+
+def chained_model(first: tuple[str, Mapping[str, Any]], second: tuple[str, Mapping[str, Any]]) -> ModelIR:
+    """Two LUMs in a row, padded as one (the A -> B model of a fusion test,
+    ``bench.fusion_probe``): the first's pad-in conv(s), the first LUM, the second LUM
+    reading the first's output, the second's pad-out conv. The padding is the same as in
+    ``padded_model(*first)`` on the input side and ``padded_model(*second)`` on the output
+    side. The second LUM reads one tensor, of the first's output shape; its IR ops are
+    renamed ``next``, ``next/...`` (the first keeps ``lum``)."""
+    (ta, pa), (tb, pb) = first, second
+    sa, sb = _lum_spec(ta, pa), _lum_spec(tb, pb)
+    if len(sb.input_shapes) != 1 or tuple(sb.input_shapes[0]) != tuple(sa.output_shape):
+        raise LayerSpecError(f"{tb} reading {[list(x) for x in sb.input_shapes]} cannot follow {ta} writing "
+                             f"{list(sa.output_shape)}: the second layer of a chain reads the first's output alone")
+    graph_inputs, ops, lum_ins = _input_side(ta, pa, sa)
+    ops += _lum_ops(ta, pa, lum_ins, sa, "mid")
+    b_ops = _lum_ops(tb, pb, ["mid"], sb, "lum_out")
+    own = {op.output for op in b_ops}
+
+    def renamed(x: str) -> str:
+        return "next" + x[3:] if x.startswith("lum") else f"next/{x}"
+
+    for op in b_ops:
+        ops.append(Op(op.kind, renamed(op.name), tuple(renamed(i) if i in own else i for i in op.inputs),
+                      renamed(op.output), op.shape, op.attrs, op.act, op.role))
+    _, c_out, h_out, w_out = sb.output_shape
+    ops.append(_pad_conv("pad_out", renamed("lum_out"), "y", c_out, 1, h_out, w_out, "pad_out"))
+    params = {"first": {"type": ta, **pa}, "second": {"type": tb, **pb}}
+    return ModelIR(_model_name("chain", f"{ta}+{tb}", {k: str(v) for k, v in params.items()}), "chain", graph_inputs,
+                   (TensorSpec("y", (1, 1, h_out, w_out)),), tuple(ops), None, params)
 
 
 # ------------------------------------------------------------------- weights and inputs
