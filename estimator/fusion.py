@@ -15,6 +15,10 @@ rules are applied to what remains (ANNETTE's mapping model).
 * ``single_consumer``: fold only when the producer's output has exactly one consumer (the
   activation) and is not a graph output. A backend cannot fuse an activation into a kernel
   whose pre-activation output someone else still reads.
+* ``detected`` (optional, in a profile only): how the rules were found, when ``bench fusion``
+  timed them (method, runner, rounds, date, each pair's verdict and saving;
+  :func:`bench.fusion_probe.detected_block`). Evidence, not a rule: the rules above are what
+  the importer applies.
 """
 from __future__ import annotations
 
@@ -82,9 +86,11 @@ class FusionRules:
             return DEFAULT_FUSION
         if not isinstance(d, Mapping):
             raise FusionRulesError(f"fusion rules must be a mapping, got {type(d).__name__}")
-        unknown = sorted(set(d) - {"activations", "bn_into_conv", "single_consumer"})
+        unknown = sorted(set(d) - {"activations", "bn_into_conv", "single_consumer", "detected"})
         if unknown:
             raise FusionRulesError(f"fusion rules: unknown key(s) {', '.join(map(repr, unknown))}")
+        if not isinstance(d.get("detected", {}), Mapping):
+            raise FusionRulesError(f"fusion rules: 'detected' must be a mapping, got {type(d['detected']).__name__}")
         acts = d.get("activations", DEFAULT_FUSION.to_dict()["activations"])
         if not isinstance(acts, Mapping):
             raise FusionRulesError(f"fusion rules: 'activations' must be a mapping, got {type(acts).__name__}")

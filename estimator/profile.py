@@ -30,7 +30,8 @@ calibrate the network totals (:mod:`estimator.calibration`).
         "versions": {"onnxruntime": "1.18.0", ...},
         "date": "2025-01-31"                   // ISO date (or date-time)
       },
-      "fusion": { ... },                       // estimator.fusion.FusionRules.to_dict()
+      "fusion": { ... },                       // estimator.fusion.FusionRules.to_dict(), plus
+                                               //   "detected": how `bench fusion` timed them (optional)
       "op_mapping": {                          // optional notes on how ops map to the target
         "cpu_fallback_ops": ["Resize"],        //   ops the target leaves on the CPU (flagged)
         "free_ops": ["Reshape", "Slice"],      //   ops the target turns into views: their layers
@@ -112,6 +113,7 @@ __all__ = [
     "staged_profile",
     "read_network_set",
     "write_profile_json",
+    "write_fusion",
 ]
 
 PROFILE_FILE = "profile.json"
@@ -622,6 +624,18 @@ def write_profile_json(directory: str | Path, meta: Mapping[str, Any]) -> Profil
     tmp.write_text(json.dumps(meta, indent=2, sort_keys=False) + "\n", encoding="utf-8")
     os.replace(tmp, d / PROFILE_FILE)
     return prof
+
+
+def write_fusion(name_or_path: str | Path, fusion: Mapping[str, Any], root: str | Path | None = None) -> Profile:
+    """Replace the ``fusion`` entry of an installed profile (by name under ``root``, or a
+    path) with ``fusion`` (:meth:`estimator.fusion.FusionRules.to_dict` form, optionally with
+    ``detected``), validated first; the rest of ``profile.json`` is kept. Returns the profile
+    as loaded again."""
+    prof = load_profile(name_or_path, root)
+    meta = prof.to_dict()
+    meta["fusion"] = dict(fusion)
+    write_profile_json(prof.path, meta)
+    return load_profile(prof.path)
 
 
 def meta_from_bench_provenance(name: str, provenance: Mapping[str, Any], *, source: str,
