@@ -370,7 +370,8 @@ def make_weights(ir: ModelIR, seed: int = 0) -> dict[str, dict[str, np.ndarray]]
 
     Layouts: conv ``"w"`` OIHW ``(c_out, c_in // groups, k_h, k_w)``, ``"b"`` ``(c_out,)``;
     gemm ``"w"`` ``(c_out, c_in)`` (PyTorch Linear / ONNX Gemm transB=1 / TFLite
-    FullyConnected), ``"b"`` ``(c_out,)``; act prelu ``"slope"`` ``(c,)``. Weights are
+    FullyConnected), ``"b"`` ``(c_out,)``; act prelu ``"slope"`` ``(c,)`` (also beside the
+    weights of an op whose fused ``act`` is prelu). Weights are
     N(0, 1/fan_in) so activations stay O(1) (no overflow, no denormals skewing timings).
     """
     out: dict[str, dict[str, np.ndarray]] = {}
@@ -397,6 +398,9 @@ def make_weights(ir: ModelIR, seed: int = 0) -> dict[str, dict[str, np.ndarray]]
             own = SPECS[op.kind].op_weights(op, r)
             if own:
                 out[op.name] = own
+        if op.act == "prelu":  # a fused PReLU's slopes (rendered as a PRelu node after the op)
+            c = op.shape[1] if len(op.shape) > 1 else op.shape[0]
+            out.setdefault(op.name, {})["slope"] = 0.25 * np.ones(c, dtype=np.float32)
         if op.role in ("pad_in", "pad_out") and op.name in out:
             # Padding convs get non-negative weights and biases. With signed random weights a
             # padding conv's ReLU output can be identically zero (e.g. pad_out after a global
@@ -416,7 +420,7 @@ def make_inputs(ir: ModelIR, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def _onnx_act(kind: str, x: str, y: str, name: str, a: Mapping[str, Any], inits: list, weights: Mapping[str, np.ndarray],
-              c: int) -> list:
+              c: int, rank: int = 4) -> list:
     from onnx import helper, numpy_helper
 
     def const(nm: str, v: np.ndarray) -> str:
@@ -444,7 +448,7 @@ def _onnx_act(kind: str, x: str, y: str, name: str, a: Mapping[str, Any], inits:
     if kind == "leakyrelu":
         return [mk("LeakyRelu", [x], [y], name=name, alpha=float(a.get("alpha", 0.1)))]
     if kind == "prelu":
-        slope = weights["slope"].reshape(c, 1, 1)
+        slope = weights["slope"].reshape((c,) + (1,) * (rank - 2))  # per channel (axis 1)
         return [mk("PRelu", [x, const(f"{name}/slope", slope)], [y], name=name)]
     if kind == "elu":
         return [mk("Elu", [x], [y], name=name, alpha=float(a.get("alpha", 1.0)))]
@@ -529,7 +533,7 @@ def to_onnx(ir: ModelIR, seed: int = 0) -> bytes:
             raise LayerSpecError(f"IR op kind {op.kind!r} has no ONNX rendering")
         if op.act:
             c = op.shape[1] if len(op.shape) > 1 else op.shape[0]
-            nodes += _onnx_act(op.act, main_out, op.output, f"{op.name}/act", {}, inits, w, c)
+            nodes += _onnx_act(op.act, main_out, op.output, f"{op.name}/act", {}, inits, w, c, len(op.shape))
 
     graph = helper.make_graph(
         nodes, ir.name,

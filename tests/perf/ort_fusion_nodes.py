@@ -195,7 +195,7 @@ def p_act(producer: str, kind: str) -> bytes:
         raise ValueError(producer)
     inits: list[Any] = []
     c = shape[1]
-    nodes = _onnx_act(kind, y, "y", "act", {}, inits, {"slope": np.full(c, 0.25, np.float32)}, c)
+    nodes = _onnx_act(kind, y, "y", "act", {}, inits, {"slope": np.full(c, 0.25, np.float32)}, c, len(shape))
     g.nodes += nodes
     g.inits += inits
     return g.model("y", shape)
