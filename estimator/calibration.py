@@ -11,8 +11,10 @@ correct the Eq. 7 total and calibrate the network intervals conformally.
    leave-family-out error is :data:`ADOPT_GAIN` smaller. Why: another machine is not off by one
    factor (the Intel ``host-cpu`` on an AMD VM ran conv2d 1.7x, fc 0.3x its estimate), while on a
    profile's own machine a 1.035 scale that narrowed nothing raised the held-out error 5.5 -> 7.9 %.
-2. Conformal intervals per metric ``m``: a row's score is ``|ln(y / yhat)| / (s_m + beta_m)``,
-   ``yhat`` the leave-one-out prediction, ``s_m = ln(1 + h)``, ``h`` the relative half-width of the
+2. Conformal intervals per metric ``m``: a row's score is ``(|ln(y / yhat)| + d) / (s_m + beta_m)``,
+   ``yhat`` the leave-one-out prediction, ``d`` the row's drift (:func:`drift_of`: half the log
+   spread of its interleaved rounds, so that the band holds at another moment of the measuring
+   window, not only at the rounds' median), ``s_m = ln(1 + h)``, ``h`` the relative half-width of the
    network's Eq. 8 interval at :data:`REFERENCE_CONFIDENCE`, ``beta_m`` the rows' median ``s_m``.
    The interval is ``yhat exp(+-q (s_m + beta_m))``, ``q`` the ``ceil(c (n+1))``-th smallest score
    (the largest, with a warning, if too few rows). With two or more families ``q`` is at least that
@@ -41,7 +43,7 @@ UNSEEN_SHARE = 0.01
 
 __all__ = ["MIN_NETWORKS", "REFERENCE_CONFIDENCE", "METHODS", "NO_CORRECTION", "ADOPT_GAIN", "TYPE_RIDGE",
            "OTHER_TYPES", "FAMILY_SHIFT_WARN", "UNSEEN_SHARE", "CalibrationRow", "Correction", "NetworkCalibration", "CalibratedTotal",
-           "fit_calibration", "fit_correction", "cross_validate", "conformal_quantile", "family_warning", "type_times",
+           "fit_calibration", "fit_correction", "drift_of", "cross_validate", "conformal_quantile", "family_warning", "type_times",
            "GROUP_METHODS", "KERNEL_TYPES", "layer_kind", "by_type"]
 
 #: fewer network rows than this leave a profile uncalibrated (with a warning)
@@ -88,6 +90,16 @@ class CalibrationRow:
     #: layer kind (:func:`layer_kind`: the type, with the kernel window for convolutions) ->
     #: share of the predicted total
     shares: Mapping[str, float] = field(default_factory=dict)
+    #: how far the target moved while the network was measured: half the log of its round
+    #: medians' max / min (:func:`drift_of`); it widens the row's conformal score
+    drift: float = 0.0
+
+
+def drift_of(spread_pct: float) -> float:
+    """A row's drift from its round-to-round spread (``max / min - 1`` of the round medians,
+    in %): ``ln(1 + spread) / 2``, how far a timing at another moment of the measuring window
+    lay from the rows' median at most."""
+    return 0.5 * math.log1p(max(float(spread_pct), 0.0) / 100.0) if math.isfinite(float(spread_pct)) else 0.0
 
 
 def layer_kind(layer_type: str, features: Mapping[str, Any]) -> str:
@@ -431,12 +443,13 @@ def fit_calibration(rows: Sequence[CalibrationRow], info: Mapping[str, Any] | No
     shift: dict[str, np.ndarray] = {}
     floor: dict[str, float] = {}
     metrics = [m for m in _METRICS if all(m in r.spread for r in rows)]
+    drift = np.array([r.drift for r in rows])
     for m in metrics:
         sp = _spread(np.array([r.spread[m] for r in rows]))
         floor[m] = float(np.median(sp))
-        scores[m] = np.sort(np.abs(np.log(y / loo)) / (sp + floor[m]))
+        scores[m] = np.sort((np.abs(np.log(y / loo)) + drift) / (sp + floor[m]))
         if lofo is not None:
-            shift[m] = np.sort(np.abs(np.log(y / lofo)) / (sp + floor[m]))
+            shift[m] = np.sort((np.abs(np.log(y / lofo)) + drift) / (sp + floor[m]))
     nn = _nn_distances([by_type(sh) for sh in shares])
     by_family: dict[str, dict[str, Any]] = {}
     for f in dict.fromkeys(families):

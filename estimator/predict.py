@@ -592,7 +592,7 @@ class Estimator:
         for r in rows:
             try:
                 crows.append(self.calibration_row(r["onnx_path"], r["name"], r["family"] or r["name"],
-                                                  r["measured_ms"])[0])
+                                                  r["measured_ms"], spread_pct=r.get("spread_pct") or 0.0)[0])
             except UserError as e:
                 raise ProfileError(f"{prof.networks_path}: network {r['name']!r} ({r['onnx']}): {e}") from e
         cal = fit_calibration(crows)
@@ -610,13 +610,13 @@ class Estimator:
             warns.append(f"calibration of {self.device}: {rep['warning']}")
         return cal, info, warns
 
-    def calibration_row(self, network: Any, name: str, family: str, measured_ms: float
+    def calibration_row(self, network: Any, name: str, family: str, measured_ms: float, *, spread_pct: float = 0.0
                         ) -> tuple[Any, dict[str, dict[float, tuple[float, float]]]]:
         """A whole network as network calibration sees it: its
         :class:`~estimator.calibration.CalibrationRow` (this estimator's uncalibrated Eq. 7
         total, Eq. 8 spreads and kind shares, with ``measured_ms``) and its Eq. 8 intervals
         at :data:`~estimator.calibration.REFERENCE_CONFIDENCE`."""
-        from .calibration import CalibrationRow  # noqa: PLC0415
+        from .calibration import CalibrationRow, drift_of  # noqa: PLC0415
 
         est, layers, pred = self._estimate(network, [REFERENCE_CONFIDENCE], [REFERENCE_CONFIDENCE], None, name,
                                            None, False)
@@ -624,7 +624,8 @@ class Estimator:
         spread = {m: (per[REFERENCE_CONFIDENCE][1] - per[REFERENCE_CONFIDENCE][0]) / (2 * total) if total > 0 else 0.0
                   for m, per in est.intervals.items()}
         row = CalibrationRow(name=name, family=family, measured_ms=float(measured_ms), predicted_ms=total,
-                             n_layers=len(layers), spread=spread, shares=_kind_shares(layers, pred))
+                             n_layers=len(layers), spread=spread, shares=_kind_shares(layers, pred),
+                             drift=drift_of(spread_pct))
         return row, est.intervals
 
     def calibration_info(self) -> dict[str, Any]:

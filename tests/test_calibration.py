@@ -4,6 +4,7 @@ here, the calibrated estimates through the CLI and the gRPC service, the warning
 and a resume after SIGKILL."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 
 from estimator.calibration import (MIN_NETWORKS, REFERENCE_CONFIDENCE, CalibrationRow, conformal_quantile,
-                                   cross_validate, fit_calibration, fit_correction)
+                                   cross_validate, drift_of, fit_calibration, fit_correction)
 from estimator.cliutil import run
 from estimator.errors import UserError
 
@@ -253,6 +254,28 @@ def test_scores_are_out_of_fold_and_intervals_hand_computed():
         assert lo == pytest.approx(10 * a * math.exp(-q * w))
         assert hi == pytest.approx(10 * a * math.exp(q * w))
     assert res.in_scope and not res.uncertified
+
+
+def test_the_band_includes_the_drift_of_the_rounds():
+    """A row whose interleaved rounds spread by s adds ln(1 + s) / 2 to its score: with the
+    same residuals, the band widens by exactly that (hand-computed), so that it holds for a
+    timing at another moment of the measuring window."""
+    p = np.array([1.0, 2.0, 4.0, 8.0] * 5)
+    y = p * np.array([0.50, 0.52, 0.48, 0.55, 0.45] * 4)
+    fams = ["a", "b", "c", "d"] * 5
+    still = fit_calibration(_rows(y, p, fams, spread=0.1))
+    moved_rows = [dataclasses.replace(r, drift=drift_of(21.0)) for r in _rows(y, p, fams, spread=0.1)]
+    moved = fit_calibration(moved_rows)
+    assert drift_of(21.0) == pytest.approx(0.5 * math.log(1.21)) and drift_of(float("nan")) == 0.0
+    assert moved.correction.method == still.correction.method  # the point estimate does not move
+    sp = math.log1p(0.1)
+    np.testing.assert_allclose(moved.scores["CM_LV"], still.scores["CM_LV"] + drift_of(21.0) / (2 * sp))
+    ivs = {m: {REFERENCE_CONFIDENCE: (8.0, 12.0)} for m in METRICS}
+    lo0, hi0 = still.apply(10.0, 50, ivs, {"conv2d": 1.0}, [0.9]).intervals["CM_LV"][0.9]
+    lo1, hi1 = moved.apply(10.0, 50, ivs, {"conv2d": 1.0}, [0.9]).intervals["CM_LV"][0.9]
+    assert lo1 < lo0 and hi1 > hi0
+    w = math.log1p(0.2) + sp
+    assert math.log(hi1 / hi0) == pytest.approx(drift_of(21.0) / (2 * sp) * w)
 
 
 def test_networks_get_the_family_shift_band_and_out_of_scope_ones_the_union_with_one_family():
