@@ -36,7 +36,9 @@ CLASSIC = ("resnet18", "mobilenet_v2", "mobilenet_v3", "efficientnet_b0", "shuff
 
 def _run(cmd: list[str]) -> str:
     print("$ " + " ".join(cmd), file=sys.stderr)
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    # the console scripts beside this interpreter: the venv's, whether or not it is on PATH
+    exe = Path(sys.executable).parent / cmd[0]
+    r = subprocess.run([str(exe) if exe.exists() else cmd[0], *cmd[1:]], capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"{cmd[0]} {cmd[1]} failed (exit {r.returncode}): {r.stderr.strip()[-2000:]}")
     return r.stdout
