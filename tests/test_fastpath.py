@@ -155,8 +155,8 @@ def _random_layers(n: int, seed: int) -> list:
         ("resize", dict(h=10, w=10, c=64, h_out=20, w_out=20, mode="nearest")),
         ("conv2d", dict(h=14, w=14, c_in=64, c_out=64, k_h=3, k_w=3, n=4)),  # batch > 1
         ("conv2d", dict(h=900, w=900, c_in=2048, c_out=2048, k_h=7, k_w=7)),  # far outside the design space
-        # types without a model on this profile: roofline fallback
-        ("reshape", dict(h=7, w=7, c=320)), ("transpose", dict(h=28, w=28, c=58, rank=5)),
+        # the token-layout and attention types; those a profile has no rows for fall back to the roofline
+        ("layernorm", dict(rows=197, c=192)), ("reshape", dict(h=7, w=7, c=320)), ("transpose", dict(h=28, w=28, c=58, rank=5)),
         ("softmax", dict(h=1, w=1, c=1000, axis_len=1000)), ("pad", dict(h=28, w=28, c=16, h_out=30, w_out=30)),
         ("slice", dict(h=28, w=28, c=116, elems_out=28 * 28 * 58)), ("matmul", dict(m=64, k=64, n_cols=196)),
         ("other", dict(h=20, w=20, c=255, elems_out=20 * 20 * 255)),
