@@ -7,11 +7,13 @@ networks they were calibrated on stripped (``profiles/<name>/networks/*.onnx``).
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from typing import Any
 
 import onnx
 from onnx import TensorProto
 
-__all__ = ["strip_initializers", "KEEP_INT_ELEMENTS", "SMALL_ELEMENTS"]
+__all__ = ["strip_initializers", "model_bytes", "KEEP_INT_ELEMENTS", "SMALL_ELEMENTS"]
 
 #: Integer (and bool) initializers up to this many elements keep their data (shape
 #: arguments, indices, axes); any initializer up to SMALL_ELEMENTS keeps its data (scalars,
@@ -81,3 +83,33 @@ def strip_initializers(model: onnx.ModelProto | bytes | str | os.PathLike) -> on
         g.ClearField("node")
         g.node.extend(keep_nodes)
     return m
+
+
+def model_bytes(model: Any, strip: bool = True) -> bytes:
+    """The serialized ONNX of ``model`` (a path, bytes or an ``onnx.ModelProto``), without
+    its weight data when ``strip``: what the service's client sends, and what the in-process
+    estimator imports, so both take the same import path. A model that does not parse is
+    returned as it is, for the importer to refuse with the precise reason."""
+    if isinstance(model, onnx.ModelProto):
+        return (strip_initializers(model) if strip else model).SerializeToString()
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        data = bytes(model)
+    elif isinstance(model, (str, os.PathLike)):
+        path = Path(model)
+        if strip:
+            try:
+                return strip_initializers(path).SerializeToString()
+            except FileNotFoundError:
+                raise
+            except Exception:  # noqa: BLE001 - not parseable here: let the importer say precisely why
+                return path.read_bytes()
+        return path.read_bytes()
+    else:
+        raise TypeError(f"model must be a path, bytes, an onnx.ModelProto or a list of layer specs, "
+                        f"got {type(model).__name__}")
+    if not strip:
+        return data
+    try:
+        return strip_initializers(data).SerializeToString()
+    except Exception:  # noqa: BLE001 - malformed: as it is, the importer refuses it with why
+        return data

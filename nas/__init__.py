@@ -1,7 +1,8 @@
 """Hardware-aware NAS with Optuna: search spaces as code, torch -> ONNX -> onnxsim, latency
-intervals from the estimation service (``nas -> service.client -> proto``), CM_LV
-feasibility, CM_O penalty, zero-cost proxies, SQLite/PostgreSQL studies. See docs/nas.md.
+intervals through the estimation interface (:mod:`estimator.interface`: in-process by
+default, the service's gRPC client with ``--service``), CM_LV feasibility, CM_O penalty,
+zero-cost proxies, SQLite/PostgreSQL studies. See docs/nas.md.
 
-Only :mod:`estimator.errors` and :mod:`estimator.cliutil` are imported from ``estimator``;
-everything about latency comes from the service.
+Everything about latency comes through that interface; the search never reaches into the
+estimator's models.
 """

@@ -24,13 +24,13 @@ def register(sub: Any) -> None:
         "search", help="search architectures under a latency budget",
         description="Each trial samples an architecture from the search space, builds it in torch, writes its ONNX "
                     "graph (scaled, mobilenet, resnet: from the description; hybrid and user spaces: torch export + "
-                    "onnxsim), asks the estimation service for its latency with conformal intervals and scores it "
-                    "with the objective. A candidate is feasible when its CM_LV upper bound at --confidence is "
-                    "within --budget; the score is penalised for a wide CM_O interval and for "
+                    "onnxsim), asks the estimator (in-process, or --service) for its latency with conformal "
+                    "intervals and scores it with the objective. A candidate is feasible when its CM_LV upper bound "
+                    "at --confidence is within --budget; the score is penalised for a wide CM_O interval and for "
                     "layers outside the benchmarked design space (docs/nas.md). Running the command again with the "
                     "same --storage/--study continues the study; several workers may share one.",
         formatter_class=DefaultsHelpFormatter)
-    p.add_argument("--device", required=True, help="device profile name (the service's ListDevices)")
+    p.add_argument("--device", required=True, help="device profile name (one the estimator lists)")
     p.add_argument("--budget", required=True, help="latency budget with a unit: 50ms, 500us, 0.05s")
     p.add_argument("--trials", type=integer(min=1), default=DEFAULT_TRIALS, help="trials this worker runs")
     p.add_argument("--timeout", default=None, help="stop this worker after this long (seconds, or 90s, 5min, 2h)")
@@ -45,21 +45,22 @@ def register(sub: Any) -> None:
                    help="keyword option of the objective (e.g. batch=32); repeatable")
     p.add_argument("--confidence", type=number(above=0, below=1), default=0.9, help="confidence of the intervals used")
     p.add_argument("--service", default=None, metavar="HOST:PORT",
-                   help="estimation service address (default: start one in-process with the shipped profiles)")
+                   help="a running estimation service to ask over gRPC (default: estimate in-process with the "
+                        "shipped profiles, no round trip)")
     p.add_argument("--token", default=None, help="bearer token for --service")
     p.add_argument("--ca-cert", default=None, metavar="PEM", help="root certificate(s): TLS to --service")
     p.add_argument("--profiles", default=None, metavar="DIR",
-                   help="profiles directory of the in-process service (default: CL_PROFILES or profiles/)")
+                   help="profiles directory of the in-process estimator (default: CL_PROFILES or profiles/)")
     p.add_argument("--calibrate", type=integer(min=0), default=0, metavar="N",
                    help="first measure N samples of the search space whole on this machine with the device's runner "
                         "and calibrate the device's profile on them (bench calibrate; written to OUT/profiles, "
-                        "measurements in OUT/calibration.sqlite); in-process service only; 0 = off")
+                        "measurements in OUT/calibration.sqlite); in-process estimator only; 0 = off")
     p.add_argument("--refine", type=float, default=None, metavar="MINUTES",
                    help="every --refine-every trials, measure (with the device's runner, on this machine) the layer "
                         "configurations that widen the latest candidates' intervals most: those outside the design "
                         "space, then the widest CM_O (bench refine); later trials are estimated with profile "
                         "DEVICE-refined (written to OUT/profiles, measurements in OUT/refine.sqlite); MINUTES of "
-                        "device time in all; in-process service, one worker; default off")
+                        "device time in all; in-process estimator, one worker; default off")
     p.add_argument("--refine-every", type=integer(min=1), default=DEFAULT_EVERY, metavar="K",
                    help="trials between two refine steps of --refine")
     p.add_argument("--calibrate-option", action="append", default=[], metavar="KEY=VALUE",
@@ -88,7 +89,7 @@ def register(sub: Any) -> None:
                         "several threads only fight over busy cores; run more workers to use more cores")
     p.add_argument("--workers", type=integer(min=1), default=1, metavar="N",
                    help="local worker processes on this study (--trials is split between them); each is what another "
-                        "machine on a shared --storage would be, with its own in-process service unless --service")
+                        "machine on a shared --storage would be, with its own in-process estimator unless --service")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_search)
 

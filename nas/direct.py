@@ -2,7 +2,7 @@
 
 A trial of a built-in space (``scaled``, ``mobilenet``, ``resnet``) is sent to the service
 as the graph this module writes from the architecture description, weightless (what
-:func:`service.client.strip_initializers` leaves: initializers with name, type and dims,
+:func:`estimator.onnx_strip.strip_initializers` leaves: initializers with name, type and dims,
 no data). It is the graph the torch export followed by onnxsim gives (:mod:`nas.export`):
 the same nodes, attributes and shapes, BatchNorm folded into a biased conv, dropout gone.
 Why: the export and onnxsim were 70-75 % of a candidate's CPU time (TorchScript export

@@ -12,7 +12,7 @@ Pipeline (:func:`to_onnx`):
 3. onnxsim (constant folding, BN folding of anything left, dead-code removal), no
    numeric check (``check_n=0``).
 
-The result keeps its weights: :func:`service.client.strip_initializers` removes them
+The result keeps its weights: :func:`estimator.onnx_strip.strip_initializers` removes them
 before the query, and the best architecture is written with them.
 """
 from __future__ import annotations

@@ -13,12 +13,12 @@ Every ``--refine-every`` K trials of this worker the search pauses for one step 
 3. it writes profile ``DEVICE-refined`` into ``OUT/profiles``: the base's layer rows plus
    every row the database holds, ``refined`` in ``profile.json`` (as ``bench refine`` does),
    and trains it;
-4. the in-process service reloads its profiles (``ReloadProfiles``) and later trials are
+4. the in-process estimator reloads its profiles (``reload_profiles``) and later trials are
    estimated with ``DEVICE-refined``; each trial records the profile and model version that
    estimated it (user attribute ``model``), each step is appended to the study's ``refine``
    user attribute, and the summary says how many steps ran, device minutes and rows added.
 
-Where the profiles live follows ``--calibrate``: the in-process service serves
+Where the profiles live follows ``--calibrate``: the in-process estimator loads
 ``OUT/profiles``, which holds the base (the calibrated profile when ``--calibrate`` ran,
 else a copy of the device's profile: the shipped directory is never written) and the
 refined one. The base is the same in every step; each step rebuilds the refined profile
@@ -66,7 +66,7 @@ def refined_name(device: str) -> str:
 @dataclass
 class RefineSetup:
     base: Any  # the base profile (estimator.profile.Profile) in OUT/profiles
-    root: Path  # OUT/profiles: the in-process service's profiles directory
+    root: Path  # OUT/profiles: the in-process estimator's profiles directory
     db: Path  # OUT/refine.sqlite
     given: dict[str, Any]  # runner options
     minutes: float
@@ -82,7 +82,7 @@ def check_refine(req: Any) -> None:
     if req.refine_every < 1:
         raise UserError(f"--refine-every must be >= 1, got {req.refine_every}")
     if req.service:
-        raise UserError("--refine writes a refined profile for the in-process service; against --service, refine "
+        raise UserError("--refine writes a refined profile for the in-process estimator; against --service, refine "
                         "with `bench refine` where that service runs and reload it")
     if req.workers > 1:
         raise UserError("--refine pauses this worker's search to measure; it runs with one worker (leave out "
@@ -109,7 +109,7 @@ def prepare_refine(req: Any, err: TextIO) -> RefineSetup:
         with staged_profile(root, s.device, "refine-base") as tmp:
             shutil.copytree(src.path, tmp)
         print(f"nas: --refine: {s.device} copied from {Path(req.profiles) if req.profiles else default_root()} "
-              f"to {root} (the in-process service serves that directory)", file=err)
+              f"to {root} (the in-process estimator loads that directory)", file=err)
     req.profiles = str(root)
     base = load_profile(s.device, root)
     return RefineSetup(base=base, root=root, db=out / "refine.sqlite", given=given, minutes=float(req.refine_minutes),
@@ -145,7 +145,7 @@ class Refiner:
     docstring); ``evaluator`` is switched to the refined profile after the first step."""
 
     setup: RefineSetup
-    client: Any
+    estimation: Any  # the in-process estimator (estimator.inprocess.InProcessEstimation)
     evaluator: Any
     trials: int  # this worker's trials
     err: TextIO
@@ -220,9 +220,9 @@ class Refiner:
         was = {"profile": self.evaluator.profile, "model_version": self._version(self.evaluator.profile)}
         switched = False
         if res.added:
-            reg = self.client.reload_profiles()
+            reg = self.estimation.reload_profiles()
             if name not in reg.get("devices", []):
-                raise UserError(f"the in-process service did not load the refined profile {name}: "
+                raise UserError(f"the in-process estimator did not load the refined profile {name}: "
                                 f"{'; '.join(reg.get('errors', [])) or 'no error given'}")
             self.evaluator.profile = name
             self.evaluator.cache.clear()  # the estimates changed; the architectures did not
@@ -263,7 +263,7 @@ class Refiner:
         write_profile_json(self.setup.root / name, meta)
 
     def _version(self, device: str) -> str:
-        for d in self.client.list_devices():
+        for d in self.estimation.list_devices():
             if d["name"] == device:
                 return str(d.get("model_version", ""))
         return ""

@@ -350,7 +350,7 @@ def _trials_csv(recs: Sequence[TrialRecord]) -> str:
 
 
 def layer_rows(result: Any, confidence: float) -> list[dict[str, Any]]:
-    """Per-layer rows of a :class:`service.client.NetworkResult` at ``confidence``."""
+    """Per-layer rows of a :class:`estimator.interface.NetworkResult` at ``confidence``."""
     rows = []
     c = round(float(confidence), 12)
     for i, l in enumerate(result.layers):
@@ -444,10 +444,11 @@ def plot(recs: Sequence[TrialRecord], doc: Mapping[str, Any], path: Path) -> Non
     write_text_atomic(path, buf.getvalue())
 
 
-def write_reports(out_dir: Path, study: Any, *, client: Any = None, space_fn: Any = None,
+def write_reports(out_dir: Path, study: Any, *, estimation: Any = None, space_fn: Any = None,
                   space_options: Mapping[str, Any] | None = None, init_seed: int = 0,
                   device: str | None = None) -> dict[str, Any]:
-    """Write every report file; rebuild, export and re-estimate the best when a client is given
+    """Write every report file; rebuild, export and re-estimate the best when ``estimation``
+    (an :class:`estimator.interface.Estimation`) is given
     (on ``device``, default the study's: ``--refine`` re-estimates on the refined profile)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     recs = records(study)
@@ -458,8 +459,8 @@ def write_reports(out_dir: Path, study: Any, *, client: Any = None, space_fn: An
     write_text_atomic(out_dir / "pareto.json", json.dumps(doc["pareto"], indent=2, default=str) + "\n")
     files.append("pareto.json")
     best = doc.get("best")
-    if best is not None and client is not None and space_fn is not None:
-        files += _write_best(out_dir, best, doc, client, space_fn, space_options or {}, init_seed, device)
+    if best is not None and estimation is not None and space_fn is not None:
+        files += _write_best(out_dir, best, doc, estimation, space_fn, space_options or {}, init_seed, device)
     plot(recs, doc, out_dir / "pareto.png")
     files.append("pareto.png")
     files += ["summary.json", "summary.txt"]
@@ -469,11 +470,11 @@ def write_reports(out_dir: Path, study: Any, *, client: Any = None, space_fn: An
     return doc
 
 
-def _write_best(out_dir: Path, best: dict[str, Any], doc: dict[str, Any], client: Any, space_fn: Any,
+def _write_best(out_dir: Path, best: dict[str, Any], doc: dict[str, Any], estimation: Any, space_fn: Any,
                 space_options: Mapping[str, Any], init_seed: int, device: str | None = None) -> list[str]:
     import torch  # noqa: PLC0415
 
-    from service.client import strip_initializers  # noqa: PLC0415
+    from estimator.onnx_strip import strip_initializers  # noqa: PLC0415
 
     from . import export as nas_export  # noqa: PLC0415
     from .spaces import rebuild  # noqa: PLC0415
@@ -486,7 +487,7 @@ def _write_best(out_dir: Path, best: dict[str, Any], doc: dict[str, Any], client
     model = nas_export.to_onnx(arch.module, arch.input_shape)
     write_text_atomic(out_dir / "best.onnx", model.SerializeToString())
     device = device or s["device"]
-    result = client.estimate_network(strip_initializers(model), device, confidence=(conf,), per_layer=True,
+    result = estimation.estimate_network(strip_initializers(model), device, confidence=(conf,), per_layer=True,
                                      strip=False)
     rows = layer_rows(result, conf)
     reest = {"total_ms": result.total_ms,

@@ -61,7 +61,7 @@ CONSTRAINT_KEY = "latency_budget"
 
 @dataclass
 class Estimate:
-    """The service's answer for one candidate, reduced to what the search records."""
+    """The estimator's answer for one candidate, reduced to what the search records."""
 
     total_ms: float
     confidence: float
@@ -77,7 +77,7 @@ class Estimate:
 
     @classmethod
     def from_result(cls, result: Any, confidence: float) -> "Estimate":
-        """From a :class:`service.client.NetworkResult` queried at ``confidence``."""
+        """From a :class:`estimator.interface.NetworkResult` queried at ``confidence``."""
         ivs = {m: tuple(float(x) for x in result.interval(m, confidence)) for m in METRICS}
         ood = [{"name": l["name"], "type": l["type"], "prediction_ms": float(l["prediction_ms"]),
                 "fallback": bool(l["fallback"]), "reasons": list(l.get("ood_reasons") or []),

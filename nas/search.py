@@ -1,4 +1,4 @@
-"""The search loop: service, storage, study, sampler, patience, progress, reports.
+"""The search loop: estimator, storage, study, sampler, patience, progress, reports.
 
 :func:`run_search` is what ``nas search`` runs. Several processes (on one or several
 machines) running it with the same ``--storage`` and ``--study`` share one study: each
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from estimator.errors import UserError
+from estimator.interface import Estimation, EstimationError
 
 from .device import device_runner
 from .report import write_reports
@@ -126,11 +127,14 @@ class Patience:
             study.stop()
 
 
-def connect(req: SearchRequest, stack: list[Any]) -> Any:
-    """A ready :class:`service.client.EstimationClient` (starting the embedded server if needed)."""
-    from service.client import EstimationClient, EstimationError  # noqa: PLC0415
-
+def connect(req: SearchRequest, stack: list[Any]) -> Estimation:
+    """The estimation interface the search asks (:mod:`estimator.interface`): the profiles
+    loaded in this process (:class:`~estimator.inprocess.InProcessEstimation`, no round
+    trip), or with ``--service`` a ready gRPC client of that service. The search does not
+    care which."""
     if req.service:
+        from service.client import EstimationClient  # noqa: PLC0415 (gRPC only for --service)
+
         try:
             client = EstimationClient(req.service, token=req.token, root_certificates=req.ca_cert,
                                       timeout_s=120.0)
@@ -143,26 +147,23 @@ def connect(req: SearchRequest, stack: list[Any]) -> Any:
             raise UserError(f"cannot reach the estimation service at {req.service} ({e.message}); start one "
                             f"(`estimation-service serve`) or leave out --service to run it in-process") from None
         return client
-    from service.server import EmbeddedServer  # noqa: PLC0415
+    from estimator.inprocess import InProcessEstimation  # noqa: PLC0415 (loads the models: not for --service)
 
     try:
-        srv = EmbeddedServer(req.profiles)
-        srv.start()
+        local = InProcessEstimation(req.profiles)
     except UserError:
         raise
     except Exception as e:  # noqa: BLE001
-        raise UserError(f"cannot start the in-process estimation service: {type(e).__name__}: {e}") from None
-    stack.append(srv)
-    client = EstimationClient(srv.address, timeout_s=120.0)
-    stack.append(client)
-    return client
+        raise UserError(f"cannot load the device profiles in-process: {type(e).__name__}: {e}") from None
+    stack.append(local)
+    return local
 
 
 def calibrate_device(req: SearchRequest, err: TextIO) -> Path:
     """``--calibrate N``: measure N samples of the search space whole with the device's runner
     (:mod:`bench.calibrate`, resumable in ``OUT/calibration.sqlite``) and write the calibrated
     profile, under the device's own name, to ``OUT/profiles`` (returned: the in-process
-    service's profiles directory)."""
+    estimator's profiles directory)."""
     from bench.calibrate import bias, measure, write_calibrated_profile  # noqa: PLC0415
     from bench.network_sources import space_specs  # noqa: PLC0415
     from estimator.profile import load_profile  # noqa: PLC0415
@@ -171,7 +172,7 @@ def calibrate_device(req: SearchRequest, err: TextIO) -> Path:
 
     s = req.settings
     if req.service:
-        raise UserError("--calibrate writes a calibrated profile for the in-process service; against --service, "
+        raise UserError("--calibrate writes a calibrated profile for the in-process estimator; against --service, "
                         "calibrate with `bench calibrate` where that service runs and reload it")
     if req.calibrate < 2:
         raise UserError(f"--calibrate needs at least 2 networks (20 or more to calibrate), got {req.calibrate}")
@@ -229,7 +230,7 @@ def _worker_main(req: SearchRequest, threads: int) -> None:
 
 def start_workers(req: SearchRequest, url: str, study: str, shares: list[int], err: TextIO) -> list[Any]:
     """``--workers N``: start N - 1 more processes on this storage and study. Each is what
-    another machine on ``--storage postgresql://...`` would be (its own in-process service
+    another machine on ``--storage postgresql://...`` would be (its own in-process estimator
     unless ``--service``, its own sampler seed, heartbeats), so nothing here is new
     machinery: the storage shares the study, the constant liar keeps them apart."""
     import dataclasses  # noqa: PLC0415
@@ -275,27 +276,28 @@ class _Joiner:
                 p.join(timeout=5)
 
 
-def _service_name(where: str) -> str:
-    return "the in-process estimation service" if where == "in-process" else f"the estimation service at {where}"
+def _estimator_name(where: str) -> str:
+    return "the in-process estimator" if where == "in-process" else f"the estimation service at {where}"
 
 
-def check_device(client: Any, device: str, where: str) -> dict[str, Any]:
-    from service.client import EstimationError  # noqa: PLC0415
-
+def check_device(estimation: Estimation, device: str) -> dict[str, Any]:
+    """``device``'s ``list_devices`` entry; an unknown one is refused with the known ones
+    and the profiles that failed to load."""
+    where = estimation.where
     try:
-        devices = client.list_devices()
+        devices = estimation.list_devices()
     except EstimationError as e:
-        raise UserError(f"{_service_name(where)} refused ListDevices: {e}") from None
+        raise UserError(f"{_estimator_name(where)} refused ListDevices: {e}") from None
     names = [d["name"] for d in devices]
     if device not in names:
         errors = []
         try:
-            errors = client.server_info().get("errors", [])
+            errors = estimation.profile_errors()
         except EstimationError:
             pass
         known = ", ".join(names) if names else "none"
         extra = f"; profiles that failed to load: {'; '.join(errors)}" if errors else ""
-        raise UserError(f"unknown device {device!r}: {_service_name(where)} knows {known}{extra}")
+        raise UserError(f"unknown device {device!r}: {_estimator_name(where)} knows {known}{extra}")
     return next(d for d in devices if d["name"] == device)
 
 
@@ -378,7 +380,6 @@ def run_search(req: SearchRequest, *, err: TextIO | None = None, out: TextIO | N
     out_dir = Path(req.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     url = req.storage or default_url(out_dir)
-    where = req.service or "in-process"
     t_start = time.perf_counter()
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # failures are reported one line each, below
@@ -394,8 +395,8 @@ def run_search(req: SearchRequest, *, err: TextIO | None = None, out: TextIO | N
             from .refine import prepare_refine  # noqa: PLC0415
 
             setup = prepare_refine(req, err)
-        client = connect(req, stack)
-        note = calibration_note(check_device(client, s.device, where), s.space)
+        estimation = connect(req, stack)
+        note = calibration_note(check_device(estimation, s.device), s.space)
         if note:
             print(f"note: {note}", file=err)
         storage = open_storage(url, heartbeat_interval=req.heartbeat_s)
@@ -404,7 +405,7 @@ def run_search(req: SearchRequest, *, err: TextIO | None = None, out: TextIO | N
         shares = worker_shares(req.trials, req.workers)
         extra = start_workers(req, url, name, shares[1:], err) if len(shares) > 1 else []
         stack.append(_Joiner(extra))
-        evaluator = Evaluator(client, s)
+        evaluator = Evaluator(estimation, s)
         patience = Patience(req.patience, s)
         n_done = [0]
         bar = tqdm(total=shares[0], desc=f"nas {name}" + (f" (worker 1 of {len(shares)})" if extra else ""),
@@ -414,7 +415,7 @@ def run_search(req: SearchRequest, *, err: TextIO | None = None, out: TextIO | N
         if setup is not None:
             from .refine import Refiner  # noqa: PLC0415
 
-            refiner = Refiner(setup, client, evaluator, shares[0], err, stopped=lambda: bool(patience.reason),
+            refiner = Refiner(setup, estimation, evaluator, shares[0], err, stopped=lambda: bool(patience.reason),
                               write=lambda text: bar.write(text, file=err))
 
         def progress(study: Any, trial: Any) -> None:
@@ -456,7 +457,7 @@ def run_search(req: SearchRequest, *, err: TextIO | None = None, out: TextIO | N
                                  trials_run=n_done[0], elapsed_s=time.perf_counter() - t_start)
         failed_workers = _Joiner(extra).join(err)
         try:
-            doc = write_reports(out_dir, study, client=None if aborted else client, space_fn=s.space_fn,
+            doc = write_reports(out_dir, study, estimation=None if aborted else estimation, space_fn=s.space_fn,
                                 space_options=s.space_options, init_seed=s.init_seed, device=evaluator.profile)
         except Exception as e:  # noqa: BLE001 - the search result is in the storage; say so
             if aborted:

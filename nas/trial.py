@@ -7,8 +7,10 @@
 2. writes its weightless ONNX graph from the architecture description (the built-in spaces
    :mod:`nas.direct` knows: ``scaled``, ``mobilenet``, ``resnet``), or exports it to ONNX,
    simplifies it with onnxsim (:mod:`nas.export`) and strips the weight data
-   (:func:`service.client.strip_initializers`) (``hybrid`` and user spaces);
-3. asks the estimation service for the latency at one confidence level, per layer;
+   (:func:`estimator.onnx_strip.strip_initializers`) (``hybrid`` and user spaces);
+3. asks the estimation interface (:mod:`estimator.interface`: the in-process estimator, or
+   the service's gRPC client with ``--service``) for the latency at one confidence level,
+   per layer;
 4. records in the trial's user attributes: ``worker`` (host:pid), ``arch`` (JSON
    description), ``input_shape``,
    ``estimate`` (point estimate ``latency_ms``, ``intervals`` {CM_TV, CM_LV, CM_O: [lower,
@@ -22,9 +24,9 @@
    (:mod:`nas.scoring`) and returns the penalised score (and, in multi-objective mode,
    the point estimate as a second objective to minimise).
 
-Errors of one candidate (export, onnxsim, a refusal of the service such as impossible
+Errors of one candidate (export, onnxsim, a refusal of the estimator such as impossible
 shapes, an objective that raises or returns a non-number) raise :class:`CandidateError`:
-the trial is FAIL with ``fail_reason`` and the search goes on. A service that is gone,
+the trial is FAIL with ``fail_reason`` and the search goes on. An estimator that is gone,
 refuses the token or does not know the device raises :class:`SearchAborted`.
 
 Repeated architectures (samplers re-propose configurations of a discrete space) are not
@@ -46,6 +48,7 @@ from typing import Any, Callable
 import torch
 
 from estimator.errors import UserError
+from estimator.interface import Estimation, EstimationError
 
 from . import export as nas_export
 from .proxy import call_objective
@@ -56,7 +59,8 @@ from .spaces import SpaceFn, param_count, sample
 __all__ = ["SearchSettings", "Evaluator", "CandidateError", "SearchAborted", "ABORT_CODES", "TIMING_KEYS",
            "supports_set_constraint"]
 
-#: gRPC statuses that stop the whole search (the service, not the candidate, is the problem)
+#: statuses (gRPC's names, from either implementation) that stop the whole search (the
+#: estimator, not the candidate, is the problem)
 ABORT_CODES = frozenset({"UNAVAILABLE", "UNAUTHENTICATED", "PERMISSION_DENIED", "NOT_FOUND", "UNIMPLEMENTED"})
 #: who ran a trial (``worker`` user attribute): host and process id
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
@@ -116,16 +120,16 @@ def _jsonable(x: Any) -> Any:
 class Evaluator:
     """The Optuna objective of a NAS search (see the module docstring)."""
 
-    def __init__(self, client: Any, settings: SearchSettings, *, cache_size: int = 512) -> None:
+    def __init__(self, estimation: Estimation, settings: SearchSettings, *, cache_size: int = 512) -> None:
         if settings.space_fn is None or settings.objective_fn is None:
             raise ValueError("settings need space_fn and objective_fn")
-        self.client = client
+        self.estimation = estimation
         self.s = settings
         self.cache: OrderedDict[str, tuple[Estimate, float | None]] = OrderedDict()
         self.cache_size = cache_size
         self.use_set_constraint = supports_set_constraint()
         self.n_cache_hits = 0
-        #: the service's device the candidates are estimated on (``--refine`` moves it to the refined profile)
+        #: the device the candidates are estimated on (``--refine`` moves it to the refined profile)
         self.profile = settings.device
         #: with ``--refine``: recorded with each trial (user attribute ``model``, plus the model version)
         self.model_info: dict[str, Any] | None = None
@@ -145,7 +149,7 @@ class Evaluator:
         """The candidate's weightless ONNX (written from ``description`` for :mod:`nas.direct`'s spaces,
         else exported, simplified and stripped), queried; returns the estimate and the model
         sent (the simplified model with weights on the export path)."""
-        from service.client import EstimationError, strip_initializers  # noqa: PLC0415
+        from estimator.onnx_strip import strip_initializers  # noqa: PLC0415 (export path only)
 
         t0 = time.perf_counter()
         direct = direct_onnx(description, input_shape) if description is not None and self.uses_direct() else None
@@ -163,17 +167,21 @@ class Evaluator:
             stripped = strip_initializers(simplified)
             t3 = time.perf_counter()
         try:
-            result = self.client.estimate_network(stripped, self.profile, confidence=(self.s.confidence,),
+            result = self.estimation.estimate_network(stripped, self.profile, confidence=(self.s.confidence,),
                                                   per_layer=True, strip=False)
         except EstimationError as e:
             if e.code in ABORT_CODES:
-                raise SearchAborted(f"the estimation service failed: {e}") from None
-            raise CandidateError(f"the estimation service refused this candidate: {e}") from None
+                raise SearchAborted(f"{self._who()} failed: {e}") from None
+            raise CandidateError(f"{self._who()} refused this candidate: {e}") from None
         t4 = time.perf_counter()
         timing.update(export=t1 - t0, simplify=t2 - t1, strip=t3 - t2, estimate=t4 - t3,
                       server=float(result.server_time_ms) / 1e3)
         self._last_sent = stripped
         return Estimate.from_result(result, self.s.confidence), simplified
+
+    def _who(self) -> str:
+        where = getattr(self.estimation, "where", "")
+        return "the in-process estimator" if where == "in-process" else "the estimation service"
 
     def _score(self, module: Any, trial: Any) -> float:
         try:

@@ -13,10 +13,13 @@
         c.estimate_layers([{"type": "conv2d", "params": {"h": 56, "w": 56, "c_in": 64, "c_out": 64,
                                                          "k_h": 3, "k_w": 3}}], "host-cpu")
 
-It depends on ``grpc``, ``onnx``, ``numpy`` and the generated ``proto`` modules only (never
-on the estimator's internals); its imports from ``estimator`` are the
-:class:`~estimator.errors.UserError` base class that :class:`EstimationError` extends and
-:func:`~estimator.onnx_strip.strip_initializers` (the one definition of a weightless model).
+:class:`EstimationClient` is the gRPC implementation of the estimation interface
+(:class:`estimator.interface.Estimation`); :class:`estimator.inprocess.InProcessEstimation`
+is the in-process one, and both return the same records. It depends on ``grpc``, ``onnx``
+and the generated ``proto`` modules only (never on the estimator's internals); its imports
+from ``estimator`` are the interface with its plain records (:class:`NetworkResult`,
+:class:`LayerResult`, :class:`EstimationError`) and :mod:`estimator.onnx_strip` (the one
+definition of a weightless model).
 
 * Models are sent with their initializer data stripped (:func:`strip_initializers`,
   ``strip=True``): the server needs shapes, not weights, so a ResNet-50 query is tens of
@@ -35,53 +38,39 @@ import os
 import random
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import grpc
-import onnx
 
-from estimator.errors import UserError
-from estimator.onnx_strip import strip_initializers
+from estimator.interface import (CALIBRATION_TEXT_KEYS, Estimation, EstimationError, Intervals, LayerResult,
+                                 NetworkResult, spec_parts)
+from estimator.onnx_strip import model_bytes, strip_initializers
 from proto import estimation_pb2 as pb2
 from proto import estimation_pb2_grpc as pb2_grpc
 
 __all__ = ["EstimationClient", "EstimationError", "NetworkResult", "LayerResult", "strip_initializers",
-           "DEFAULT_TIMEOUT_S"]
+           "DEFAULT_TIMEOUT_S", "network_result", "layer_result", "calibration_dict", "refinement_dict"]
 
 DEFAULT_TIMEOUT_S = 30.0
 _MAX_MESSAGE = 256 << 20
 
 
-class EstimationError(UserError):
-    """A call the service refused or could not answer: ``code`` is the gRPC status name."""
-
-    def __init__(self, code: str, message: str, *, request_id: str = "") -> None:
-        super().__init__(f"{code}: {message}" if code else message)
-        self.code = code
-        self.message = message
-        self.request_id = request_id
-        self.grpc_status = code or "UNKNOWN"
-
-    @classmethod
-    def from_rpc(cls, e: grpc.RpcError) -> "EstimationError":
-        code = e.code() if hasattr(e, "code") else None
-        details = e.details() if hasattr(e, "details") else str(e)
-        rid = ""
-        try:
-            for k, v in e.trailing_metadata() or ():  # type: ignore[attr-defined]
-                if k == "x-request-id":
-                    rid = str(v)
-        except Exception:  # noqa: BLE001 - metadata is best effort
-            pass
-        return cls(code.name if code is not None else "UNKNOWN", details or "", request_id=rid)
+def _error(e: grpc.RpcError) -> EstimationError:
+    """The :class:`EstimationError` of a failed call: its status name, details and request id."""
+    code = e.code() if hasattr(e, "code") else None
+    details = e.details() if hasattr(e, "details") else str(e)
+    rid = ""
+    try:
+        for k, v in e.trailing_metadata() or ():  # type: ignore[attr-defined]
+            if k == "x-request-id":
+                rid = str(v)
+    except Exception:  # noqa: BLE001 - metadata is best effort
+        pass
+    return EstimationError(code.name if code is not None else "UNKNOWN", details or "", request_id=rid)
 
 
 # --------------------------------------------------------------------------- results
-
-Intervals = dict[str, dict[float, tuple[float, float]]]
-
 
 def _intervals(items: Iterable[pb2.Interval]) -> Intervals:
     out: Intervals = {}
@@ -90,59 +79,18 @@ def _intervals(items: Iterable[pb2.Interval]) -> Intervals:
     return out
 
 
-def _pick(intervals: Intervals, metric: str, confidence: float | None) -> tuple[float, float]:
-    per = intervals[metric]
-    if confidence is None:
-        return per[min(per)]
-    c = round(float(confidence), 12)
-    if c not in per:
-        raise KeyError(f"no {metric} interval at confidence {confidence}; have {sorted(per)}")
-    return per[c]
-
-
-@dataclass
-class LayerResult:
-    """One layer's estimate (milliseconds)."""
-
-    name: str
-    type: str
-    op_type: str
-    features: dict[str, float]
-    prediction_ms: float
-    intervals: Intervals
-    out_of_design_space: bool
-    fallback: bool
-    flags: list[str] = field(default_factory=list)
-    ood_reasons: list[str] = field(default_factory=list)
-    t_op_ms: float | None = None
-    ops: float = 0.0
-    nodes: list[str] = field(default_factory=list)
-    activation: str = ""
-
-    @classmethod
-    def from_pb(cls, m: pb2.LayerEstimate) -> "LayerResult":
-        return cls(name=m.name, type=m.type, op_type=m.op_type, features=dict(m.features),
-                   prediction_ms=m.prediction_ms, intervals=_intervals(m.intervals),
-                   out_of_design_space=m.out_of_design_space, fallback=m.fallback, flags=list(m.flags),
-                   ood_reasons=list(m.ood_reasons), t_op_ms=m.t_op_ms if m.HasField("t_op_ms") else None,
-                   ops=m.ops, nodes=list(m.nodes), activation=m.activation)
-
-    def interval(self, metric: str = "CM_LV", confidence: float | None = None) -> tuple[float, float]:
-        return _pick(self.intervals, metric, confidence)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "type": self.type, "op_type": self.op_type, "features": dict(self.features),
-                "prediction_ms": self.prediction_ms,
-                "intervals": {m: dict(per) for m, per in self.intervals.items()},
-                "out_of_design_space": self.out_of_design_space, "fallback": self.fallback,
-                "flags": list(self.flags), "ood_reasons": list(self.ood_reasons), "t_op_ms": self.t_op_ms,
-                "ops": self.ops, "nodes": list(self.nodes), "activation": self.activation}
+def layer_result(m: pb2.LayerEstimate) -> LayerResult:
+    return LayerResult(name=m.name, type=m.type, op_type=m.op_type, features=dict(m.features),
+                       prediction_ms=m.prediction_ms, intervals=_intervals(m.intervals),
+                       out_of_design_space=m.out_of_design_space, fallback=m.fallback, flags=list(m.flags),
+                       ood_reasons=list(m.ood_reasons), t_op_ms=m.t_op_ms if m.HasField("t_op_ms") else None,
+                       ops=m.ops, nodes=list(m.nodes), activation=m.activation)
 
 
 def calibration_dict(m: pb2.Calibration) -> dict[str, Any]:
-    """A ``Calibration`` message as the dict the estimator writes (only what is set)."""
+    """A ``Calibration`` message as :func:`estimator.interface.calibration_record` (only what is set)."""
     out: dict[str, Any] = {"applied": m.applied}
-    for key in ("reason", "method", "formula", "kind", "runner", "source", "date", "validation"):
+    for key in CALIBRATION_TEXT_KEYS:
         if getattr(m, key):
             out[key] = getattr(m, key)
     if m.applied:
@@ -155,8 +103,8 @@ def calibration_dict(m: pb2.Calibration) -> dict[str, Any]:
 
 
 def refinement_dict(m: pb2.Refinement) -> dict[str, Any]:
-    """A ``Refinement`` message as :meth:`estimator.profile.Profile.refinement_summary` writes
-    it (``{"configurations": 0}`` for a device that was not refined, or an older server)."""
+    """A ``Refinement`` message as :func:`estimator.interface.refinement_record`
+    (``{"configurations": 0}`` for a device that was not refined, or an older server)."""
     if not (m.configurations or m.rounds or m.base):
         return {"configurations": 0}
     return {"configurations": m.configurations, "base": m.base, "targets": list(m.targets),
@@ -164,88 +112,20 @@ def refinement_dict(m: pb2.Refinement) -> dict[str, Any]:
             "runner": m.runner, "runner_options": dict(m.runner_options), "source": m.source, "date": m.date}
 
 
-@dataclass
-class NetworkResult:
-    """One network's estimate (milliseconds). On a stream, a failed item has ``error`` set
-    (and zeros elsewhere): check :attr:`ok` or call :meth:`raise_for_error`."""
-
-    total_ms: float
-    #: metric -> confidence -> (lower_ms, upper_ms)
-    intervals: Intervals
-    #: per-layer rows (dicts: name, type, op_type, features, prediction_ms, intervals,
-    #: out_of_design_space, fallback, flags, ood_reasons, t_op_ms, ops, nodes, activation)
-    layers: list[dict[str, Any]]
-    warnings: list[str]
-    n_layers: int
-    n_out_of_design_space: int
-    n_fallback: int
-    model_version: str
-    cached: bool
-    server_time_ms: float
-    device: str = ""
-    name: str = ""
-    confidence: list[float] = field(default_factory=list)
-    request_id: str = ""
-    error: EstimationError | None = None
-    #: the Eq. 7/8 values {"total_ms", "intervals"} when total_ms/intervals are calibrated, else None
-    uncalibrated: dict[str, Any] | None = None
-    #: what calibration applied (``applied``, ``method``, ``n_networks``, ``source``, ...)
-    calibration: dict[str, Any] = field(default_factory=lambda: {"applied": False})
-
-    @classmethod
-    def from_pb(cls, m: pb2.EstimateNetworkResponse) -> "NetworkResult":
-        err = None
-        if m.HasField("error") and (m.error.code or m.error.message):
-            err = EstimationError(m.error.code, m.error.message, request_id=m.request_id)
-        return cls(total_ms=m.total_ms, intervals=_intervals(m.intervals),
-                   layers=[LayerResult.from_pb(l).to_dict() for l in m.layers], warnings=list(m.warnings),
-                   n_layers=m.n_layers, n_out_of_design_space=m.n_out_of_design_space, n_fallback=m.n_fallback,
-                   model_version=m.model_version, cached=m.cached, server_time_ms=m.server_time_ms, device=m.device,
-                   name=m.name, confidence=list(m.confidence), request_id=m.request_id, error=err,
-                   uncalibrated=({"total_ms": m.uncalibrated.total_ms, "intervals": _intervals(m.uncalibrated.intervals)}
-                                 if m.HasField("uncalibrated") else None),
-                   calibration=calibration_dict(m.calibration))
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    def raise_for_error(self) -> "NetworkResult":
-        if self.error is not None:
-            raise self.error
-        return self
-
-    def interval(self, metric: str = "CM_LV", confidence: float | None = None) -> tuple[float, float]:
-        """``(lower_ms, upper_ms)`` of ``metric`` at ``confidence`` (default: the lowest level)."""
-        return _pick(self.intervals, metric, confidence)
-
-
-
-
-def _model_bytes(model: Any, strip: bool) -> bytes:
-    if isinstance(model, onnx.ModelProto):
-        return (strip_initializers(model) if strip else model).SerializeToString()
-    if isinstance(model, (bytes, bytearray, memoryview)):
-        data = bytes(model)
-    elif isinstance(model, (str, os.PathLike)):
-        path = Path(model)
-        if strip:
-            try:
-                return strip_initializers(path).SerializeToString()
-            except FileNotFoundError:
-                raise
-            except Exception:  # noqa: BLE001 - not parseable here: let the server say precisely why
-                return path.read_bytes()
-        return path.read_bytes()
-    else:
-        raise TypeError(f"model must be a path, bytes, an onnx.ModelProto or a list of layer specs, "
-                        f"got {type(model).__name__}")
-    if not strip:
-        return data
-    try:
-        return strip_initializers(data).SerializeToString()
-    except Exception:  # noqa: BLE001 - malformed: send as is, the server answers INVALID_ARGUMENT with why
-        return data
+def network_result(m: pb2.EstimateNetworkResponse) -> NetworkResult:
+    err = None
+    if m.HasField("error") and (m.error.code or m.error.message):
+        err = EstimationError(m.error.code, m.error.message, request_id=m.request_id)
+    return NetworkResult(total_ms=m.total_ms, intervals=_intervals(m.intervals),
+                         layers=[layer_result(l).to_dict() for l in m.layers], warnings=list(m.warnings),
+                         n_layers=m.n_layers, n_out_of_design_space=m.n_out_of_design_space, n_fallback=m.n_fallback,
+                         model_version=m.model_version, cached=m.cached, server_time_ms=m.server_time_ms,
+                         device=m.device, name=m.name, confidence=list(m.confidence), request_id=m.request_id,
+                         error=err,
+                         uncalibrated=({"total_ms": m.uncalibrated.total_ms,
+                                        "intervals": _intervals(m.uncalibrated.intervals)}
+                                       if m.HasField("uncalibrated") else None),
+                         calibration=calibration_dict(m.calibration))
 
 
 # ----------------------------------------------------------------------------- specs
@@ -254,34 +134,8 @@ def _model_bytes(model: Any, strip: bool) -> bytes:
 def _spec_pb(spec: Any, index: int) -> pb2.LayerSpec:
     if isinstance(spec, pb2.LayerSpec):
         return spec
-    if isinstance(spec, Mapping):
-        extra = sorted(set(spec) - {"type", "params", "name"})
-        if extra:
-            raise TypeError(f"layer spec {index}: unknown key(s) {', '.join(map(repr, extra))}; a spec is "
-                            f"{{type, params, name?}} (string parameters such as act='relu6' go in params)")
-        typ, params, name = spec.get("type"), spec.get("params", {}), spec.get("name", "")
-    elif isinstance(spec, (tuple, list)) and len(spec) in (2, 3):
-        typ, params = spec[0], spec[1]
-        name = spec[2] if len(spec) == 3 else ""
-    else:
-        raise TypeError(f"layer spec {index}: give a dict {{type, params, name?}} or a tuple (type, params[, name]), "
-                        f"got {spec!r}")
-    if not isinstance(typ, str) or not isinstance(params, Mapping):
-        raise TypeError(f"layer spec {index}: type must be a string and params a mapping, got {spec!r}")
-    out = pb2.LayerSpec(type=typ, name=str(name or ""))
-    for k, v in params.items():
-        if isinstance(v, bool):
-            out.params[str(k)] = float(v)
-        elif isinstance(v, (int, float)) or hasattr(v, "__float__") and not isinstance(v, str):
-            out.params[str(k)] = float(v)
-        elif isinstance(v, str):
-            out.options[str(k)] = v
-        elif isinstance(v, (list, tuple)):
-            out.options[str(k)] = ",".join(str(int(x)) for x in v)
-        else:
-            raise TypeError(f"layer spec {index}: parameter {k!r} must be a number, a string or a list of "
-                            f"integers, got {v!r}")
-    return out
+    typ, name, numbers, options = spec_parts(spec, index)
+    return pb2.LayerSpec(type=typ, name=name, params=numbers, options=options)
 
 
 def _confidences(confidence: float | Iterable[float] | None) -> list[float]:
@@ -295,8 +149,9 @@ def _confidences(confidence: float | Iterable[float] | None) -> list[float]:
 # ---------------------------------------------------------------------------- client
 
 
-class EstimationClient:
-    """A connection to one estimation service.
+class EstimationClient(Estimation):
+    """A connection to one estimation service: the gRPC implementation of
+    :class:`estimator.interface.Estimation`.
 
     ``address`` is ``host:port``. ``token`` is sent as ``authorization: Bearer <token>``;
     ``root_certificates`` (PEM bytes or a file path) switches to TLS (``tls=True`` uses the
@@ -310,6 +165,7 @@ class EstimationClient:
         if retries < 0:
             raise ValueError(f"retries must be >= 0, got {retries}")
         self.address = address
+        self.where = address
         self.timeout_s = timeout_s
         self.retries = int(retries)
         self._metadata: tuple[tuple[str, str], ...] = ()
@@ -370,7 +226,7 @@ class EstimationClient:
                 attempt += 1
                 if e.code() == grpc.StatusCode.UNAVAILABLE and self._backoff(attempt, deadline):
                     continue
-                raise EstimationError.from_rpc(e) from None
+                raise _error(e) from None
 
     # ----------------------------------------------------------------- RPCs
     def wait_ready(self, timeout_s: float = 60.0) -> None:
@@ -422,6 +278,10 @@ class EstimationClient:
                 "limits": {"max_message_bytes": lim.max_message_bytes, "max_onnx_bytes": lim.max_onnx_bytes,
                            "max_layers": lim.max_layers, "max_confidence_levels": lim.max_confidence_levels}}
 
+    def profile_errors(self, *, timeout_s: float | None = None) -> list[str]:
+        """The server's profiles that failed to load, each with why."""
+        return list(self.server_info(timeout_s=timeout_s)["errors"])
+
     def reload_profiles(self, *, timeout_s: float | None = None) -> dict[str, Any]:
         """Ask the server to reload its profile directory; returns devices, errors, generation."""
         r = self._call(self._stub.ReloadProfiles, pb2.ReloadProfilesRequest(), timeout_s)
@@ -443,7 +303,7 @@ class EstimationClient:
             if not model:
                 req.layers.SetInParent()
         else:
-            req.onnx = _model_bytes(model, strip)
+            req.onnx = model_bytes(model, strip)
         if input_shapes is not None:
             if isinstance(input_shapes, Mapping):
                 for k, v in input_shapes.items():
@@ -458,7 +318,7 @@ class EstimationClient:
         """Estimate one network: total, one interval per metric and confidence, per-layer rows."""
         req = self.network_request(model, device, confidence=confidence, per_layer=per_layer,
                                    input_shapes=input_shapes, strip=strip, name=name)
-        return NetworkResult.from_pb(self._call(self._stub.EstimateNetwork, req, timeout_s))
+        return network_result(self._call(self._stub.EstimateNetwork, req, timeout_s))
 
     def estimate_networks(self, items: Iterable[Any], *, confidence: float | Iterable[float] | None = (0.9,),
                           per_layer: bool = False, strip: bool = True, timeout_s: float | None = None
@@ -546,7 +406,7 @@ class EstimationClient:
                         if pending:
                             pending.popleft()
                     attempt = 0
-                    yield NetworkResult.from_pb(resp)
+                    yield network_result(resp)
                 if failed:
                     raise failed[0]
                 return
@@ -554,7 +414,7 @@ class EstimationClient:
                 attempt += 1
                 if e.code() == grpc.StatusCode.UNAVAILABLE and self._backoff(attempt, deadline):
                     continue
-                raise EstimationError.from_rpc(e) from None
+                raise _error(e) from None
             finally:
                 call.cancel()
 
@@ -569,7 +429,7 @@ class EstimationClient:
         req = pb2.EstimateLayersRequest(device=device, confidence=_confidences(confidence),
                                         layers=[_spec_pb(s, i) for i, s in enumerate(specs)])
         r = self._call(self._stub.EstimateLayers, req, timeout_s)
-        return [LayerResult.from_pb(m) for m in r.layers]
+        return [layer_result(m) for m in r.layers]
 
     def estimate_layers_response(self, specs: Iterable[Any], device: str,
                                  confidence: float | Iterable[float] | None = (0.9,), *,
@@ -578,5 +438,5 @@ class EstimationClient:
         req = pb2.EstimateLayersRequest(device=device, confidence=_confidences(confidence),
                                         layers=[_spec_pb(s, i) for i, s in enumerate(specs)])
         r = self._call(self._stub.EstimateLayers, req, timeout_s)
-        return {"layers": [LayerResult.from_pb(m) for m in r.layers], "warnings": list(r.warnings),
+        return {"layers": [layer_result(m) for m in r.layers], "warnings": list(r.warnings),
                 "model_version": r.model_version, "server_time_ms": r.server_time_ms}

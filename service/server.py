@@ -1,6 +1,12 @@
 """The estimation service: ``estimation.v1.Estimation`` (``proto/estimation.proto``) over the
 estimator's public API (:class:`estimator.predict.Estimator`).
 
+It is built from the pieces of the in-process implementation of the estimation interface
+(:mod:`estimator.inprocess`: device loading, model versions, device records, validation of
+layer specs, counts and input shapes), so that a client of the service and an in-process
+caller get the same answers; what is its own is the wire (proto conversions, limits,
+deadlines, the response cache, health, logging).
+
 Behaviour
 ---------
 * At start every profile under the profiles directory is loaded (models trained, or
@@ -38,7 +44,6 @@ Behaviour
 """
 from __future__ import annotations
 
-import gc
 import hashlib
 import importlib.util
 import json
@@ -57,12 +62,13 @@ from types import SimpleNamespace
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import grpc
-import numpy as np
 
 from estimator.errors import NotFoundError, TooLargeError, UserError
-from estimator.layers import LAYER_TYPES, LayerSpecError
-from estimator.predict import METRICS, Estimator, LayerEstimate, NetworkEstimate, make_layer, parse_confidence
-from estimator.profile import default_root, list_profiles, load_profile
+from estimator.inprocess import (check_input_shapes, check_ranges, freeze_gc, layers_from_parts, load_devices,
+                                 pair_layers, release_gc)
+from estimator.interface import calibration_record, refinement_record
+from estimator.predict import METRICS, Estimator, LayerEstimate, NetworkEstimate, parse_confidence
+from estimator.profile import default_root
 from proto import estimation_pb2 as pb2
 from proto import estimation_pb2_grpc as pb2_grpc
 from proto.serving import TokenInterceptor, add_health_and_reflection, bind, display_address, set_health
@@ -94,8 +100,6 @@ DEFAULT_MAX_LAYERS = 100_000
 DEFAULT_MAX_CONFIDENCE_LEVELS = 16
 #: gRPC's receive limit sits this far above max_onnx_bytes, so the precise check fires first.
 _MESSAGE_HEADROOM = 1 << 20
-#: Largest dimension accepted in input_shapes.
-_MAX_DIM = 2**31 - 1
 
 
 # ------------------------------------------------------------------------------ logging
@@ -197,33 +201,20 @@ class Registry:
             raise NotFoundError(f"unknown device {device!r}; known devices: {known}") from None
 
 
-def _model_version(est: Estimator) -> str:
-    """A short hash of what determines every answer: trained models and profile metadata."""
-    h = hashlib.sha256()
-    h.update(str(getattr(est.models, "cache_key", "")).encode())
-    h.update(json.dumps(est.profile.to_dict(), sort_keys=True, default=str).encode())
-    h.update(f"{est.n_samples}:{est.seed}".encode())
-    return h.hexdigest()[:16]
-
-
-def _device_info(est: Estimator, version: str) -> pb2.DeviceInfo:
-    prof = est.profile
-    pv = prof.provenance
-    info = pb2.DeviceInfo(
-        name=prof.name, hardware=prof.hardware, runner=prof.runner, precision=prof.precision,
-        provenance=pb2.Provenance(kind=pv.kind, source=pv.source, host=pv.host, versions=dict(pv.versions),
-                                  date=pv.date),
-        model_version=version, threads=int(prof.threads or 0), description=prof.description,
-        target=str(est.models.target), cpu_fallback_ops=list(prof.cpu_fallback_ops),
-        calibration=calibration_pb(est.calibration_info()), host_warnings=est.host_warnings(),
-        refined=refinement_pb(prof.refinement_summary()))
-    space = est.models.design_space()
-    for t, d in space.items():
-        cov = info.coverage.add(type=t, n_samples=int(d["n_rows"]))
-        for f, (lo, hi) in d["features"].items():
+def device_info_pb(info: Mapping[str, Any]) -> pb2.DeviceInfo:
+    """A device record (:func:`estimator.inprocess.device_record`) as proto."""
+    m = pb2.DeviceInfo(
+        name=info["name"], hardware=info["hardware"], runner=info["runner"], precision=info["precision"],
+        provenance=pb2.Provenance(**info["provenance"]), model_version=info["model_version"],
+        threads=int(info["threads"] or 0), description=info["description"], target=info["target"],
+        cpu_fallback_ops=info["cpu_fallback_ops"], calibration=pb2.Calibration(**info["calibration"]),
+        host_warnings=info["host_warnings"], refined=pb2.Refinement(**info["refined"]),
+        fallback_types=info["fallback_types"])
+    for t, d in info["coverage"].items():
+        cov = m.coverage.add(type=t, n_samples=int(d["n_samples"]))
+        for f, (lo, hi) in d["ranges"].items():
             cov.ranges.add(feature=f, min=float(lo), max=float(hi))
-    info.fallback_types.extend(t for t in LAYER_TYPES if t not in space)
-    return info
+    return m
 
 
 def load_registry(root: str | Path, *, previous: Registry | None = None, cache_root: str | Path | None = None,
@@ -237,30 +228,20 @@ def load_registry(root: str | Path, *, previous: Registry | None = None, cache_r
     root = Path(root)
     devices: dict[str, DeviceEntry] = {}
     errors: list[str] = []
-    if not root.is_dir():
-        errors.append(f"{root}: profiles directory does not exist")
-        names: list[str] = []
-    else:
-        names = list_profiles(root)
-    for name in names:
-        t0 = time.perf_counter()
-        try:
-            est = Estimator.from_profile(load_profile(name, root), cache_root=cache_root, n_jobs=n_jobs, fast=fast)
-            est.fusion_rules()  # parse once, before any request needs it
-            if fast:
-                est.warm_up()  # fast evaluators and the first Monte Carlo sample blocks, before any request
-            version = _model_version(est)
-            devices[name] = DeviceEntry(name, est, version, _device_info(est, version))
-            _event(logging.INFO, "device loaded", device=name, model_version=version,
-                   from_cache=bool(getattr(est.models, "loaded_from_cache", False)),
-                   duration_ms=round((time.perf_counter() - t0) * 1e3, 1))
-        except Exception as e:  # one bad profile must not take the others down
-            msg = f"{root / name}: {e}" if isinstance(e, UserError) else f"{root / name}: {type(e).__name__}: {e}"
-            errors.append(msg)
-            kept = previous.devices.get(name) if previous is not None else None
-            if kept is not None:
-                devices[name] = kept
-            _event(logging.ERROR, "device failed to load", device=name, error=msg, kept_previous=kept is not None)
+    for name, dev, msg, seconds in load_devices(root, cache_root=cache_root, n_jobs=n_jobs, fast=fast):
+        if dev is not None:
+            devices[name] = DeviceEntry(name, dev.estimator, dev.model_version, device_info_pb(dev.info))
+            _event(logging.INFO, "device loaded", device=name, model_version=dev.model_version,
+                   from_cache=bool(getattr(dev.estimator.models, "loaded_from_cache", False)),
+                   duration_ms=round(seconds * 1e3, 1))
+            continue
+        errors.append(msg)
+        if not name:
+            continue
+        kept = previous.devices.get(name) if previous is not None else None
+        if kept is not None:
+            devices[name] = kept
+        _event(logging.ERROR, "device failed to load", device=name, error=msg, kept_previous=kept is not None)
     gen = (previous.generation + 1) if previous is not None else 1
     return Registry(gen, dict(sorted(devices.items())), tuple(errors), root)
 
@@ -270,35 +251,12 @@ def load_registry(root: str | Path, *, previous: Registry | None = None, cache_r
 
 def calibration_pb(info: Mapping[str, Any]) -> pb2.Calibration:
     """A :meth:`estimator.predict.Estimator.calibration_info` (or an estimate's ``calibration``) as proto."""
-    m = pb2.Calibration(applied=bool(info.get("applied")))
-    for key in ("reason", "method", "formula", "kind", "runner", "source", "date", "validation"):
-        if info.get(key):
-            setattr(m, key, str(info[key]))
-    for key in ("n_networks",):
-        if info.get(key):
-            setattr(m, key, int(info[key]))
-    for key in ("cv_mean_abs_error_pct", "uncalibrated_mean_abs_error_pct"):
-        if info.get(key) is not None:
-            setattr(m, key, float(info[key]))
-    m.families.extend(str(f) for f in info.get("families") or ())
-    for k, v in (info.get("runner_options") or {}).items():
-        m.runner_options[str(k)] = str(v)
-    m.in_scope = bool(info.get("in_scope", False))
-    return m
+    return pb2.Calibration(**calibration_record(info))
 
 
 def refinement_pb(summary: Mapping[str, Any]) -> pb2.Refinement:
     """A :meth:`estimator.profile.Profile.refinement_summary` as proto."""
-    m = pb2.Refinement(configurations=int(summary.get("configurations") or 0), rounds=int(summary.get("rounds") or 0),
-                       device_seconds=float(summary.get("device_seconds") or 0.0))
-    for key in ("base", "runner", "source", "date"):
-        if summary.get(key):
-            setattr(m, key, str(summary[key]))
-    m.targets.extend(str(t) for t in summary.get("targets") or ())
-    m.excluded.extend(str(t) for t in summary.get("excluded") or ())
-    for k, v in (summary.get("runner_options") or {}).items():
-        m.runner_options[str(k)] = str(v)
-    return m
+    return pb2.Refinement(**refinement_record(summary))
 
 
 def _intervals_pb(intervals: Mapping[str, Mapping[float, tuple[float, float]]]) -> list[pb2.Interval]:
@@ -331,9 +289,10 @@ def _fill_layer_pb(m: pb2.LayerEstimate, row: LayerEstimate, layer: Any = None, 
                    _isfinite: Callable[[float], bool] = math.isfinite) -> pb2.LayerEstimate:
     """Write one row into ``m`` (a message already in its response: no copy). (Numbers go in
     as they are: a double field takes any real number, numpy scalars included.) With the
-    imported ``layer``, its features (the row's, by value) come from :func:`_features_pb`."""
+    imported ``layer``, its features come from :func:`_features_pb` when they are the row's
+    (a layer the estimator marked cold has one more)."""
     feats = getattr(layer, "features", None)
-    if feats is not None:
+    if feats is not None and feats == row.features:
         m.MergeFromString(_features_pb(feats))
     else:
         m.features.update({k: float(v) for k, v in row.features.items()})
@@ -375,54 +334,8 @@ def _layer_pb(row: LayerEstimate, layer: Any = None) -> pb2.LayerEstimate:
     return _fill_layer_pb(pb2.LayerEstimate(), row, layer)
 
 
-def _number(v: float) -> int | float:
-    v = float(v)
-    return int(v) if v.is_integer() and abs(v) < 2**63 else v
-
-
 def _layers_from_specs(specs: Sequence[pb2.LayerSpec], where: str) -> list[Any]:
-    out = []
-    for i, s in enumerate(specs):
-        params: dict[str, Any] = {k: _number(v) for k, v in dict(s.params).items()}
-        options = s.options
-        if options:
-            clash = sorted(set(params) & set(options))
-            if clash:
-                raise LayerSpecError(f"{_spec_label(where, i, s)}: {', '.join(clash)} given both as a number and "
-                                     "as an option")
-            params.update(dict(options))
-        try:
-            out.append(make_layer(s.type, params, s.name))
-        except UserError as e:
-            raise LayerSpecError(f"{_spec_label(where, i, s)}: {e}") from None
-        except (TypeError, ValueError, OverflowError) as e:
-            raise LayerSpecError(f"{_spec_label(where, i, s)}: {type(e).__name__}: {e}") from None
-    _check_ranges(out, where)
-    return out
-
-
-def _spec_label(where: str, i: int, s: pb2.LayerSpec) -> str:
-    return f"{where}[{i}] ({s.type or '?'}{' ' + repr(s.name) if s.name else ''})"
-
-
-#: Largest feature value the models evaluate (the forests compare in float32).
-_MAX_FEATURE = float(np.finfo(np.float32).max) / 16
-
-
-def _check_ranges(layers: Sequence[Any], where: str) -> None:
-    """INVALID_ARGUMENT for a layer whose counts cannot be evaluated (non-finite or beyond float32)."""
-    lim = _MAX_FEATURE
-    for i, layer in enumerate(layers):
-        ops = float(layer.ops)
-        feats = layer.features
-        # quick test: a sum of magnitudes within the limit bounds each one (NaN and inf fail it,
-        # and so does a large sum of small values, which the exact test below then lets through)
-        if abs(ops) <= lim and sum(map(abs, feats.values())) <= lim:
-            continue
-        for k, v in [("ops", ops)] + [(k, float(v)) for k, v in feats.items()]:
-            if not math.isfinite(v) or abs(v) > lim:
-                raise UserError(f"impossible shapes: {where}[{i}] ({layer.type} {layer.name!r}): {k} = {v:.3g} is "
-                                f"beyond what the latency models can evaluate (at most {lim:.3g})")
+    return layers_from_parts(((s.type, s.name, s.params, s.options) for s in specs), where)
 
 
 # ---------------------------------------------------------------------------- servicer
@@ -500,33 +413,6 @@ def _check_deadline(context: grpc.ServicerContext, stage: str) -> None:
         raise _Deadline(f"call cancelled by the client {stage}", grpc.StatusCode.CANCELLED)
 
 
-_GC_LOCK = threading.Lock()
-_GC_HOLDERS: set[int] = set()
-
-
-def _freeze_gc(holder: object) -> None:
-    """Move what is alive now (the loaded models: hundreds of thousands of objects) out of
-    the cyclic garbage collector's sight. Requests allocate many short-lived objects (a
-    10,000-layer EstimateLayers about a hundred thousand), and every full collection they
-    trigger would otherwise walk all the models again (tens of ms each time). Models of a
-    replaced registry are still freed by reference counting; the collection before the
-    freeze reclaims any cycles left by the previous one. :func:`_release_gc` undoes it
-    when the last server that froze stops."""
-    with _GC_LOCK:
-        _GC_HOLDERS.add(id(holder))
-        gc.unfreeze()
-        gc.collect()
-        gc.freeze()
-
-
-def _release_gc(holder: object) -> None:
-    with _GC_LOCK:
-        if id(holder) in _GC_HOLDERS:
-            _GC_HOLDERS.discard(id(holder))
-            if not _GC_HOLDERS:
-                gc.unfreeze()
-
-
 def _native_built() -> bool:
     """Whether pip built the native ONNX importer (found without importing the ONNX front end,
     which the first request imports)."""
@@ -561,7 +447,7 @@ class EstimationServicer(pb2_grpc.EstimationServicer):
             new = load_registry(self.profiles_dir, previous=self._registry, cache_root=self.cache_root,
                                 n_jobs=self.n_jobs, fast=self.fast)
             self._registry = new  # one reference assignment: atomic for every reader
-            _freeze_gc(self)
+            freeze_gc(self)
             first = not self.loaded.is_set()
             self.loaded.set()
             _event(logging.INFO, "profiles loaded" if first else "profiles reloaded", generation=new.generation,
@@ -699,20 +585,9 @@ class EstimationServicer(pb2_grpc.EstimationServicer):
                                 "per request")
         return parse_confidence(list(values) if len(values) else None)
 
-    def _input_shapes(self, shapes: Mapping[str, pb2.Shape]) -> Any:
-        if not shapes:
-            return None
-        out: dict[str, list[int]] = {}
-        for k, s in shapes.items():
-            dims = list(s.dims)
-            if not dims or any(d < 1 or d > _MAX_DIM for d in dims):
-                raise UserError(f"input_shapes[{k!r}] = {dims}: every dimension must be in [1, {_MAX_DIM}]")
-            out[k] = dims
-        if "" in out:
-            if len(out) > 1:
-                raise UserError("input_shapes: the key '' (the only input) cannot be mixed with named inputs")
-            return out[""]
-        return out
+    @staticmethod
+    def _input_shapes(shapes: Mapping[str, pb2.Shape]) -> Any:
+        return check_input_shapes({k: list(s.dims) for k, s in shapes.items()})
 
     def estimate_network(self, request: pb2.EstimateNetworkRequest, context: grpc.ServicerContext
                          ) -> pb2.EstimateNetworkResponse:
@@ -749,7 +624,7 @@ class EstimationServicer(pb2_grpc.EstimationServicer):
                 return resp
             est = entry.estimator
             net = est.load_network(onnx_bytes, shapes)  # impossible shapes raise ImpossibleShapeError
-            _check_ranges(net.layers, "layers")
+            check_ranges(net.layers, "layers")
             if len(net.layers) > self.limits.max_layers:
                 raise TooLargeError(f"the network has {len(net.layers)} layers; this server estimates at most "
                                     f"{self.limits.max_layers} per request")
@@ -797,7 +672,7 @@ class EstimationServicer(pb2_grpc.EstimationServicer):
             resp.uncalibrated.intervals.extend(_intervals_pb(res.uncalibrated["intervals"]))
         if layers is not None:
             add = resp.layers.add
-            for row, layer in zip(res.layers, layers):
+            for row, layer in pair_layers(res.layers, layers):
                 _fill_layer_pb(add(), row, layer)
         return resp
 
@@ -955,7 +830,7 @@ class EstimationServer:
         t0 = time.perf_counter()
         self.server.stop(g).wait()
         if self.servicer is not None:
-            _release_gc(self.servicer)
+            release_gc(self.servicer)
         _event(logging.INFO, "stopped", grace_s=g, drain_ms=round((time.perf_counter() - t0) * 1e3, 1))
         self.server = None
 

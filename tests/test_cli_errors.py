@@ -155,6 +155,6 @@ def test_nas_search_help_keeps_real_defaults(capsys):
         _main("nas")(["search", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "--budget BUDGET latency budget with a unit: 50ms, 500us, 0.05s --trials" in text
-    assert "--device DEVICE device profile name (the service's ListDevices) --budget" in text
+    assert "--device DEVICE device profile name (one the estimator lists) --budget" in text
     assert "trials this worker runs (default: 100)" in text and "(default: 0.9)" in text
     assert "(default: False)" not in text and "(default: [])" not in text

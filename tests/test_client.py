@@ -55,9 +55,13 @@ def test_the_client_imports_no_estimator_internals() -> None:
             imported.add(node.module)
         elif isinstance(node, ast.Import):
             imported.update(a.name for a in node.names)
-    # the UserError base and the one definition of a weightless model (a leaf module: onnx only)
-    assert {m for m in imported if m.startswith("estimator")} == {"estimator.errors", "estimator.onnx_strip"}
+    # the interface it implements, with its plain records, and the one definition of a
+    # weightless model (a leaf module: onnx only)
+    assert {m for m in imported if m.startswith("estimator")} == {"estimator.interface", "estimator.onnx_strip"}
     assert not {m for m in imported if m.startswith(("service.server", "bench", "nas"))}
+    interface = Path(__file__).resolve().parent.parent / "estimator" / "interface.py"
+    below = {n.module for n in ast.walk(ast.parse(interface.read_text())) if isinstance(n, ast.ImportFrom) and n.level}
+    assert below == {"errors"}  # the interface itself stands on the error base only
     strip_src = Path(__file__).resolve().parent.parent / "estimator" / "onnx_strip.py"
     leaf = set()
     for node in ast.walk(ast.parse(strip_src.read_text())):
@@ -65,7 +69,7 @@ def test_the_client_imports_no_estimator_internals() -> None:
             leaf.add(node.module)
         elif isinstance(node, ast.Import):
             leaf.update(a.name for a in node.names)
-    assert leaf <= {"__future__", "os", "onnx"}
+    assert leaf <= {"__future__", "os", "pathlib", "typing", "onnx"}
 
 
 def test_list_devices(client: EstimationClient) -> None:

@@ -1,5 +1,6 @@
-"""Dependencies point one way: library modules never import command-line modules, and the
-estimator imports none of the packages built on it."""
+"""Dependencies point one way: library modules never import command-line modules, the
+estimator imports none of the packages built on it, and no modules import each other in a
+cycle."""
 import ast
 from pathlib import Path
 
@@ -59,6 +60,106 @@ def test_estimator_imports_none_of_the_packages_built_on_it():
             assert not up, f"{module} imports {up}"
 
 
-def test_nas_refine_and_search_import_no_cycle():
-    refine = _imports(ROOT / "nas" / "refine.py")
-    assert "nas.search" not in refine and not any(m.startswith("nas.search.") for m in refine)
+def test_nas_reaches_the_estimator_through_the_interface_only():
+    """The search asks :class:`estimator.interface.Estimation`: the in-process
+    implementation, or the gRPC client for ``--service``; never the server, never the
+    estimator's models."""
+    allowed = {"estimator.interface", "estimator.inprocess", "estimator.errors", "estimator.onnx_strip",
+               "estimator.profile", "estimator.cliutil", "estimator.cliargs", "service.client"}
+    for module, path in _modules():
+        if module.startswith("nas."):
+            used = {m for m in _imports(path) if m.split(".")[0] in ("estimator", "service")}
+            modules = {m for m in used if m in allowed or m.rpartition(".")[0] not in allowed}
+            assert modules <= allowed, f"{module} imports {sorted(modules - allowed)}"
+
+
+#: import cycles known and being removed elsewhere: each a sorted tuple of module names
+KNOWN_CYCLES = {
+    # estimator.fastpath imports estimator.models inside a function (models imports fastpath at
+    # module level); removed on the branch that reshapes estimator.models
+    ("estimator.fastpath", "estimator.models"),
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the package modules it imports, at module level or inside functions alike
+    (a function-level import hides a cycle from the interpreter, not from the design);
+    imports under ``if TYPE_CHECKING:`` are left out (they never run)."""
+    paths = {_module_name(p): p for pkg in (*PACKAGES, "proto") for p in sorted((ROOT / pkg).rglob("*.py"))}
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):  # drop TYPE_CHECKING blocks before collecting
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                node.body = []
+        pkg = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = pkg.split(".")[: len(pkg.split(".")) - node.level + 1]
+                    base = ".".join([*parts, base] if base else parts)
+                found.add(base)
+                found.update(f"{base}.{a.name}" for a in node.names)
+        deps = set()
+        for m in found:  # a name inside a module counts as that module
+            while m and m not in paths:
+                m = m.rpartition(".")[0]
+            if m and m != name:
+                deps.add(m)
+        graph[name] = deps
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[tuple[str, ...]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[tuple[str, ...]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(tuple(sorted(comp)))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def test_the_cycle_finder_finds_a_cycle_through_a_function_level_import():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [("a", "b", "c")]
+    assert "nas.device" in _import_graph()["nas.refine"]  # a function-level import is an edge
+
+
+def test_no_import_cycles():
+    cycles = set(_cycles(_import_graph()))
+    assert cycles <= KNOWN_CYCLES, f"import cycles: {sorted(cycles - KNOWN_CYCLES)}"

@@ -362,6 +362,39 @@ def test_search_end_to_end(nas_env, tmp_path, capsys):
     assert "was created with budget_ms=" in err and "new --study" in err
 
 
+def test_in_process_and_service_searches_record_the_same_trials(nas_env, tmp_path, monkeypatch, capsys):
+    """The search asks the estimation interface and does not care which implementation it
+    gets: with --service the gRPC client of a server on a real port, by default the
+    in-process estimator, which starts no server and opens no channel. Both record the same
+    trials."""
+    import grpc
+
+    from service.server import EmbeddedServer, EstimationServer
+
+    def trials(out: Path) -> list[tuple[Any, ...]]:
+        rows = []
+        for t in load_study(out, "same").trials:
+            ua = {k: v for k, v in t.user_attrs.items() if k != "worker"}
+            ua["result"] = {k: v for k, v in ua["result"].items() if k != "timing_s"}
+            rows.append((t.number, t.state.name, t.params, t.values, ua))
+        return rows
+
+    with EmbeddedServer(nas_env["root"]) as srv:
+        assert search(nas_env, tmp_path / "grpc", *SMALL, "--service", srv.address, "--study", "same", trials=4,
+                      seed=5) == 0
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the in-process search went through gRPC")
+
+    monkeypatch.setattr(EstimationServer, "start", refuse)
+    monkeypatch.setattr(grpc, "insecure_channel", refuse)
+    assert search(nas_env, tmp_path / "local", *SMALL, "--study", "same", trials=4, seed=5) == 0
+    capsys.readouterr()
+    local = trials(tmp_path / "local")
+    assert len(local) == 4 and all(t[1] == "COMPLETE" for t in local)
+    assert local == trials(tmp_path / "grpc")
+
+
 def test_cm_o_penalty_prefers_the_design_space(tmp_path, capsys):
     """Equal scores: the candidate with a kernel no profile benchmarked (15) loses to the one
     inside the design space, and the report says why.

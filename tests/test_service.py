@@ -575,19 +575,19 @@ def test_check_ranges_quick_test_keeps_the_exact_answer() -> None:
     from types import SimpleNamespace
 
     from estimator.errors import UserError
-    from service.server import _MAX_FEATURE, _check_ranges
+    from estimator.inprocess import MAX_FEATURE, check_ranges
 
     def layer(ops: float, **feats: float) -> SimpleNamespace:
         return SimpleNamespace(ops=ops, features=feats, type="conv2d", name="x")
 
-    lim = _MAX_FEATURE
+    lim = MAX_FEATURE
     ok = [layer(1e6, h=224, w=224), layer(lim, a=-lim), layer(-lim),
           layer(1.0, **{f"f{i}": lim * 0.9 for i in range(4)})]  # (a sum beyond the limit, every value within)
-    _check_ranges(ok, "layers")
+    check_ranges(ok, "layers")
     for bad in (layer(float("nan"), h=1), layer(1.0, h=float("inf")), layer(1.0, h=float("nan")),
                 layer(lim * 2, h=1), layer(1.0, c=-lim * 2), layer(float("-inf"))):
         with pytest.raises(UserError, match="beyond what the latency models can evaluate"):
-            _check_ranges(ok + [bad], "layers")
+            check_ranges(ok + [bad], "layers")
 
 
 def test_layer_rows_take_numpy_numbers_and_sort_confidences() -> None:

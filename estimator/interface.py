@@ -1,0 +1,270 @@
+"""The estimation interface: what NAS and pruning code ask of a latency estimator.
+
+:class:`Estimation` is one small interface with two implementations, as Optuna's storages
+are one interface with an in-memory and a gRPC implementation:
+
+* :class:`estimator.inprocess.InProcessEstimation`: the device profiles loaded in this
+  process, no network round trip (``nas search``'s default);
+* :class:`service.client.EstimationClient`: a running estimation service over gRPC
+  (``nas search --service HOST:PORT``).
+
+Both return the same plain records (:class:`NetworkResult`, :class:`LayerResult`, the
+``list_devices`` dicts) and raise :class:`EstimationError` with the gRPC status name the
+service would answer with, so a caller never tells them apart
+(``tests/test_interface.py`` holds the two to equal answers for the same network).
+
+This module imports nothing heavy: the gRPC client depends on it and stays as light to
+import as its own dependencies.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from .errors import UserError
+
+__all__ = ["Estimation", "EstimationError", "NetworkResult", "LayerResult", "Intervals", "spec_parts",
+           "calibration_record", "refinement_record", "CALIBRATION_TEXT_KEYS"]
+
+#: metric -> confidence (rounded to 12 digits) -> (lower_ms, upper_ms)
+Intervals = dict[str, dict[float, tuple[float, float]]]
+
+
+class EstimationError(UserError):
+    """A request the estimator refused or could not answer: ``code`` is the gRPC status
+    name (``INVALID_ARGUMENT``, ``NOT_FOUND``, ``UNAVAILABLE``, ...), the same from either
+    implementation."""
+
+    def __init__(self, code: str, message: str, *, request_id: str = "") -> None:
+        super().__init__(f"{code}: {message}" if code else message)
+        self.code = code
+        self.message = message
+        self.request_id = request_id
+        self.grpc_status = code or "UNKNOWN"
+
+    @classmethod
+    def from_user_error(cls, e: UserError) -> "EstimationError":
+        """The error the service answers ``e`` with (its ``grpc_status``, its message)."""
+        return cls(getattr(e, "grpc_status", "INVALID_ARGUMENT"), str(e))
+
+
+# --------------------------------------------------------------------------- results
+
+
+def _pick(intervals: Intervals, metric: str, confidence: float | None) -> tuple[float, float]:
+    per = intervals[metric]
+    if confidence is None:
+        return per[min(per)]
+    c = round(float(confidence), 12)
+    if c not in per:
+        raise KeyError(f"no {metric} interval at confidence {confidence}; have {sorted(per)}")
+    return per[c]
+
+
+@dataclass
+class LayerResult:
+    """One layer's estimate (milliseconds)."""
+
+    name: str
+    type: str
+    op_type: str
+    features: dict[str, float]
+    prediction_ms: float
+    intervals: Intervals
+    out_of_design_space: bool
+    fallback: bool
+    flags: list[str] = field(default_factory=list)
+    ood_reasons: list[str] = field(default_factory=list)
+    t_op_ms: float | None = None
+    ops: float = 0.0
+    nodes: list[str] = field(default_factory=list)
+    activation: str = ""
+
+    def interval(self, metric: str = "CM_LV", confidence: float | None = None) -> tuple[float, float]:
+        return _pick(self.intervals, metric, confidence)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "type": self.type, "op_type": self.op_type, "features": dict(self.features),
+                "prediction_ms": self.prediction_ms,
+                "intervals": {m: dict(per) for m, per in self.intervals.items()},
+                "out_of_design_space": self.out_of_design_space, "fallback": self.fallback,
+                "flags": list(self.flags), "ood_reasons": list(self.ood_reasons), "t_op_ms": self.t_op_ms,
+                "ops": self.ops, "nodes": list(self.nodes), "activation": self.activation}
+
+
+@dataclass
+class NetworkResult:
+    """One network's estimate (milliseconds). On a stream, a failed item has ``error`` set
+    (and zeros elsewhere): check :attr:`ok` or call :meth:`raise_for_error`."""
+
+    total_ms: float
+    #: metric -> confidence -> (lower_ms, upper_ms)
+    intervals: Intervals
+    #: per-layer rows (dicts: name, type, op_type, features, prediction_ms, intervals,
+    #: out_of_design_space, fallback, flags, ood_reasons, t_op_ms, ops, nodes, activation)
+    layers: list[dict[str, Any]]
+    warnings: list[str]
+    n_layers: int
+    n_out_of_design_space: int
+    n_fallback: int
+    model_version: str
+    cached: bool
+    server_time_ms: float
+    device: str = ""
+    name: str = ""
+    confidence: list[float] = field(default_factory=list)
+    request_id: str = ""
+    error: EstimationError | None = None
+    #: the Eq. 7/8 values {"total_ms", "intervals"} when total_ms/intervals are calibrated, else None
+    uncalibrated: dict[str, Any] | None = None
+    #: what calibration applied (``applied``, ``method``, ``n_networks``, ``source``, ...)
+    calibration: dict[str, Any] = field(default_factory=lambda: {"applied": False})
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def raise_for_error(self) -> "NetworkResult":
+        if self.error is not None:
+            raise self.error
+        return self
+
+    def interval(self, metric: str = "CM_LV", confidence: float | None = None) -> tuple[float, float]:
+        """``(lower_ms, upper_ms)`` of ``metric`` at ``confidence`` (default: the lowest level)."""
+        return _pick(self.intervals, metric, confidence)
+
+
+# ------------------------------------------------------------------- plain records
+
+#: the text fields of a calibration record (set only when non-empty)
+CALIBRATION_TEXT_KEYS = ("reason", "method", "formula", "kind", "runner", "source", "date", "validation")
+
+
+def calibration_record(info: Mapping[str, Any]) -> dict[str, Any]:
+    """An estimator's calibration info (:meth:`estimator.predict.Estimator.calibration_info`,
+    an estimate's ``calibration``) as both implementations report it: the text fields that
+    are set, and the numbers only when calibration applied (a number of networks also when
+    too few were there). The service's ``Calibration`` message carries exactly these fields."""
+    applied = bool(info.get("applied"))
+    out: dict[str, Any] = {"applied": applied}
+    for key in CALIBRATION_TEXT_KEYS:
+        if info.get(key):
+            out[key] = str(info[key])
+    n = int(info.get("n_networks") or 0)
+    if applied:
+        cv, unc = info.get("cv_mean_abs_error_pct"), info.get("uncalibrated_mean_abs_error_pct")
+        out.update(n_networks=n, families=[str(f) for f in info.get("families") or ()],
+                   runner_options={str(k): str(v) for k, v in (info.get("runner_options") or {}).items()},
+                   cv_mean_abs_error_pct=float(cv) if cv is not None else 0.0,
+                   uncalibrated_mean_abs_error_pct=float(unc) if unc is not None else 0.0,
+                   in_scope=bool(info.get("in_scope", False)))
+    elif n:
+        out["n_networks"] = n
+    return out
+
+
+def refinement_record(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """A :meth:`estimator.profile.Profile.refinement_summary` as both implementations report
+    it (``{"configurations": 0}`` for a profile that was not refined); the service's
+    ``Refinement`` message carries exactly these fields."""
+    out = {"configurations": int(summary.get("configurations") or 0), "base": str(summary.get("base") or ""),
+           "targets": [str(t) for t in summary.get("targets") or ()],
+           "excluded": [str(t) for t in summary.get("excluded") or ()], "rounds": int(summary.get("rounds") or 0),
+           "device_seconds": float(summary.get("device_seconds") or 0.0), "runner": str(summary.get("runner") or ""),
+           "runner_options": {str(k): str(v) for k, v in (summary.get("runner_options") or {}).items()},
+           "source": str(summary.get("source") or ""), "date": str(summary.get("date") or "")}
+    if not (out["configurations"] or out["rounds"] or out["base"]):
+        return {"configurations": 0}
+    return out
+
+
+def spec_parts(spec: Any, index: int) -> tuple[str, str, dict[str, float], dict[str, str]]:
+    """A bare layer configuration as ``(type, name, numbers, options)``.
+
+    A spec is a dict ``{type, params, name?}`` or a tuple ``(type, params[, name])``.
+    Numeric parameters become floats, strings (``act="relu6"``) options, and integer lists
+    (concat ``channels=[16, 32]``) comma-joined options: the form the service's
+    ``LayerSpec`` carries, so both implementations build the same layers from it."""
+    if isinstance(spec, Mapping):
+        extra = sorted(set(spec) - {"type", "params", "name"})
+        if extra:
+            raise TypeError(f"layer spec {index}: unknown key(s) {', '.join(map(repr, extra))}; a spec is "
+                            f"{{type, params, name?}} (string parameters such as act='relu6' go in params)")
+        typ, params, name = spec.get("type"), spec.get("params", {}), spec.get("name", "")
+    elif isinstance(spec, (tuple, list)) and len(spec) in (2, 3):
+        typ, params = spec[0], spec[1]
+        name = spec[2] if len(spec) == 3 else ""
+    else:
+        raise TypeError(f"layer spec {index}: give a dict {{type, params, name?}} or a tuple (type, params[, name]), "
+                        f"got {spec!r}")
+    if not isinstance(typ, str) or not isinstance(params, Mapping):
+        raise TypeError(f"layer spec {index}: type must be a string and params a mapping, got {spec!r}")
+    numbers: dict[str, float] = {}
+    options: dict[str, str] = {}
+    for k, v in params.items():
+        if isinstance(v, bool):
+            numbers[str(k)] = float(v)
+        elif isinstance(v, (int, float)) or hasattr(v, "__float__") and not isinstance(v, str):
+            numbers[str(k)] = float(v)
+        elif isinstance(v, str):
+            options[str(k)] = v
+        elif isinstance(v, (list, tuple)):
+            options[str(k)] = ",".join(str(int(x)) for x in v)
+        else:
+            raise TypeError(f"layer spec {index}: parameter {k!r} must be a number, a string or a list of "
+                            f"integers, got {v!r}")
+    return typ, str(name or ""), numbers, options
+
+
+# ------------------------------------------------------------------------- interface
+
+
+class Estimation(ABC):
+    """Latency estimates with CM_TV, CM_LV and CM_O intervals for the devices one
+    estimator serves (see the module docstring for the implementations).
+
+    ``model`` is a path, ONNX bytes, an ``onnx.ModelProto`` or a list of layer specs
+    (:func:`spec_parts`); confidence levels are in (0, 1) (default 0.9); latency is in
+    milliseconds. Refusals raise :class:`EstimationError`.
+    """
+
+    #: where the estimates are made, for messages: ``"in-process"`` or the service's ``HOST:PORT``
+    where: str = ""
+
+    @abstractmethod
+    def list_devices(self) -> list[dict[str, Any]]:
+        """Every loaded device: name, hardware, runner, provenance, coverage (type -> rows
+        and feature ranges), model version, calibration, refinement, host warnings."""
+
+    @abstractmethod
+    def profile_errors(self) -> list[str]:
+        """Why each profile that failed to load failed (its devices are not listed)."""
+
+    @abstractmethod
+    def reload_profiles(self) -> dict[str, Any]:
+        """Load the profiles directory again: ``{"devices", "errors", "generation"}``. A
+        device whose new profile fails to load keeps its old models."""
+
+    @abstractmethod
+    def estimate_network(self, model: Any, device: str, *, confidence: float | Iterable[float] | None = (0.9,),
+                         per_layer: bool = True,
+                         input_shapes: Mapping[str, Sequence[int]] | Sequence[int] | None = None,
+                         strip: bool = True, name: str = "") -> NetworkResult:
+        """Estimate one network: total, one interval per metric and confidence, per-layer
+        rows (``per_layer``). ``input_shapes`` fixes dynamic dims; ``strip`` drops the
+        weight data first (the estimate needs shapes only)."""
+
+    @abstractmethod
+    def estimate_layers(self, specs: Iterable[Any], device: str,
+                        confidence: float | Iterable[float] | None = (0.9,)) -> list[LayerResult]:
+        """Estimate bare layer configurations (pruning tools); one result per spec, in order."""
+
+    def close(self) -> None:
+        """Release what the implementation holds (a channel, loaded models)."""
+
+    def __enter__(self) -> "Estimation":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,103 @@
+"""The estimation interface's two implementations answer alike: the in-process estimator
+(:class:`estimator.inprocess.InProcessEstimation`) and the gRPC client
+(:class:`service.client.EstimationClient`) of a real server on a free loopback port, both
+on a copy of the shipped ``host-cpu`` profile (calibrated on whole networks, with free ops:
+every part of a result is exercised)."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from estimator.inprocess import InProcessEstimation
+from estimator.interface import Estimation, EstimationError, LayerResult, NetworkResult
+from service.client import EstimationClient
+from service.server import EmbeddedServer
+from tests.service_support import free_port
+
+pytestmark = pytest.mark.slow
+
+DEVICE = "host-cpu"
+#: what only the wire sets: the server's clock, the request id, its response cache
+WIRE_ONLY = {"server_time_ms", "request_id", "cached"}
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("interface") / "profiles"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "profiles" / DEVICE, root / DEVICE)
+    return root
+
+
+@pytest.fixture(scope="module")
+def both(root: Path):
+    with EmbeddedServer(root, free_port()) as srv, EstimationClient(srv.address, timeout_s=120) as client, \
+            InProcessEstimation(root) as local:
+        yield local, client
+
+
+def _fields(r: NetworkResult) -> dict:
+    return {k: v for k, v in vars(r).items() if k not in WIRE_ONLY}
+
+
+def _error(call) -> EstimationError:  # noqa: ANN001
+    with pytest.raises(EstimationError) as e:
+        call()
+    return e.value
+
+
+def test_both_are_the_one_interface(both) -> None:
+    local, client = both
+    assert isinstance(local, Estimation) and isinstance(client, Estimation)
+    assert local.where == "in-process" and client.where == client.address
+
+
+def test_networks_get_equal_answers(both) -> None:
+    from estimator import zoo
+
+    local, client = both
+    resnet = zoo.export_onnx("resnet18", 96)  # its Flatten is free on host-cpu: rows and layers do not line up
+    mobile = zoo.export_onnx("mobilenet_v2", 96)
+    for model, kw in ((resnet, {"confidence": (0.9, 0.95)}), (mobile, {"per_layer": False}),
+                      (mobile, {"confidence": 0.8, "name": "renamed"})):
+        a, b = local.estimate_network(model, DEVICE, **kw), client.estimate_network(model, DEVICE, **kw)
+        assert _fields(a) == _fields(b)
+    assert a.name == "renamed" and a.calibration["applied"] and a.uncalibrated is not None
+    r = local.estimate_network(resnet, DEVICE)
+    fc = next(l for l in r.layers if l["type"] == "fc")
+    assert fc["nodes"] == [fc["name"]]  # its own node, not the free Flatten's before it
+
+
+def test_layer_batches_and_layer_lists_get_equal_answers(both) -> None:
+    local, client = both
+    specs = [{"type": "conv2d", "name": f"c{c}", "params": {"h": 28, "w": 28, "c_in": 16, "c_out": c, "k_h": 3,
+                                                            "k_w": 3, "act": "relu"}} for c in (16, 48)]
+    specs.append(("concat", {"h": 8, "w": 8, "channels": [16, 32]}))
+    a, b = local.estimate_layers(specs, DEVICE, 0.9), client.estimate_layers(specs, DEVICE, 0.9)
+    assert a == b and all(isinstance(x, LayerResult) for x in a)
+    assert _fields(local.estimate_network(specs, DEVICE)) == _fields(client.estimate_network(specs, DEVICE))
+
+
+def test_devices_and_reloads_are_reported_alike(both) -> None:
+    local, client = both
+    assert local.list_devices() == client.list_devices()
+    assert local.profile_errors() == client.profile_errors() == []
+    ra, rb = local.reload_profiles(), client.reload_profiles()
+    assert ra["devices"] == rb["devices"] == [DEVICE] and ra["errors"] == rb["errors"] == []
+
+
+def test_refusals_carry_the_same_status_and_message(both) -> None:
+    local, client = both
+    for call in (lambda e: e.estimate_network(b"not onnx", DEVICE),
+                 lambda e: e.estimate_network([("conv2d", {"h": 8})], DEVICE),
+                 lambda e: e.estimate_layers([("nope", {"h": 8})], DEVICE),
+                 lambda e: e.estimate_layers([("conv2d", {"h": 8, "w": 8, "c_in": 4, "c_out": 4, "k_h": 3,
+                                                          "k_w": 3})], DEVICE, confidence=1.5),
+                 lambda e: e.estimate_layers([("fc", {"c_in": 1e300, "c_out": 1e300})], DEVICE),
+                 lambda e: e.estimate_network(b"", "no-such-device")):
+        a, b = _error(lambda: call(local)), _error(lambda: call(client))
+        assert (a.code, a.message) == (b.code, b.message)
+        assert a.code in ("INVALID_ARGUMENT", "NOT_FOUND")
+    with pytest.raises(TypeError, match="layer spec 0"):  # refused before anything is estimated, by both
+        local.estimate_layers([42], DEVICE)
