@@ -386,6 +386,15 @@ def _dropout(p: _Prop, n: onnx.NodeProto, a: dict) -> list:
     return [(s, p.val(n.input[0]))]
 
 
+def _layernorm(p: _Prop, n: onnx.NodeProto, a: dict) -> list:
+    if p.opset < 17:
+        raise _Give("LayerNormalization before opset 17")
+    xs = p.shp(n.input[0])
+    ax = _axis(int(a.get("axis", -1)), len(xs))
+    stat = xs[:ax] + (1,) * (len(xs) - ax)  # (Mean and InvStdDev, when asked for)
+    return [(xs, None), (stat, None), (stat, None)][:max(1, len(n.output))]
+
+
 def _clip(p: _Prop, n: onnx.NodeProto, a: dict) -> list:
     return [(p.shp(n.input[0]), None)]
 
@@ -856,7 +865,15 @@ def _constant(p: _Prop, n: onnx.NodeProto, a: dict) -> list:
 
 def _constant_of_shape(p: _Prop, n: onnx.NodeProto, a: dict) -> list:
     s = tuple(p.ints(n.input[0]))
-    return [(s, None)]
+    if "value" not in a:
+        fill = np.zeros(1, dtype=np.float32)
+    else:
+        fill = _small_constant(a["value"]) if isinstance(a["value"], TensorProto) else None
+        if fill is None or fill.size != 1:
+            return [(s, None)]
+    if math.prod(s) > FOLD_MAX_ELEMS:
+        return [(s, None)]
+    return [(s, np.full(s, fill.reshape(()), dtype=fill.dtype))]
 
 
 def _expand(p: _Prop, n: onnx.NodeProto, a: dict) -> list:
@@ -907,7 +924,7 @@ _HANDLERS: dict[str, Callable[[_Prop, onnx.NodeProto, dict], list]] = {
     **{op: _same for op in _UNARY},
     **{op: _binary for op in _BINARY},
     "Identity": _identity, "Dropout": _dropout, "Clip": _clip, "PRelu": _prelu,
-    "BatchNormalization": _batchnorm, "InstanceNormalization": _same,
+    "BatchNormalization": _batchnorm, "InstanceNormalization": _same, "LayerNormalization": _layernorm,
     "Cast": _cast, "Conv": _conv, "MaxPool": _pool, "AveragePool": _pool, "LpPool": _pool,
     "GlobalAveragePool": _global_pool, "GlobalMaxPool": _global_pool, "GlobalLpPool": _global_pool,
     "Gemm": _gemm, "MatMul": _matmul, "Flatten": _flatten, "Reshape": _reshape, "Transpose": _transpose,
