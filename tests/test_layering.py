@@ -62,3 +62,11 @@ def test_estimator_imports_none_of_the_packages_built_on_it():
 def test_nas_refine_and_search_import_no_cycle():
     refine = _imports(ROOT / "nas" / "refine.py")
     assert "nas.search" not in refine and not any(m.startswith("nas.search.") for m in refine)
+
+
+def test_estimator_models_and_fast_path_import_no_cycle():
+    """The fast path evaluates the models' arrays; what both need (the metrics, their
+    difficulties, the prediction record) lives below them in estimator.conformal."""
+    fast = _imports(ROOT / "estimator" / "fastpath.py")
+    assert "estimator.models" not in fast and not any(m.startswith("estimator.models.") for m in fast)
+    assert "estimator.fastpath" not in _imports(ROOT / "estimator" / "conformal.py")
