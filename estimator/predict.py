@@ -320,8 +320,11 @@ class Estimator:
 
         pairs = {m: {c: list(zip(*(a.tolist() for a in bounds(m, c)))) for c in confs} for m in METRICS}
         # each layer's {metric: {confidence: (lower, upper)}}, built column-wise
-        columns = [[{c: p for c, p in zip(confs, per)} for per in zip(*(pairs[m][c] for c in confs))]
-                   for m in METRICS]
+        if len(confs) == 1:
+            one = confs[0]
+            columns = [[{one: p} for p in pairs[m][one]] for m in METRICS]
+        else:
+            columns = [[dict(zip(confs, per)) for per in zip(*(pairs[m][c] for c in confs))] for m in METRICS]
         intervals = [dict(zip(METRICS, per)) for per in zip(*columns)]
         cpu_ops = set(self.profile.cpu_fallback_ops)
         maybe_cpu = self.profile.conditional_cpu_ops
