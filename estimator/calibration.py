@@ -292,7 +292,15 @@ def _band(pred: np.ndarray, y: np.ndarray, u: np.ndarray) -> float:
 
 
 def _l1(a: Mapping[str, float], b: Mapping[str, float]) -> float:
-    return float(sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in set(a) | set(b)))
+    """The L1 distance of two share vectors (a missing kind is a share of 0), summed in ``a``'s
+    then ``b``'s key order: the same number in every process (no set order involved)."""
+    d = 0.0
+    for k, v in a.items():
+        d += abs(v - b.get(k, 0.0))
+    for k, v in b.items():
+        if k not in a:
+            d += abs(v)
+    return float(d)
 
 
 @dataclass

@@ -31,7 +31,7 @@ first use (``scipy.spatial``), the feature-row statistics as requests come.
   (:class:`FastModels`, bounded; see :meth:`FastModels._compute_rows` for the one bit of
   batch context in the key), so a layer configuration seen before is not evaluated again;
   the per-layer arithmetic then runs once over all modelled layers.
-* **Conformal parts.** Unchanged arithmetic (:func:`estimator.models._sigmas`) on the same
+* **Conformal parts.** Unchanged arithmetic (:func:`estimator.conformal.sigmas`) on the same
   inputs; the per-layer intervals come from :func:`estimator.aggregate.layer_intervals`
   (crepes' ``predict_int`` arithmetic, vectorised over the batch). The network-level Monte
   Carlo draws come from a :class:`~estimator.aggregate.SampleBank` (kept sample-slot
@@ -51,6 +51,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .aggregate import DistBatch
+from .conformal import METRICS, BatchPrediction, sigmas
 from .layers import Layer
 
 __all__ = ["FlatForests", "FastKNN", "FastModels", "ROW_CACHE_SIZE", "WALK_LANES"]
@@ -445,8 +446,6 @@ class FastModels:
         return out
 
     def predict_layers(self, layers: Sequence[Layer]) -> Any:
-        from .models import METRICS, BatchPrediction, _sigmas  # noqa: PLC0415 (models imports this module lazily)
-
         N = len(layers)
         pred = np.zeros(N)
         t_op = np.full(N, np.nan)
@@ -487,7 +486,7 @@ class FastModels:
             p, rel_sd, d_knn = np.array([r[:3] for r in recs], dtype=float).T
             t_scale, b_tv, b_lv, b_o = np.array(consts, dtype=float).T
             o = ops[idx]
-            sig = _sigmas({"CM_TV": b_tv, "CM_LV": b_lv, "CM_O": b_o}, p, rel_sd, d_knn, t_scale, o)
+            sig = sigmas({"CM_TV": b_tv, "CM_LV": b_lv, "CM_O": b_o}, p, rel_sd, d_knn, t_scale, o)
             t_op_ms = p * t_scale
             pred_ms = t_op_ms * o
             scale_top = t_scale * o

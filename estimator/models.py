@@ -93,7 +93,7 @@ proportional to the prediction (TV, O) or at the type's typical spread (LV) keep
 normalisation meaningful across that range. For the test-time spread, crepes'
 ``DifficultyEstimator.apply(X)`` with ``oob=True`` would reuse the training rows'
 out-of-bag masks for new objects; no tree has seen a new layer, so we use the spread over
-*all* trees (the same code, :func:`_sigmas`, computes calibration and test difficulties).
+*all* trees (the same code, :func:`estimator.conformal.sigmas`, computes calibration and test difficulties).
 
 How the smart-padding interval enters calibration
 -------------------------------------------------
@@ -212,6 +212,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from .aggregate import DistBatch, Family, conformal_index, layer_intervals
+from .conformal import METRICS, BatchPrediction, sigmas
 from .fastpath import FastKNN, FlatForests
 from .errors import UserError
 from .layers import SPECS, Layer, LayerSpecError, LayerType, bench_params, describe, feature_names, feature_vector
@@ -254,7 +255,6 @@ def _code_version() -> str:
 #: Part of the model cache key: a hash of :data:`_TRAINING_SOURCES`, so any change to the
 #: training code retrains instead of loading cached models made by other code.
 MODEL_CODE_VERSION = _code_version()
-METRICS: tuple[str, ...] = ("CM_TV", "CM_LV", "CM_O")
 #: with ``calibration_rows``, a type with fewer calibration rows than this calibrates on all of
 #: its rows (a 90 % conformal quantile of a few dozen scores is close to their maximum)
 CALIBRATION_MIN_ROWS = 100
@@ -586,25 +586,6 @@ def _forest(n_estimators: int, max_features: float, min_samples_leaf: int, seed:
                                  random_state=seed, n_jobs=n_jobs)
 
 
-_TINY = 1e-12
-
-
-def _sigmas(betas: Mapping[str, float], p: np.ndarray, rel_sd: np.ndarray, d_knn: np.ndarray, t_scale: float,
-            ops: np.ndarray) -> dict[str, np.ndarray]:
-    """Difficulties of the three metrics (the same code for calibration and prediction).
-
-    ``p``: t_op / t_scale; ``rel_sd``: relative spread of the trees' t_op predictions;
-    ``d_knn``: k-NN distance. CM_TV and CM_O are in (scaled) t_op units and proportional
-    to ``p`` (relative difficulties), CM_LV is in ms with an absolute floor.
-    """
-    p_ = np.maximum(p, _TINY)
-    return {
-        "CM_TV": p_ * (rel_sd + betas["CM_TV"]),
-        "CM_LV": rel_sd * p * t_scale * ops + betas["CM_LV"],
-        "CM_O": p_ * (d_knn + betas["CM_O"]),
-    }
-
-
 #: Features a type's model leaves out when every row has the same value: ``act`` and
 #: ``graph_input`` (below), and ``cold`` (fc, conv2d), set only on rows a profile took from a
 #: cache-flushed environment (``bench profile --cold-from``).
@@ -653,7 +634,7 @@ class TypeModel:
     t_scale: float  # ms per op that the forest's target is divided by
     hyperparams: dict[str, Any]
     grid: list[dict[str, Any]]
-    betas: dict[str, float]  # difficulty floors (see _sigmas)
+    betas: dict[str, float]  # difficulty floors (see estimator.conformal.sigmas)
     knn: FastKNN  # the k-NN difficulty's training matrix and scaling
     knn_threshold: float
     feat_min: np.ndarray
@@ -796,7 +777,7 @@ class TypeModel:
         beta_o = max(options.knn_beta_rel * float(np.median(d_loo[cal])),
                      options.knn_beta_rel * float(np.mean(d_loo[cal])), 1e-9)
         betas = {"CM_TV": beta_tv, "CM_LV": beta_lv, "CM_O": beta_o}
-        sig = _sigmas(betas, oob, rel_sd, d_loo, t_scale, ops)
+        sig = sigmas(betas, oob, rel_sd, d_loo, t_scale, ops)
 
         # interval-aware nonconformity: the worst case over the measured interval (see module
         # docstring), whatever point inside it the forest was trained on
@@ -860,7 +841,7 @@ class TypeModel:
         p = np.exp(mean)
         rel_sd = sd
         d_knn = np.asarray(self.knn_de.apply(X), dtype=float)
-        sig = _sigmas(self.betas, p, rel_sd, d_knn, self.t_scale, ops)
+        sig = sigmas(self.betas, p, rel_sd, d_knn, self.t_scale, ops)
         t_op_ms = p * self.t_scale
         pred_ms = t_op_ms * ops
         below, above = X < self.feat_min, X > self.feat_max
@@ -989,19 +970,6 @@ class FallbackModel:
 
 
 # ---------------------------------------------------------------- device models
-
-
-@dataclass
-class BatchPrediction:
-    """Per-layer predictions for a list of layers (input order)."""
-
-    pred_ms: np.ndarray
-    t_op_ms: np.ndarray  # nan for fallback layers
-    ops: np.ndarray
-    fallback: np.ndarray  # bool
-    out_of_design_space: np.ndarray  # bool
-    reasons: list[list[str]]
-    dists: dict[str, DistBatch]  # metric -> per-layer predictive distributions
 
 
 @dataclass

@@ -1114,8 +1114,11 @@ class _Extractor:
                 continue
             reason = self._noop_reason(n)
             if reason:
-                self.alias[n.output[0]] = self.canon(n.input[0])
+                self.alias[n.output[0]] = self._resolve(n.input[0])
                 self.noop[n.name] = reason
+        # every alias points at its canonical tensor, so that canon() is one lookup
+        for t in self.alias:
+            self.alias[t] = self._resolve(t)
         canon = self.canon
         self.graph_outputs = {canon(o.name) for o in self.g.output}
         self.graph_inputs = {i.name for i in self.g.input} - set(self.init)
@@ -1126,17 +1129,18 @@ class _Extractor:
         static = self.static = set(self.init) | {t.values.name for t in self.g.sparse_initializer}
         consumers, live, noop = self.consumers, self.live, self.noop
         alias = self.alias
+        get = alias.get
         for n in self.nodes:
-            ins = [canon(x) for x in n.input if x] if alias else [x for x in n.input if x]
+            ins = [get(x, x) for x in n.input if x] if alias else [x for x in n.input if x]
             if n.name in live and n.name not in noop:
-                for i in dict.fromkeys(ins):
+                for i in (dict.fromkeys(ins) if len(ins) > 1 else ins):
                     if i in consumers:
                         consumers[i].append(n)
                     else:
                         consumers[i] = [n]
             op = n.op_type
             if (op == "Constant" or op == "Shape" or op == "Size"
-                    or (ins and n.domain in ("", "ai.onnx") and all(x in static for x in ins)
+                    or (ins and static.issuperset(ins) and n.domain in ("", "ai.onnx")
                         and not op.startswith("Random"))):
                 static.update(o for o in n.output if o)
         self.claimed: set[str] = set()
@@ -1145,15 +1149,27 @@ class _Extractor:
 
     def _topo_sort(self, nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
         """The nodes in topological order (sets ``_unique_outputs``: no tensor has two producers)."""
-        produced_by = {o: i for i, n in enumerate(nodes) for o in n.output if o}
-        self._unique_outputs = len(produced_by) == sum(1 for n in nodes for o in n.output if o)
+        produced_by: dict[str, int] = {}
+        n_outputs = 0
+        for i, n in enumerate(nodes):
+            for o in n.output:
+                if o:
+                    produced_by[o] = i
+                    n_outputs += 1
+        self._unique_outputs = len(produced_by) == n_outputs
         if self._unique_outputs:
             # Already in topological order (the usual case): the heap below would return
             # exactly this order (it always takes the smallest ready index).
+            get = produced_by.get
+            in_order = True
             for i, n in enumerate(nodes):
-                if any(produced_by.get(x, -1) >= i for x in n.input):
+                for x in n.input:
+                    if get(x, -1) >= i:
+                        in_order = False
+                        break
+                if not in_order:
                     break
-            else:
+            if in_order:
                 return list(nodes)
         deps: list[set[int]] = []
         users: list[list[int]] = [[] for _ in nodes]
@@ -1221,22 +1237,25 @@ class _Extractor:
         ids = _live_node_ids(producer, [o.name for o in self.g.output])
         return {n.name for n in self.nodes if id(n) in ids}
 
-    def canon(self, t: str) -> str:
+    def _resolve(self, t: str) -> str:
         while t in self.alias:
             t = self.alias[t]
         return t
 
+    def canon(self, t: str) -> str:
+        return self.alias.get(t, t)
+
     def shape(self, t: str) -> Shape | None:
         s = self.shapes.get(t)
         if s is None and t in self.alias:
-            s = self.shapes.get(self.canon(t))
+            s = self.shapes.get(self.alias[t])
         return s
 
     def is_static(self, t: str) -> bool:
-        return self.canon(t) in self.static
+        return self.alias.get(t, t) in self.static
 
     def value(self, t: str) -> np.ndarray | None:
-        t = self.canon(t)
+        t = self._resolve(t)  # (also while the aliases are being collected)
         if t in self._values:
             return self._values[t]
         v: np.ndarray | None = None
@@ -1259,31 +1278,32 @@ class _Extractor:
         return v
 
     def cons(self, t: str) -> list[onnx.NodeProto]:
-        return self.consumers.get(self.canon(t), [])
+        return self.consumers.get(self.alias.get(t, t), [])
 
     def act_inputs(self, node: onnx.NodeProto) -> list[str]:
-        static = self.static
-        return [c for c in map(self.canon, filter(None, node.input)) if c not in static]
+        static, get = self.static, self.alias.get
+        return [c for x in node.input if x and (c := get(x, x)) not in static]
 
     def outs(self, node: onnx.NodeProto) -> list[str]:
-        return [self.canon(o) for o in node.output if o]
+        get = self.alias.get
+        return [get(o, o) for o in node.output if o]
 
     # -- the walk
 
     def run(self) -> tuple[list[Layer], dict[str, str]]:
         drafts: list[_Draft] = []
         free: dict[str, str] = {}
+        claimed, free_reason, draft = self.claimed, self._free_reason, self._draft
         for n in self.nodes:
-            if n.name in self.claimed:
+            if n.name in claimed:
                 continue
-            reason = self._free_reason(n)
+            reason = free_reason(n)
             if reason:
                 free[n.name] = reason
-                self.claimed.add(n.name)
+                claimed.add(n.name)
                 continue
-            d = self._draft(n)
-            for name in d.nodes:
-                self.claimed.add(name)
+            d = draft(n)
+            claimed.update(d.nodes)
             drafts.append(d)
         drafts = self._fuse(drafts)
         return [self._finish(d) for d in drafts], free
@@ -1296,7 +1316,7 @@ class _Extractor:
         if n.op_type in _FREE_OPS and n.domain in ("", "ai.onnx"):
             return _FREE_OPS[n.op_type]
         outs = [o for o in n.output if o]
-        if outs and all(o in self.static for o in outs):
+        if outs and self.static.issuperset(outs):
             return "constant folding (computed from constants and shapes only)"
         return None
 

@@ -3,12 +3,14 @@
 :func:`propagate_shapes` walks the graph once, in order, and computes every tensor's shape
 for the operators real networks and NAS clients send (convolutions, pools, Gemm/MatMul,
 element-wise ops with broadcasting, activations, Concat, Split, Slice, Pad, Resize,
-Transpose, Reshape, Flatten, Squeeze/Unsqueeze, Softmax, reductions, and the shape
-arithmetic torch exports: Constant, Shape, Gather, Cast, ...). Small constant tensors are
-evaluated on the way (with numpy, the way ONNX's reference implementation computes them),
-so shapes that depend on them (a Reshape whose target is computed from a Shape, a Slice
-whose bounds are) are known, exactly as the importer's reference path (ONNX shape inference
-with constant folding, ``_infer_shapes(fold=True)``) finds them.
+Transpose, Reshape, Flatten, Squeeze/Unsqueeze, Softmax, LayerNormalization, reductions,
+and the shape arithmetic torch exports: Constant, ConstantOfShape, Shape, Gather, Equal,
+Where, Cast, ...). Small constant tensors are evaluated on the way (with numpy, the way
+ONNX's reference implementation computes them), so shapes that depend on them (a Reshape
+whose target is computed from a Shape, a Slice whose bounds are, torch's ``expand``) are
+known, exactly as the importer's reference path (ONNX shape inference with constant
+folding, ``_infer_shapes(fold=True)``) finds them. That reference path was half of a
+stripped DeiT-Tiny's estimate (cProfile), so the zoo's attention graphs must not need it.
 
 It answers ``None`` (and the importer runs the reference path) as soon as anything is
 outside what it reproduces exactly: an operator or attribute it does not know, a node out
@@ -229,7 +231,13 @@ def _declared(tp: onnx.TypeProto) -> tuple[int | None, ...] | None:
 
 def _broadcast(*shapes: Shape) -> Shape:
     first = shapes[0]
-    if all(s == first for s in shapes):  # the usual case (residual adds): nothing to broadcast
+    if len(shapes) == 2:
+        b = shapes[1]
+        if b == first:  # the usual case (residual adds): nothing to broadcast
+            return first
+        if len(b) < len(first) and first[len(first) - len(b):] == b:  # a bias over the last dims
+            return first
+    elif all(s == first for s in shapes):
         return first
     r = max(len(s) for s in shapes)
     out = []
@@ -386,6 +394,15 @@ def _dropout(p: _Prop, n: onnx.NodeProto, a: dict) -> list:
     return [(s, p.val(n.input[0]))]
 
 
+def _layernorm(p: _Prop, n: onnx.NodeProto, a: dict) -> list:
+    if p.opset < 17:
+        raise _Give("LayerNormalization before opset 17")
+    xs = p.shp(n.input[0])
+    ax = _axis(int(a.get("axis", -1)), len(xs))
+    stat = xs[:ax] + (1,) * (len(xs) - ax)  # (Mean and InvStdDev, when asked for)
+    return [(xs, None), (stat, None), (stat, None)][:max(1, len(n.output))]
+
+
 def _clip(p: _Prop, n: onnx.NodeProto, a: dict) -> list:
     return [(p.shp(n.input[0]), None)]
 
@@ -432,12 +449,17 @@ def _binary_value(op: str, vals: list[np.ndarray]) -> np.ndarray:
     raise _Give(f"fold {op}")
 
 
+_FOLDED_BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Equal", "Where", "Max", "Min"})
+
+
 def _binary(p: _Prop, n: onnx.NodeProto, a: dict) -> list:
     ins = [x for x in n.input if x]
     if not ins:
         raise _Give("no inputs")
-    s = _broadcast(*(p.shp(x) for x in ins))
-    if n.op_type in ("Add", "Sub", "Mul", "Div", "Equal", "Where", "Max", "Min") and all(x in p.values for x in ins):
+    shapes = p.shapes  # (the run loop has checked that every input has one)
+    s = _broadcast(*[shapes[x] for x in ins])
+    values = p.values
+    if ins[0] in values and n.op_type in _FOLDED_BINARY and all(x in values for x in ins):
         vals = [p.values[x] for x in ins]
         same = len({v.dtype for v in (vals[1:] if n.op_type == "Where" else vals)}) == 1
         if same and (all(v.dtype.kind in "iu" for v in vals) or n.op_type in ("Equal", "Where")):
@@ -856,7 +878,15 @@ def _constant(p: _Prop, n: onnx.NodeProto, a: dict) -> list:
 
 def _constant_of_shape(p: _Prop, n: onnx.NodeProto, a: dict) -> list:
     s = tuple(p.ints(n.input[0]))
-    return [(s, None)]
+    if "value" not in a:
+        fill = np.zeros(1, dtype=np.float32)
+    else:
+        fill = _small_constant(a["value"]) if isinstance(a["value"], TensorProto) else None
+        if fill is None or fill.size != 1:
+            return [(s, None)]
+    if math.prod(s) > FOLD_MAX_ELEMS:
+        return [(s, None)]
+    return [(s, np.full(s, fill.reshape(()), dtype=fill.dtype))]
 
 
 def _expand(p: _Prop, n: onnx.NodeProto, a: dict) -> list:
@@ -907,7 +937,7 @@ _HANDLERS: dict[str, Callable[[_Prop, onnx.NodeProto, dict], list]] = {
     **{op: _same for op in _UNARY},
     **{op: _binary for op in _BINARY},
     "Identity": _identity, "Dropout": _dropout, "Clip": _clip, "PRelu": _prelu,
-    "BatchNormalization": _batchnorm, "InstanceNormalization": _same,
+    "BatchNormalization": _batchnorm, "InstanceNormalization": _same, "LayerNormalization": _layernorm,
     "Cast": _cast, "Conv": _conv, "MaxPool": _pool, "AveragePool": _pool, "LpPool": _pool,
     "GlobalAveragePool": _global_pool, "GlobalMaxPool": _global_pool, "GlobalLpPool": _global_pool,
     "Gemm": _gemm, "MatMul": _matmul, "Flatten": _flatten, "Reshape": _reshape, "Transpose": _transpose,

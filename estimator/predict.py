@@ -319,28 +319,28 @@ class Estimator:
             return self.models.crepes_layer_intervals(layers, bp.dists[m], m, c)
 
         pairs = {m: {c: list(zip(*(a.tolist() for a in bounds(m, c)))) for c in confs} for m in METRICS}
+        # each layer's {metric: {confidence: (lower, upper)}}, built column-wise
+        if len(confs) == 1:
+            one = confs[0]
+            columns = [[{one: p} for p in pairs[m][one]] for m in METRICS]
+        else:
+            columns = [[dict(zip(confs, per)) for per in zip(*(pairs[m][c] for c in confs))] for m in METRICS]
+        intervals = [dict(zip(METRICS, per)) for per in zip(*columns)]
         cpu_ops = set(self.profile.cpu_fallback_ops)
         maybe_cpu = self.profile.conditional_cpu_ops
         pred, t_ops = bp.pred_ms.tolist(), bp.t_op_ms.tolist()
         fallback, ood = bp.fallback.tolist(), bp.out_of_design_space.tolist()
-        one = confs[0] if len(confs) == 1 else None
-        if one is not None:
-            per_metric = [(m, pairs[m][one]) for m in METRICS]
         rows: list[LayerEstimate] = []
-        for i, l in enumerate(layers):
+        for l, iv, p_ms, t_op, fb, o, why in zip(layers, intervals, pred, t_ops, fallback, ood, bp.reasons):
             flags = list(l.flags)
             if l.op_type and l.op_type in cpu_ops:
                 flags.append("cpu_fallback_op")
             elif l.op_type and l.op_type in maybe_cpu:
                 flags.append("cpu_fallback_possible")
-            if one is not None:
-                intervals = {m: {one: p[i]} for m, p in per_metric}
-            else:
-                intervals = {m: {c: pairs[m][c][i] for c in confs} for m in METRICS}
             rows.append(LayerEstimate(
                 name=l.name, type=l.type, op_type=l.op_type, features=dict(l.features), ops=float(l.ops),
-                prediction_ms=pred[i], t_op_ms=None if fallback[i] else t_ops[i], intervals=intervals,
-                out_of_design_space=ood[i], ood_reasons=list(bp.reasons[i]), fallback=fallback[i], flags=flags))
+                prediction_ms=p_ms, t_op_ms=None if fb else t_op, intervals=iv,
+                out_of_design_space=o, ood_reasons=list(why), fallback=fb, flags=flags))
         return rows
 
     def cold_weight_bytes(self) -> float | None:

@@ -73,14 +73,6 @@ def test_nas_reaches_the_estimator_through_the_interface_only():
             assert modules <= allowed, f"{module} imports {sorted(modules - allowed)}"
 
 
-#: import cycles known and being removed elsewhere: each a sorted tuple of module names
-KNOWN_CYCLES = {
-    # estimator.fastpath imports estimator.models inside a function (models imports fastpath at
-    # module level); removed on the branch that reshapes estimator.models
-    ("estimator.fastpath", "estimator.models"),
-}
-
-
 def _module_name(path: Path) -> str:
     parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -161,5 +153,4 @@ def test_the_cycle_finder_finds_a_cycle_through_a_function_level_import():
 
 
 def test_no_import_cycles():
-    cycles = set(_cycles(_import_graph()))
-    assert cycles <= KNOWN_CYCLES, f"import cycles: {sorted(cycles - KNOWN_CYCLES)}"
+    assert _cycles(_import_graph()) == []

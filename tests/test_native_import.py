@@ -279,7 +279,15 @@ def test_gives_up_outside_its_subset(native):
                 [1, 3, 8, 8], [_w(n, [8]) for n in ("s", "b", "mu", "var")])
     dynamic = _graph([helper.make_node("Conv", ["x", "w_stripped"], ["c"], name="conv"),
                       helper.make_node("Relu", ["c"], ["y"], name="act")], ["N", 3, 8, 8])
-    for data in (with_data, softmax, batch2, unnamed, dup, reordered, domain, bn, dynamic):
+    # attention layers are the Python importer's alone: the twin does not learn new types
+    tokens = [helper.make_node("Conv", ["x", "w_stripped"], ["c"], name="conv"),
+              helper.make_node("Reshape", ["c", "to_rows"], ["r"], name="rows"),
+              helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1], name="tokens")]
+    layernorm = _graph([*tokens, helper.make_node("LayerNormalization", ["t", "s", "b"], ["y"], axis=-1, name="ln")],
+                       [1, 3, 8, 8], [_i64("to_rows", [1, 8, 36]), _w("s", [8]), _w("b", [8])])
+    attention = _graph([*tokens, helper.make_node("MatMul", ["t", "r"], ["y"], name="scores")],
+                       [1, 3, 8, 8], [_i64("to_rows", [1, 8, 36])])
+    for data in (with_data, softmax, batch2, unnamed, dup, reordered, domain, bn, dynamic, layernorm, attention):
         assert native.extract(data, DEFAULT_FUSION) is None
         assert native.why_not(data, DEFAULT_FUSION)
         ref, got = _outcome(native, data, False), _outcome(native, data, True)
