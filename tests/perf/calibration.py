@@ -139,7 +139,8 @@ def _leave_zoo_family_out(base_est: Any, cal_results: list[Any], zoo_results: li
     def rows_of(results: list[Any]) -> list[tuple[Any, Any, Any]]:
         out = []
         for r in results:
-            row, ivs = base_est.calibration_row(r.spec.weightless_onnx, r.spec.name, r.spec.family, r.measured_ms)
+            row, ivs = base_est.calibration_row(r.spec.weightless_onnx, r.spec.name, r.spec.family, r.measured_ms,
+                                                spread_pct=r.spread_pct)
             out.append((r, row, ivs))
         return out
 
