@@ -215,28 +215,32 @@ def _check_benchable(layer_type: str, params: Mapping[str, Any]) -> None:
         raise LayerSpecError(f"benchmarks run at batch 1, got n={params['n']}")
 
 
-def _lum_spec(layer_type: str, params: Mapping[str, Any]) -> _LumSpec:
+def _lum_spec(layer_type: str, params: Mapping[str, Any], model_format: str = "onnx") -> _LumSpec:
     _check_benchable(layer_type, params)
     counts = describe(layer_type, params)  # validates and gives the output shape
     spec = SPECS[layer_type]
-    return _LumSpec(tuple(spec.lum_inputs(params, counts)), spec.lum_output(params, counts))
+    if not spec.renders(params, model_format):
+        raise LayerSpecError(f"{layer_type} {dict(params)} has no {model_format} rendering "
+                             f"(the type renders to {', '.join(spec.model_formats)})")
+    return _LumSpec(tuple(spec.lum_inputs(params, counts, model_format)), spec.lum_output(params, counts, model_format))
 
 
 def _lum_ops(layer_type: str, p: Mapping[str, Any], ins: Sequence[str], spec: _LumSpec,
-             out_name: str, *, single: bool = False) -> list[Op]:
+             out_name: str, *, single: bool = False, model_format: str = "onnx") -> list[Op]:
     """The LUM as IR ops, reading tensors ``ins``, writing ``out_name`` (NCHW; for a
     single-layer fc, ``(1, c_in)`` -> ``(1, c_out)`` without flatten/reshape glue)."""
-    return SPECS[layer_type].lum_ops(p, ins, spec.output_shape, out_name, _lum_act(layer_type, p), single=single)
+    return SPECS[layer_type].lum_ops(p, ins, spec.output_shape, out_name, _lum_act(layer_type, p), single=single,
+                                     model_format=model_format)
 
 
 def _hwc_of(shape: Sequence[int]) -> HWC:
     return int(shape[2]), int(shape[3]), int(shape[1])
 
 
-def lum_io_shapes(layer_type: str, params: Mapping[str, Any]
+def lum_io_shapes(layer_type: str, params: Mapping[str, Any], model_format: str = "onnx"
                   ) -> tuple[tuple[tuple[int, int, int, int], ...], tuple[int, int, int, int]]:
     """NCHW shapes of the LUM's inputs and output (fc: ``(1, c, 1, 1)`` around the Gemm)."""
-    s = _lum_spec(layer_type, params)
+    s = _lum_spec(layer_type, params, model_format)
     return s.input_shapes, s.output_shape
 
 
@@ -246,10 +250,11 @@ def _reads_graph_input(layer_type: str, params: Mapping[str, Any]) -> bool:
     return SPECS[layer_type].reads_graph_input(params)
 
 
-def padding_keys(layer_type: str, params: Mapping[str, Any]) -> PaddingKeys:
-    """LUT keys ``(h, w, c)`` of the LUM's input side(s) and output side (Eq. 4); no input
-    side for a LUM that reads the graph input (``T_b1 = 0``)."""
-    s = _lum_spec(layer_type, params)
+def padding_keys(layer_type: str, params: Mapping[str, Any], model_format: str = "onnx") -> PaddingKeys:
+    """LUT keys ``(h, w, c)`` of the LUM's input side(s) and output side (Eq. 4) in a model of
+    ``model_format`` (token tensors are padded in that format's :func:`rows_of` layout); no
+    input side for a LUM that reads the graph input (``T_b1 = 0``)."""
+    s = _lum_spec(layer_type, params, model_format)
     if _reads_graph_input(layer_type, params):
         return PaddingKeys((), _hwc_of(s.output_shape))
     return PaddingKeys(tuple(_hwc_of(x) for x in s.input_shapes), _hwc_of(s.output_shape))
@@ -266,14 +271,14 @@ def _model_name(kind: str, layer_type: str, params: Mapping[str, Any]) -> str:
     return f"{kind}_{layer_type}_" + hashlib.sha1(items.encode()).hexdigest()[:10]
 
 
-def single_layer_model(layer_type: str, params: Mapping[str, Any]) -> ModelIR:
-    """Fig. 5a: the LUM alone, its inputs graph inputs."""
-    s = _lum_spec(layer_type, params)
+def single_layer_model(layer_type: str, params: Mapping[str, Any], model_format: str = "onnx") -> ModelIR:
+    """Fig. 5a: the LUM alone, its inputs graph inputs, for ``model_format``."""
+    s = _lum_spec(layer_type, params, model_format)
     shapes: Sequence[tuple[int, ...]] = s.input_shapes
     out_shape: tuple[int, ...] = s.output_shape
-    shapes, out_shape = SPECS[layer_type].single_layer_io(params, s.input_shapes, s.output_shape)
+    shapes, out_shape = SPECS[layer_type].single_layer_io(params, s.input_shapes, s.output_shape, model_format)
     inputs = tuple(TensorSpec(f"x{i}", tuple(shp)) for i, shp in enumerate(shapes))
-    ops = _lum_ops(layer_type, params, [t.name for t in inputs], s, "y", single=True)
+    ops = _lum_ops(layer_type, params, [t.name for t in inputs], s, "y", single=True, model_format=model_format)
     return ModelIR(_model_name("single", layer_type, params), "single", inputs,
                    (TensorSpec("y", out_shape),), tuple(ops), layer_type, dict(params))
 
@@ -310,17 +315,18 @@ def _input_side(layer_type: str, params: Mapping[str, Any], s: _LumSpec
     return tuple(graph_inputs.values()), ops, lum_ins
 
 
-def padded_model(layer_type: str, params: Mapping[str, Any]) -> ModelIR:
-    """Fig. 5c: a pad-in conv per LUM input, the LUM, a pad-out conv.
+def padded_model(layer_type: str, params: Mapping[str, Any], model_format: str = "onnx") -> ModelIR:
+    """Fig. 5c: a pad-in conv per LUM input, the LUM, a pad-out conv, for ``model_format``
+    (which decides the layout of token tensors, :func:`estimator.layers.registry.rows_of`).
 
     A conv2d with ``graph_input=1`` (a network's stem) reads the graph input itself, as it
     does in a network, where the host writes the image: only the output side is padded,
     and Eq. 4 runs with ``T_b1 = 0`` (:func:`padding_keys`). On Vela a pad-in conv writing
     a 3-channel map costs up to 10x its padding pair (a 224x224x3 NHWC write to DRAM), which
     smart padding would charge to the stem."""
-    s = _lum_spec(layer_type, params)
+    s = _lum_spec(layer_type, params, model_format)
     graph_inputs, ops, lum_ins = _input_side(layer_type, params, s)
-    ops += _lum_ops(layer_type, params, lum_ins, s, "lum_out")
+    ops += _lum_ops(layer_type, params, lum_ins, s, "lum_out", model_format=model_format)
     _, c_out, h_out, w_out = s.output_shape
     ops.append(_pad_conv("pad_out", "lum_out", "y", c_out, 1, h_out, w_out, "pad_out"))
     return ModelIR(_model_name("padded", layer_type, params), "padded", graph_inputs,

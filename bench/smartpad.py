@@ -20,6 +20,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from estimator.layers import LayerSpecError
+
 from .modelgen import HWC, ModelIR, padded_model, padding_keys, padding_model, single_layer_model, to_onnx
 from .runners.base import Runner, RunnerError, Timing
 from .sampling import Config
@@ -48,10 +50,10 @@ def lum_interval(t_c: float, t_b1: float, t_b2: float) -> LumInterval:
     return LumInterval(t_c - max(t_b1, t_b2), t_c - min(t_b1, t_b2))
 
 
-def t_b_from_lut(lut: Mapping[HWC, Timing], layer_type: str, params: Mapping[str, Any]
+def t_b_from_lut(lut: Mapping[HWC, Timing], layer_type: str, params: Mapping[str, Any], model_format: str = "onnx"
                  ) -> tuple[float, float, tuple[HWC, ...], HWC]:
     """``(T_b1, T_b2, input keys, output key)`` of a LUM from a padding LUT (medians)."""
-    keys = padding_keys(layer_type, params)
+    keys = padding_keys(layer_type, params, model_format)
     missing = [k for k in keys.all() if k not in lut]
     if missing:
         raise KeyError(f"padding pairs {missing} not in the lookup table")
@@ -157,9 +159,10 @@ class SmartPad:
 
     def measure_config(self, cfg: Config, lut: Mapping[HWC, Timing]) -> dict[str, Any]:
         """Measure T_a and T_c of one configuration, apply Eq. 4, commit the row."""
-        t_a = self._time(single_layer_model(cfg.layer_type, cfg.params)) if self.single else None
-        t_c = self._time(padded_model(cfg.layer_type, cfg.params))
-        t_b1, t_b2, in_keys, out_key = t_b_from_lut(lut, cfg.layer_type, cfg.params)
+        fmt = self.runner.model_format
+        t_a = self._time(single_layer_model(cfg.layer_type, cfg.params, fmt)) if self.single else None
+        t_c = self._time(padded_model(cfg.layer_type, cfg.params, fmt))
+        t_b1, t_b2, in_keys, out_key = t_b_from_lut(lut, cfg.layer_type, cfg.params, fmt)
         iv = lum_interval(t_c.median_ms, t_b1, t_b2)
         row = {
             "config_key": cfg.key, "layer_type": cfg.layer_type, "params": cfg.params, "ops": cfg.ops,
@@ -199,8 +202,13 @@ class SmartPad:
                 todo.append(c)
         lut = self.store.padding_lut(self.env_id)
         needed: dict[HWC, None] = {}
+        fmt = self.runner.model_format
         for c in todo:
-            for k in padding_keys(c.layer_type, c.params).all():
+            try:
+                keys = padding_keys(c.layer_type, c.params, fmt).all()
+            except LayerSpecError:  # refused below, where the configuration is measured
+                continue
+            for k in keys:
                 needed.setdefault(k, None)
         missing = [k for k in needed if k not in lut]
         st.padding_reused = len(needed) - len(missing)
@@ -227,13 +235,13 @@ class SmartPad:
             if stop is not None and stop():
                 break
             try:
-                keys = padding_keys(c.layer_type, c.params).all()
+                keys = padding_keys(c.layer_type, c.params, fmt).all()
                 bad = [k for k in keys if k in bad_keys]
                 if bad:
                     raise RunnerError(f"padding pair {bad[0]} failed: {bad_keys[bad[0]]}")
                 self.measure_config(c, lut)
                 st.measured += 1
-            except RunnerError as e:
+            except (RunnerError, LayerSpecError) as e:
                 st.failed += 1
                 msg = f"{c.layer_type} {c.key}: {e}"
                 st.errors.append(msg)
@@ -244,10 +252,10 @@ class SmartPad:
         return st
 
 
-def needed_padding(plan: Iterable[Config]) -> list[HWC]:
-    """Distinct padding pairs a plan needs, in first-use order."""
+def needed_padding(plan: Iterable[Config], model_format: str = "onnx") -> list[HWC]:
+    """Distinct padding pairs a plan needs in models of ``model_format``, in first-use order."""
     out: dict[HWC, None] = {}
     for c in plan:
-        for k in padding_keys(c.layer_type, c.params).all():
+        for k in padding_keys(c.layer_type, c.params, model_format).all():
             out.setdefault(k, None)
     return list(out)

@@ -35,6 +35,13 @@ transposed to TensorFlow's layouts (padding convs' weights are non-negative, see
 * ``resize``: nearest with asymmetric coordinates (``half_pixel_centers=False``),
   linear with half-pixel centres; cubic has no TFLite builtin and is refused.
 * ``globalpool``: avg -> MEAN, max -> REDUCE_MAX (keepdims), output ``(1, 1, 1, C)``.
+* ``reshape``: a RESHAPE to the NHWC form of the IR shape; glue with ``stored_order``
+  (:func:`estimator.layers.registry.reshape_op`) relabels the stored data, which is what a
+  LUM padded in TFLite's token-row layout needs.
+* an op of a layer type's own kind (layer norm, softmax, matmul, transpose, slice, fc over
+  token rows): the type's ``tflite_ops`` (:mod:`estimator.layers`); models of those types
+  are built for ``model_format="tflite"`` (``bench.modelgen.padded_model``), which lays
+  token rows out as NHWC ``(1, 1, rows, width)``.
 
 Quantisation: ``"int8"`` is TFLite full-integer post-training quantisation
 (``TFLITE_BUILTINS_INT8`` only, int8 inputs and outputs), calibrated on a representative
@@ -80,6 +87,8 @@ except ImportError as _e:  # pragma: no cover - depends on the environment
     raise MissingTFLiteExtraError(
         "writing TFLite models needs TensorFlow: pip install 'confident-latency[tflite]' "
         f"(the 'tflite' extra); import failed: {_e}") from _e
+
+from estimator.layers import SPECS, LayerSpecError  # noqa: E402
 
 from .modelgen import ModelIR, Op, make_weights  # noqa: E402
 
@@ -271,9 +280,15 @@ def _render(op: Op, ins: list[Any], weights: dict[str, dict[str, np.ndarray]]) -
     elif k == "reshape":
         src = [int(d) for d in ins[0].shape]
         dst = [int(d) for d in op.shape]
-        if len(dst) == 4 and dst[2] * dst[3] != 1 and dst[1] != 1 and len(src) != 4:
+        if (len(dst) == 4 and dst[2] * dst[3] != 1 and dst[1] != 1 and len(src) != 4
+                and not a.get("stored_order")):
             raise TFLiteModelError(f"{op.name}: a reshape to {dst} is not layout-neutral in NHWC")
         y = tf.reshape(ins[0], list(nhwc(dst)))
+    elif k in SPECS:  # an op kind of the layer type's own (estimator.layers)
+        try:
+            y = SPECS[k].tflite_ops(op, ins, w)
+        except LayerSpecError as e:
+            raise TFLiteModelError(str(e)) from e
     else:
         raise TFLiteModelError(f"IR op kind {k!r} ({op.name}) has no TFLite rendering")
     if op.act:
@@ -316,26 +331,24 @@ def to_tflite(ir: ModelIR, quantization: str = "int8", *, seed: int = 0, calibra
     if quantization not in QUANTIZATIONS:
         raise TFLiteModelError(f"quantization must be one of {', '.join(QUANTIZATIONS)}, got {quantization!r}")
     fn = tf_function(ir, seed)
-    samples: list[list[np.ndarray]] = []
+    samples: list[Any] = []
     if quantization == "int8":
-        samples = representative_inputs(ir, max(int(calibration_samples), 1), seed)
-        order = [s.name for s in fn.structured_input_signature[0]] if fn.structured_input_signature else []
+        # By input name: the converted model may order its inputs otherwise than the
+        # signature (a matmul's two padded operands came out reversed).
         names = [t.name for t in ir.inputs]
-        if order and sorted(order) == sorted(names):
-            idx = [names.index(n) for n in order]
-            samples = [[s[i] for i in idx] for s in samples]
+        samples = [dict(zip(names, s)) for s in representative_inputs(ir, max(int(calibration_samples), 1), seed)]
     try:
         return convert_concrete_function(fn, quantization, samples)
     except RuntimeError as e:
         raise TFLiteModelError(f"{ir.name}: {e}") from e
 
 
-def convert_concrete_function(fn: Any, quantization: str, samples: Sequence[Sequence[np.ndarray]]) -> bytes:
+def convert_concrete_function(fn: Any, quantization: str, samples: Sequence[Any]) -> bytes:
     """THE TFLite conversion, shared by benchmark models and whole networks.
 
     ``"int8"``: full-integer post-training quantisation (``TFLITE_BUILTINS_INT8`` only,
-    int8 inputs and outputs) calibrated on ``samples`` (one list of NHWC arrays per sample,
-    in ``fn``'s input order); ``"float32"``: no quantisation. Converter failures raise
+    int8 inputs and outputs) calibrated on ``samples`` (per sample, the NHWC arrays as a list
+    in ``fn``'s input order or a dict by input name); ``"float32"``: no quantisation. Converter failures raise
     ``RuntimeError`` with the converter's own error line.
     """
     module = tf.Module()

@@ -127,12 +127,15 @@ def print_estimate(est: NetworkEstimate, out: Any = None) -> None:
     rows = []
     for i, l in enumerate(est.layers):
         flags = []
-        if l.fallback:
+        on_cpu = "runs_on_cpu" in l.flags
+        if on_cpu:  # estimated as CPU time, never as NPU time
+            flags.append("CPU" + ("(unverified)" if "cpu_unverified" in l.flags else ""))
+        elif l.fallback:
             flags.append("FALLBACK")
+        reasons = [r for r in l.ood_reasons if r not in ("no_data", "cpu_unverified")]
         if l.out_of_design_space:
-            flags.append("OOD(" + ",".join(r for r in l.ood_reasons if r != "no_data") + ")"
-                         if [r for r in l.ood_reasons if r != "no_data"] else "OOD")
-        flags += [f for f in l.flags if f in ("cpu_fallback_op", "cpu_fallback_possible")]
+            flags.append("OOD(" + ",".join(reasons) + ")" if reasons else "OOD")
+        flags += [f for f in l.flags if f in ("cpu_fallback_op", "cpu_fallback_possible") and not on_cpu]
         kind = l.type if l.type != "other" else f"other:{l.op_type}"
         rows.append([str(i), _short(l.name), kind, _fmt_ms(l.prediction_ms)]
                     + [_fmt_iv(l.intervals[m][c]) for m in METRICS] + [" ".join(flags)])

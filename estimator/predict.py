@@ -30,6 +30,17 @@ uncalibrated estimates of the rows' networks (so it matches its coupling and sam
 A profile used on a host or runtime other than the one its numbers were measured (or
 calibrated) on adds a warning to every estimate (:mod:`estimator.fingerprint`).
 
+Layers on the target's CPU
+--------------------------
+An accelerator profile (Vela's imx93) says which layers its compiler leaves on the CPU:
+ONNX ops outside its supported set (``op_mapping.cpu_fallback_ops``). Those layers are
+flagged ``runs_on_cpu``. Where the profile has ``op_mapping.cpu_estimate`` and no row measured them,
+they are estimated by that CPU roofline, ``overhead + max(ops / peak ops, bytes / peak
+bandwidth)`` (:meth:`Estimator.cpu_layers`), flagged ``cpu_unverified`` and
+``out_of_design_space``, with intervals a log-uniform factor ``factor`` either side at every
+confidence (at 0.9 about x/÷ 3.5 for factor 4): never 0 ms, never NPU time. A warning counts
+them and their share of the total.
+
 Fast and reference paths
 ------------------------
 By default (``Estimator(..., fast=True)``) estimates use the fast path: ONNX shapes
@@ -56,8 +67,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .aggregate import (COUPLINGS, DEFAULT_COUPLING, DEFAULT_SAMPLES, DEFAULT_SEED, DistBatch, SampleBank, aggregate,
-                        layer_intervals)
+from .aggregate import (COUPLINGS, DEFAULT_COUPLING, DEFAULT_SAMPLES, DEFAULT_SEED, DistBatch, Family, SampleBank,
+                        aggregate, layer_intervals)
 from .calibration import MIN_NETWORKS, REFERENCE_CONFIDENCE, layer_kind
 from .errors import UserError
 from .layers import Layer, describe, weight_bound
@@ -318,6 +329,18 @@ class Estimator:
                 return layer_intervals(bp.dists[m], c)
             return self.models.crepes_layer_intervals(layers, bp.dists[m], m, c)
 
+        cpu = self.cpu_layers(layers)
+        cpu_est = {i for i in cpu if "cpu_unverified" in bp.reasons[i]}
+        if cpu_est and not use_fast:  # the CPU estimate is no type's conformal regressor
+            idx = np.array(sorted(cpu_est))
+            plain = bounds
+
+            def bounds(m: str, c: float) -> tuple[np.ndarray, np.ndarray]:  # noqa: F811
+                lo, hi = plain(m, c)
+                lo, hi = np.array(lo, dtype=float), np.array(hi, dtype=float)
+                lo[idx], hi[idx] = layer_intervals(bp.dists[m].take(idx), c)
+                return lo, hi
+
         pairs = {m: {c: list(zip(*(a.tolist() for a in bounds(m, c)))) for c in confs} for m in METRICS}
         # each layer's {metric: {confidence: (lower, upper)}}, built column-wise
         if len(confs) == 1:
@@ -331,12 +354,17 @@ class Estimator:
         pred, t_ops = bp.pred_ms.tolist(), bp.t_op_ms.tolist()
         fallback, ood = bp.fallback.tolist(), bp.out_of_design_space.tolist()
         rows: list[LayerEstimate] = []
-        for l, iv, p_ms, t_op, fb, o, why in zip(layers, intervals, pred, t_ops, fallback, ood, bp.reasons):
+        for i, (l, iv, p_ms, t_op, fb, o, why) in enumerate(zip(layers, intervals, pred, t_ops, fallback, ood,
+                                                                bp.reasons)):
             flags = list(l.flags)
             if l.op_type and l.op_type in cpu_ops:
                 flags.append("cpu_fallback_op")
             elif l.op_type and l.op_type in maybe_cpu:
                 flags.append("cpu_fallback_possible")
+            if i in cpu:
+                flags.append("runs_on_cpu")
+            if i in cpu_est:
+                flags.append("cpu_unverified")
             rows.append(LayerEstimate(
                 name=l.name, type=l.type, op_type=l.op_type, features=dict(l.features), ops=float(l.ops),
                 prediction_ms=p_ms, t_op_ms=None if fb else t_op, intervals=iv,
@@ -372,6 +400,51 @@ class Estimator:
                                     flags=[*l.flags, "weights_cold"])
                 if l.type in cold_types and weight_bound(l.counts) else l for l in layers]
 
+    def cpu_layers(self, layers: Sequence[Layer]) -> dict[int, str]:
+        """The layers the target runs on its CPU, by index, with the reason: their ONNX op is
+        in ``op_mapping.cpu_fallback_ops``."""
+        cpu_ops = set(self.profile.cpu_fallback_ops)
+        return {i: f"{l.op_type} is not an operator the accelerator runs (op_mapping.cpu_fallback_ops)"
+                for i, l in enumerate(layers) if l.op_type and l.op_type in cpu_ops}
+
+    def _on_cpu(self, layers: Sequence[Layer], bp: BatchPrediction) -> BatchPrediction:
+        """``bp`` with the layers the target runs on its CPU estimated by the profile's CPU
+        roofline (``op_mapping.cpu_estimate``; see the module docstring): their point
+        estimates, reasons (``cpu_unverified``) and predictive distributions replaced. ``bp``
+        itself where the profile has no CPU estimate or no layer runs on the CPU."""
+        est = self.profile.cpu_estimate
+        cpu = self.cpu_layers(layers) if est else {}
+        if not cpu:
+            return bp
+        idx = np.array(sorted(cpu), dtype=np.int64)
+        eb = elem_bytes_for(self.profile.precision)
+
+        def nbytes(l: Layer) -> float:  # at the profile's element size (int8 on an NPU)
+            try:
+                return float(describe(l.type, l.params, elem_bytes=eb).bytes)
+            except UserError:
+                return float(l.bytes) * eb / 4.0
+
+        ops = np.array([max(float(layers[i].ops), 1.0) for i in idx])
+        byt = np.array([max(nbytes(layers[i]), 1.0) for i in idx])
+        point = float(est["overhead_ms"]) + np.maximum(ops / (float(est["gops_per_s"]) * 1e6),
+                                                       byt / (float(est["gbytes_per_s"]) * 1e6))
+        f = float(est["factor"])
+        fam = Family("mult", np.exp(np.linspace(-math.log(f), math.log(f), 201)), name="cpu_estimate")
+        n = len(layers)
+        take = np.arange(n)
+        take[idx] = n + np.arange(idx.size)
+        dists = {m: DistBatch.concat([d, DistBatch(point, point, np.zeros(idx.size, dtype=np.int64), [fam])]).take(take)
+                 for m, d in bp.dists.items()}
+        pred, t_op = bp.pred_ms.copy(), bp.t_op_ms.copy()
+        pred[idx], t_op[idx] = point, np.nan
+        fb, ood = bp.fallback.copy(), bp.out_of_design_space.copy()
+        fb[idx], ood[idx] = True, True
+        reasons = [list(r) for r in bp.reasons]
+        for i in idx.tolist():
+            reasons[i] = ["cpu_unverified"] + [r for r in reasons[i] if r != "no_data"]
+        return BatchPrediction(pred, t_op, bp.ops, fb, ood, reasons, dists)
+
     def _split_free(self, layers: Iterable[Layer]) -> tuple[list[Layer], dict[str, str], list[str]]:
         """Split off the layers whose ONNX op the profile lists in ``op_mapping.free_ops``
         (ops the target turns into views, e.g. Reshape or Slice on Vela): ``(layers to
@@ -403,11 +476,25 @@ class Estimator:
 
     def _warnings(self, layers: Sequence[Layer], bp: BatchPrediction, confs: list[float]) -> list[str]:
         out: list[str] = []
+        cpu_est = [i for i in range(len(layers)) if "cpu_unverified" in bp.reasons[i]]
+        roof = [i for i in map(int, np.flatnonzero(bp.fallback)) if "cpu_unverified" not in bp.reasons[i]]
         fb_types = sorted({layers[i].type if layers[i].type != "other" else f"other({layers[i].op_type or '?'})"
-                           for i in map(int, np.flatnonzero(bp.fallback))})
+                           for i in roof})
         if fb_types:
-            out.append(f"{int(bp.fallback.sum())} layer(s) of type(s) {', '.join(fb_types)} have no benchmark data "
+            out.append(f"{len(roof)} layer(s) of type(s) {', '.join(fb_types)} have no benchmark data "
                        f"on {self.device}: roofline fallback, flagged out_of_design_space")
+        if cpu_est:
+            est = self.profile.cpu_estimate or {}
+            ops: dict[str, int] = {}
+            for i in cpu_est:
+                ops[layers[i].op_type or layers[i].type] = ops.get(layers[i].op_type or layers[i].type, 0) + 1
+            t = float(bp.pred_ms[cpu_est].sum())
+            out.append(f"{len(cpu_est)} layer(s) run on the CPU on {self.device} ("
+                       + ", ".join(f"{n} {o}" for o, n in sorted(ops.items())) + f"), flagged runs_on_cpu: their cost "
+                       f"is not measured, {t:.3g} ms of the total is an unverified CPU roofline estimate "
+                       f"(op_mapping.cpu_estimate: {est.get('gops_per_s')} Gop/s, {est.get('gbytes_per_s')} GB/s, "
+                       f"{est.get('overhead_ms')} ms per layer; intervals x/÷ {est.get('factor')}), flagged "
+                       f"cpu_unverified")
         zero = np.flatnonzero((bp.pred_ms <= 0) & ~bp.fallback)
         if zero.size:
             types = sorted({layers[i].type for i in map(int, zero)})
@@ -424,7 +511,7 @@ class Estimator:
                            f"{', '.join(types)}; those intervals use the largest calibration score")
         ops = [l.op_type for l in layers if l.op_type]
         on_cpu = sorted(set(ops).intersection(self.profile.cpu_fallback_ops))
-        if on_cpu:
+        if on_cpu and not cpu_est:
             n = sum(o in on_cpu for o in ops)
             out.append(f"{n} layer(s) ({', '.join(on_cpu)}) run on the CPU on {self.device} "
                        f"(op_mapping.cpu_fallback_ops), flagged cpu_fallback_op; their estimates come from this "
@@ -451,7 +538,7 @@ class Estimator:
         """Like :meth:`estimate_layers`, plus the warnings (fallback, out of design space, ...)."""
         confs = parse_confidence(confidence)
         layers = list(layers)
-        bp = self.predict_batch(layers, fast=fast)
+        bp = self._on_cpu(layers, self.predict_batch(layers, fast=fast))
         return (self._rows(layers, bp, confs, self._use_fast(fast)),
                 self._warnings(layers, bp, confs) + self.host_warnings())
 
@@ -517,7 +604,7 @@ class Estimator:
                 name = Path(network).stem
         layers, dev_free, free_warns = self._split_free(net.layers)
         layers = self._mark_cold(layers)
-        bp = self.predict_batch(layers, fast=use_fast)
+        bp = self._on_cpu(layers, self.predict_batch(layers, fast=use_fast))
         intervals: dict[str, dict[float, tuple[float, float]]] = {}
         bank = self.sample_bank if use_fast else None
 

@@ -36,6 +36,8 @@ calibrate the network totals (:mod:`estimator.calibration`).
         "cpu_fallback_ops": ["Resize"],        //   ops the target leaves on the CPU (flagged)
         "free_ops": ["Reshape", "Slice"],      //   ops the target turns into views: their layers
                                                //   are listed in free_nodes, not estimated
+        "cpu_estimate": {"gops_per_s": 8, "gbytes_per_s": 2, "overhead_ms": 0.05, "factor": 4,
+                         "source": "..."},     //   roofline of the CPU for layers it runs (unverified)
         "notes": "free text"
       },
       "training": {                            // optional estimator.models.TrainingOptions overrides
@@ -245,6 +247,14 @@ class Profile:
         """ONNX ops the target runs on the CPU for some attributes only (op -> the rule):
         ``op_mapping.conditional_cpu_ops``; estimates flag them ``cpu_fallback_possible``."""
         return {str(k): str(v) for k, v in (self.op_mapping.get("conditional_cpu_ops") or {}).items()}
+
+    @property
+    def cpu_estimate(self) -> dict[str, Any] | None:
+        """How layers the target leaves on its CPU are estimated where no CPU row measured
+        them (``op_mapping.cpu_estimate``: ``gops_per_s``, ``gbytes_per_s``, ``overhead_ms``,
+        ``factor``, ``source``), or None: :meth:`estimator.predict.Estimator.cpu_layers`."""
+        est = self.op_mapping.get("cpu_estimate")
+        return dict(est) if isinstance(est, dict) else None
 
     @property
     def free_ops(self) -> list[str]:
@@ -476,6 +486,13 @@ def parse_profile_dict(meta: Any, path: Path, *, where: str | None = None) -> Pr
         ops = op_mapping.get(key, [])
         if not isinstance(ops, list) or not all(isinstance(x, str) and x for x in ops):
             raise ProfileError(f"{where}: op_mapping.{key} must be a list of ONNX op names, got {ops!r}")
+    cpu_est = op_mapping.get("cpu_estimate")
+    if cpu_est is not None:
+        keys = ("gops_per_s", "gbytes_per_s", "overhead_ms", "factor")
+        if not isinstance(cpu_est, dict) or not all(isinstance(cpu_est.get(k), (int, float)) and cpu_est[k] > 0
+                                                    for k in keys) or cpu_est["factor"] <= 1:
+            raise ProfileError(f"{where}: op_mapping.cpu_estimate needs positive numbers {', '.join(keys)} "
+                               f"(factor > 1), got {cpu_est!r}")
     both = sorted(set(op_mapping.get("cpu_fallback_ops", [])) & set(op_mapping.get("free_ops", [])))
     if both:
         raise ProfileError(f"{where}: op_mapping lists {both} both as cpu_fallback_ops and as free_ops")

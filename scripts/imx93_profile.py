@@ -1,6 +1,7 @@
 """Write the shipped ``imx93`` profile from bench-data/imx93.sqlite (environment 1).
 
     python scripts/imx93_profile.py [--root profiles] [--keep-padded-stems] [--midpoint]
+                                    [--attention-db bench-data/imx93-attn.sqlite]
 
 ``bench profile`` with the provenance text below, then one documented exclusion: the
 ``stem`` context plan's 120 configurations measured with an input-side padding conv
@@ -17,7 +18,17 @@ The profile's ``training.padding_split_by_type`` (:data:`PADDING_SPLIT_BY_TYPE`)
 per layer type, the LUM's own Vela time sits inside the Eq. 4 interval of its padded
 model, measured on the profile's own benchmark rows (``tests/perf/padding_split.py
 --lum-types``, bench-data/imx93-lum-split.log); ``--midpoint`` leaves it out (every type
-trains on Eq. 4's midpoint, as before issue 5's fourth session).
+trains on Eq. 4's midpoint).
+
+The transformer types (layernorm, matmul, softmax, transpose, slice, reshape, fc over token
+rows) were measured into their own database (``--attention-db``, :data:`ATTENTION_PASS`),
+whose rows join the table (they replace a row of the same configuration). Where the main
+database is not at hand, the table as it stands in ``profiles/imx93/measurements.csv`` is the
+base and only the attention rows are (re)placed: the two routes give the same table.
+
+``op_mapping.cpu_estimate`` (:data:`CPU_ESTIMATE`) is how the estimator prices the layers
+Vela leaves on the i.MX93's Cortex-A55 (GATHER, ...): no row measures them, so it is a
+documented roofline, labelled unverified in every estimate.
 """
 from __future__ import annotations
 
@@ -33,7 +44,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.cmd_profile import profile_from_db  # noqa: E402
+from bench.cmd_profile import profile_from_db, vela_op_mapping  # noqa: E402
 from bench.context_sampling import context_plan  # noqa: E402
 from bench.sampling import canonical_params, limits_for  # noqa: E402
 
@@ -94,25 +105,76 @@ PADDING_SPLIT_BY_TYPE: dict[str, float] = {"conv2d": 0.81, "dwconv2d": 0.77, "ad
                                             "globalpool": 0.76, "fc": 0.95}
 
 
+#: The attention pass (bench-data/imx93-attn.sqlite), added to the provenance text.
+ATTENTION_PASS = (
+    " A twelfth pass (bench run --runner vela --warmup 0 --runs 1 --layers layernorm,matmul,softmax,transpose,slice,"
+    "reshape,fc --samples 8 --prior-samples 12 --seed 0, bench-data/imx93-attn.sqlite): the transformer types, "
+    "padded in TFLite's token-row layout (NHWC (1, 1, rows, width): estimator.layers.registry.rows_of), "
+    "then matmul and softmax again with --prior-samples 32 (20 more network-prior draws each: 40 rows and 45 padding "
+    "pairs in 4.3 min on an idle core, about 6.4 s per configuration); {n_attn} rows (3 of them fc configurations "
+    "measured before, replaced by the same Vela numbers), the first run 35 min on a core shared with other work; "
+    "{n_fail} slice configurations refused (their single-layer model is a view Vela compiles to no NPU operator); "
+    "Vela placed every operator of the others on the NPU (layer norm as MEAN/SQUARED_DIFFERENCE/RSQRT/MUL/ADD, "
+    "SOFTMAX, BATCH_MATMUL, TRANSPOSE, FULLY_CONNECTED; SLICE and RESHAPE as views).")
+
+#: How the estimator prices layers Vela leaves on the CPU (op_mapping.cpu_estimate): a
+#: roofline of one Cortex-A55 core of the i.MX93 (1.7 GHz; NEON int8, 8 MACs per cycle =
+#: 27 Gop/s peak, 8 Gop/s taken for TFLite's reference int8 kernels; LPDDR4X-3733 x16 =
+#: 7.5 GB/s peak, 2 GB/s taken for the strided copies GATHER/TRANSPOSE do) plus 0.05 ms per
+#: layer for leaving the NPU (one more Ethos-U invocation and its cache maintenance).
+#: Not measured: every estimate labels these layers cpu_unverified, with intervals x/÷ 4.
+CPU_ESTIMATE = {
+    "gops_per_s": 8.0, "gbytes_per_s": 2.0, "overhead_ms": 0.05, "factor": 4.0,
+    "source": "unverified roofline of one Cortex-A55 core of the i.MX93 (1.7 GHz, NEON int8; LPDDR4X-3733 x16) "
+              "with 0.05 ms per layer for leaving the NPU (scripts/imx93_profile.py CPU_ESTIMATE); no CPU layer "
+              "of this profile is measured",
+}
+
+
+def _attention_rows(db: Path) -> tuple[list[dict], list[dict]]:
+    """Rows and failures of the attention pass's database."""
+    from bench.storage import Store  # noqa: PLC0415
+
+    with Store.open_existing(db) as store:
+        return store.export_rows(), store.failures()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--root", default=str(ROOT / "profiles"))
     ap.add_argument("--db", default=str(ROOT / "bench-data" / "imx93.sqlite"))
     ap.add_argument("--keep-padded-stems", action="store_true", help="keep the input-padded stem rows (comparison)")
     ap.add_argument("--midpoint", action="store_true", help="no per-type padding split (comparison)")
+    ap.add_argument("--attention-db", default=str(ROOT / "bench-data" / "imx93-attn.sqlite"),
+                    help="the transformer types' pass (joined to the table)")
     a = ap.parse_args()
     training = None if a.midpoint or not PADDING_SPLIT_BY_TYPE else {"padding_split_by_type": PADDING_SPLIT_BY_TYPE}
     old = ROOT / "profiles" / "imx93" / "profile.json"
     meta = json.loads(old.read_text()) if old.is_file() else {}
     padded_stems = {canonical_params(c.params) for c in context_plan({"stem": 120}, seed=0, limits=limits_for("vela"))}
-    prof = profile_from_db(a.db, "imx93", source="(pending)", root=a.root, env_id=1, hardware=meta.get("hardware"),
-                           description=meta.get("description"), training=training, force=True)
-    path = Path(prof.path) / "measurements.csv"
+    path = Path(a.root) / "imx93" / "measurements.csv"
+    if Path(a.db).is_file():
+        op_mapping = meta.get("op_mapping")
+        prof = profile_from_db(a.db, "imx93", source="(pending)", root=a.root, env_id=1, hardware=meta.get("hardware"),
+                               description=meta.get("description"), training=training, force=True)
+        path = Path(prof.path) / "measurements.csv"
+    else:
+        print(f"{a.db} is not here: the base is {path} as it stands")
+        op_mapping = meta.get("op_mapping")
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
         fields, rows = reader.fieldnames, list(reader)
     keep = [r for r in rows if a.keep_padded_stems or not (
         r["layer_type"] == "conv2d" and canonical_params(json.loads(r["params"])) in padded_stems)]
+    left_out = len(rows) - len(keep)
+    attn_text = ""
+    new_failures: list[dict] = []
+    if Path(a.attention_db).is_file():
+        attn, new_failures = _attention_rows(Path(a.attention_db))
+        key = {(r["layer_type"], canonical_params(json.loads(r["params"]))) for r in attn}
+        keep = [r for r in keep if (r["layer_type"], canonical_params(json.loads(r["params"]))) not in key]
+        keep += [{k: r[k] for k in fields} for r in attn]
+        attn_text = ATTENTION_PASS.format(n_attn=len(attn), n_fail=len(new_failures))
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
@@ -124,11 +186,18 @@ def main() -> int:
         f"{t} {c:,}" + (f" ({gi} reading the graph input)" if t == "conv2d" else "")
         + (" (" + ", ".join(f"{k} {v}" for k, v in sorted(acts.items())) + ")" if t == "activation" else "")
         for t, c in n.most_common()) + ".")
-    pj = Path(prof.path) / "profile.json"
+    pj = path.parent / "profile.json"
     doc = json.loads(pj.read_text())
-    doc["provenance"]["source"] = SOURCE.format(rows=rows_txt)
+    doc["provenance"]["source"] = SOURCE.format(rows=rows_txt).replace(" Layers Vela places", attn_text + " Layers Vela places")
+    mapping = dict(doc.get("op_mapping") or op_mapping or {})
+    placements = dict((op_mapping or {}).get("benchmark_cpu_placements") or {})
+    placements.update(vela_op_mapping(new_failures).get("benchmark_cpu_placements") or {})
+    if placements:
+        mapping["benchmark_cpu_placements"] = dict(sorted(placements.items()))
+    mapping["cpu_estimate"] = dict(CPU_ESTIMATE)
+    doc["op_mapping"] = mapping
     pj.write_text(json.dumps(doc, indent=2) + "\n")
-    print(f"{path}: {len(keep)} rows ({len(rows) - len(keep)} input-padded stems left out)")
+    print(f"{path}: {len(keep)} rows ({left_out} input-padded stems left out)")
     print(rows_txt)
     return 0
 

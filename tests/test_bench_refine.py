@@ -201,14 +201,19 @@ def test_round_plan_reaches_further_neighbours_when_the_near_ones_are_measured()
     assert round_plan([(cfg, 1.0)], top=1, neighbours=0, skip={cfg.key}, limits=Limits()) == []
 
 
-def test_rank_leaves_out_configurations_the_runners_models_cannot_render():
-    """Refinement on a TFLite runner (Vela, LiteRT) never plans an fc over token rows, whose
-    benchmark model exists in ONNX only; on ONNX Runtime it does."""
+def test_rank_leaves_out_configurations_the_runners_models_cannot_render(monkeypatch):
+    """Refinement on a TFLite runner (Vela, LiteRT) never plans a configuration whose benchmark
+    model exists in ONNX only (here: fc over token rows, made ONNX-only for the test; it renders
+    to both); on ONNX Runtime it does."""
     from types import SimpleNamespace
 
     from bench.refine import rank
     from bench.sampling import Limits
+    from estimator.layers import SPECS
     from estimator.predict import make_layer
+
+    monkeypatch.setattr(type(SPECS["fc"]), "renders",
+                        lambda self, p, fmt: fmt == "onnx" or int(p.get("m") or 1) == 1)
 
     layers = [make_layer("fc", dict(m=197, c_in=192, c_out=576), name="tokens"),
               make_layer("fc", dict(c_in=192, c_out=1000), name="head")]

@@ -229,12 +229,14 @@ def test_free_ops_are_free_nodes_with_their_reason(tmp_path: Path, cache_dir: Pa
     for node in ("reshape", "flatten"):
         assert "op_mapping.free_ops" in free["free_nodes"][node] and "imx93" in free["free_nodes"][node]
     assert any("2 layer(s) (1 Flatten, 1 Reshape) cost nothing on imx93" in w for w in free["warnings"])
-    # without free_ops they are estimated (roofline fallback, never zero) and nothing else changes
+    # without free_ops they are estimated from the profile's reshape rows (Vela makes the benchmarked
+    # RESHAPE a view too, so near 0) and nothing else changes
     views = [l for l in full["layers"] if l["op_type"] in ("Reshape", "Flatten")]
-    assert len(views) == 2 and all(l["fallback"] and l["prediction_ms"] > 0 for l in views)
+    assert len(views) == 2 and all(l["type"] == "reshape" and not l["fallback"] for l in views)
+    assert all(l["intervals"]["CM_LV"]["0.9"][1] > 0 for l in views)
     assert "reshape" not in full["free_nodes"]
     assert free["total_ms"] == pytest.approx(full["total_ms"] - sum(l["prediction_ms"] for l in views), rel=1e-9)
-    assert free["n_fallback"] == full["n_fallback"] - 2
+    assert free["n_fallback"] == full["n_fallback"]
 
 
 # ----------------------------------------------------- Vela benchmark + bench profile

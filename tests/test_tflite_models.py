@@ -44,6 +44,17 @@ INT8_CASES = [
     ("resize", dict(h=4, w=5, c=4, h_out=7, w_out=10, mode="linear")),
     ("activation", dict(h=6, w=6, c=4, kind="hardswish")),
     ("activation", dict(h=6, w=6, c=4, kind="sigmoid")),
+    # transformer layers, padded in TFLite's token-row layout (estimator.layers.registry.rows_of)
+    ("activation", dict(h=1, w=32, c=12, kind="gelu")),
+    ("layernorm", dict(rows=12, c=16)),
+    ("softmax", dict(h=10, w=10, c=3, axis_len=10)),
+    ("softmax", dict(h=1, w=1, c=10, axis_len=10)),
+    ("matmul", dict(b=3, m=10, k=8, n_cols=10)),
+    ("transpose", dict(h=10, w=8, c=3, rank=4, moves_last=0)),
+    ("transpose", dict(h=10, w=8, c=3, rank=4, moves_last=1)),
+    ("slice", dict(h=3, w=16, c=3, elems_out=48, n_outputs=1)),
+    ("reshape", dict(h=4, w=6, c=8)),
+    ("fc", dict(m=12, c_in=16, c_out=24)),
 ]
 
 
@@ -68,7 +79,7 @@ def _ids(case):
 @pytest.mark.parametrize("case", INT8_CASES, ids=[_ids(c) for c in INT8_CASES])
 def test_int8_padded_model_runs_in_litert(case, litert) -> None:
     t, p = case
-    ir = padded_model(t, p)
+    ir = padded_model(t, p, "tflite")
     model = tm.to_tflite(ir, "int8")
     assert model[4:8] == b"TFL3"
     prep = litert.prepare(model)
@@ -224,3 +235,77 @@ def test_litert_runner_environment_and_errors(litert) -> None:
         get_runner("litert", delegate="/nonexistent/libdelegate.so")
     with pytest.raises(RunnerError, match="per-layer"):
         litert.per_layer(prep)
+
+
+# The transformer types' single-layer models (the LUM alone) in TFLite compute what their
+# ONNX models compute; TFLite's take rank-3 tensors where ONNX's take rank 4, fed the same data.
+# (A reshape is left out: in TFLite it reinterprets NHWC data, a different element order for
+# the same work, and the IR says so.)
+TOKEN_CASES = [
+    ("layernorm", dict(rows=7, c=12)),
+    ("softmax", dict(h=5, w=6, c=3, axis_len=6)),
+    ("softmax", dict(h=1, w=1, c=10, axis_len=10)),
+    ("matmul", dict(b=3, m=5, k=8, n_cols=6)),
+    ("transpose", dict(h=5, w=8, c=3, rank=4, moves_last=0)),
+    ("transpose", dict(h=5, w=8, c=3, rank=4, moves_last=1)),
+    ("slice", dict(h=3, w=4, c=5, elems_out=24, n_outputs=1)),
+    ("fc", dict(m=7, c_in=12, c_out=5)),
+    ("fc", dict(m=7, c_in=12, c_out=5, bias=0)),
+]
+
+
+def _run_litert(model: bytes, feeds: list[np.ndarray]) -> np.ndarray:
+    from ai_edge_litert.interpreter import Interpreter
+
+    interp = Interpreter(model_content=model)
+    interp.allocate_tensors()
+    details = interp.get_input_details()
+    by_name = sorted(details, key=lambda d: d["name"])  # x0, x1: the IR's order
+    for d, x in zip(by_name, feeds):
+        interp.set_tensor(d["index"], x)
+    interp.invoke()
+    return interp.get_tensor(interp.get_output_details()[0]["index"])
+
+
+def _to_tflite_layout(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """An ONNX feed as the TFLite model's input of IR shape ``shape`` (NHWC for rank 4)."""
+    y = x.reshape(shape)
+    return np.ascontiguousarray(y.transpose(0, 2, 3, 1)) if y.ndim == 4 else y
+
+
+@pytest.mark.parametrize("case", TOKEN_CASES, ids=[_ids(c) for c in TOKEN_CASES])
+def test_float32_token_layers_match_onnx(case) -> None:
+    import onnxruntime as ort
+
+    t, p = case
+    ir_onnx, ir_tfl = single_layer_model(t, p), single_layer_model(t, p, "tflite")
+    feeds = make_inputs(ir_onnx, seed=1)
+    ref = ort.InferenceSession(to_onnx(ir_onnx)).run(None, feeds)[0]
+    xs = [_to_tflite_layout(feeds[a.name], b.shape) for a, b in zip(ir_onnx.inputs, ir_tfl.inputs)]
+    out = _run_litert(tm.to_tflite(ir_tfl, "float32"), xs)
+    got = out.transpose(0, 3, 1, 2) if out.ndim == 4 else out
+    assert got.size == ref.size
+    np.testing.assert_allclose(got.reshape(ref.shape), ref, rtol=1e-4, atol=1e-4)
+
+
+EXPECTED_OPS = {"layernorm": {"MEAN", "SQUARED_DIFFERENCE", "RSQRT"}, "softmax": {"SOFTMAX"},
+                "matmul": {"BATCH_MATMUL"}, "transpose": {"TRANSPOSE"}, "slice": {"SLICE"}, "reshape": {"RESHAPE"},
+                "fc": {"FULLY_CONNECTED"}, "activation": {"GELU"}}
+
+
+TOKEN_INT8 = [c for c in INT8_CASES if c[0] in EXPECTED_OPS and c[1].get("kind", "gelu") == "gelu"]
+
+
+@pytest.mark.parametrize("case", TOKEN_INT8, ids=[_ids(c) for c in TOKEN_INT8])
+def test_token_layers_render_as_tflite_builtins(case, litert) -> None:
+    """Each transformer LUM becomes the TFLite builtin a converted transformer has, between the
+    padding CONV_2Ds, and the padded models run in float32 too."""
+    t, p = case
+    ir = padded_model(t, p, "tflite")
+    for q in ("int8", "float32"):
+        prep = litert.prepare(tm.to_tflite(ir, q))
+        ops = prep.info["ops"]
+        assert ops[0] == "CONV_2D" and EXPECTED_OPS[t] <= set(ops), ops
+        assert "TRANSPOSE" not in ops or t == "transpose", ops  # no layout change charged to the LUM
+        assert tuple(prep.info["outputs"][0]["shape"]) == tm.nhwc(ir.outputs[0].shape)
+        litert.time(prep, warmup=0, runs=1)

@@ -1,5 +1,5 @@
 """fc over token rows (a transformer's Linear on (1, m, c_in)) is benchmarked on its own layout;
-one row (a classifier) as before; TFLite plans keep to what TFLite models render."""
+one row (a classifier) as before; ONNX and TFLite plans both hold them."""
 import io
 
 import numpy as np
@@ -40,9 +40,9 @@ def test_imported_transformer_linear_is_benchable():
     padded_model("fc", fc.params)
 
 
-def test_prior_has_token_rows_for_onnx_and_none_for_tflite():
-    onnx_plan = make_plan(["fc"], 0, prior_samples=40, seed=0, model_format="onnx")
-    tflite_plan = make_plan(["fc"], 0, prior_samples=40, seed=0, model_format="tflite")
-    assert sum(c.params.get("m", 1) > 1 for c in onnx_plan) >= 10
-    assert all(c.params.get("m", 1) == 1 for c in tflite_plan) and len(tflite_plan) == 40
-    assert all(SPECS["fc"].renders(c.params, "tflite") for c in tflite_plan)
+def test_prior_has_token_rows_for_onnx_and_tflite():
+    """Token rows render to both formats (TFLite: one FULLY_CONNECTED on NHWC (1, 1, m, c_in))."""
+    for fmt in ("onnx", "tflite"):
+        plan = make_plan(["fc"], 0, prior_samples=40, seed=0, model_format=fmt)
+        assert sum(c.params.get("m", 1) > 1 for c in plan) >= 10 and len(plan) == 40
+        assert all(SPECS["fc"].renders(c.params, fmt) for c in plan)

@@ -99,7 +99,7 @@ class Activation(LayerTypeSpec):
         return LayerCounts(dict(h=h, w=w, c=c, kind=code), 0, cp, float(out), io_bytes(out, out, cp, eb), (n, c, h, w))
 
     def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
-                act: str | None, *, single: bool = False) -> list[Op]:
+                act: str | None, *, single: bool = False, model_format: str = "onnx") -> list[Op]:
         kind = benchable_kind(p)
         aa: dict[str, Any] = {"kind": kind}
         if kind == "leakyrelu":

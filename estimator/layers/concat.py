@@ -52,12 +52,13 @@ class Concat(LayerTypeSpec):
                      c_in2=chans[1] if len(chans) > 1 else 0)
         return LayerCounts(feats, 0, 0, float(out), io_bytes(out, out, 0, eb), (n, c_out, h, w))
 
-    def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts) -> tuple[NCHW, ...]:
+    def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts,
+                   model_format: str = "onnx") -> tuple[NCHW, ...]:
         h, w = int(p["h"]), int(p["w"])
         return tuple((1, c, h, w) for c in input_channels(p))
 
     def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
-                act: str | None, *, single: bool = False) -> list[Op]:
+                act: str | None, *, single: bool = False, model_format: str = "onnx") -> list[Op]:
         return [Op("concat", "lum", tuple(ins), out_name, out_shape, {"axis": 1})]
 
     def from_onnx(self, n: Any, g: Any) -> Any:

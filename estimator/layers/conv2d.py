@@ -53,11 +53,12 @@ class Conv2d(LayerTypeSpec):
                            io_bytes(n * h * w * c_in, n * h_out * w_out * c_out, params, eb),
                            (n, c_out, h_out, w_out))
 
-    def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts) -> tuple[NCHW, ...]:
+    def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts,
+                   model_format: str = "onnx") -> tuple[NCHW, ...]:
         return ((1, int(p["c_in"]), int(p["h"]), int(p["w"])),)
 
     def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
-                act: str | None, *, single: bool = False) -> list[Op]:
+                act: str | None, *, single: bool = False, model_format: str = "onnx") -> list[Op]:
         a = window_attrs(p, dilated=True)
         c_in, c_out, g = int(p["c_in"]), int(p["c_out"]), opt_int(p, "groups", 1)
         a.update(c_in=c_in, c_out=c_out, groups=g, bias=bool(opt_int(p, "bias", 1)),

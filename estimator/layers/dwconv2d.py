@@ -48,7 +48,7 @@ class DwConv2d(LayerTypeSpec):
                            (n, c_out, h_out, w_out))
 
     def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
-                act: str | None, *, single: bool = False) -> list[Op]:
+                act: str | None, *, single: bool = False, model_format: str = "onnx") -> list[Op]:
         a = window_attrs(p, dilated=True)
         c_in = int(p["c"])
         a.update(c_in=c_in, c_out=c_in * opt_int(p, "multiplier", 1), groups=c_in, bias=bool(opt_int(p, "bias", 1)),

@@ -7,8 +7,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from . import space
-from .ir import Op
-from .params import act_code, cold, io_bytes, nonneg, opt_int, positive
+from .ir import Op, tf_axis
+from .params import LayerSpecError, act_code, cold, io_bytes, nonneg, opt_int, positive
 from .registry import NCHW, LayerCounts, LayerTypeSpec, register, rows_of
 from .shared import gemm_dims
 
@@ -44,30 +44,31 @@ class Fc(LayerTypeSpec):
     # glue is counted in T_c (real networks have the same flatten before their classifier).
     # Rows of tokens (m > 1, a transformer's Linear on (1, m, c_in)) are measured on their own
     # data as (1, m, 1, c_in) (rows_of): conv 1 -> m -> MatMul by the (c_in, c_out) weight +
-    # bias (IR op kind "fc") -> (1, m, 1, c_out) -> conv m -> 1; no glue. ONNX only.
+    # bias (IR op kind "fc") -> (1, m, 1, c_out) -> conv m -> 1; no glue. In TFLite the rows
+    # are NHWC (1, 1, m, c_in) (rows_of) and the LUM one FULLY_CONNECTED that keeps the
+    # leading dims, as converted transformers have it.
 
-    def renders(self, p: Mapping[str, Any], model_format: str) -> bool:
-        return model_format in self.model_formats and (opt_int(p, "m", 1) == 1 or model_format == "onnx")
-
-    def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts) -> tuple[NCHW, ...]:
+    def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts,
+                   model_format: str = "onnx") -> tuple[NCHW, ...]:
         m = opt_int(p, "m", 1)
         if m > 1:
-            return (rows_of((1, m, int(p["c_in"]))),)
+            return (rows_of((1, m, int(p["c_in"])), model_format),)
         return ((1, int(p["c_in"]), 1, 1),)
 
-    def lum_output(self, p: Mapping[str, Any], counts: LayerCounts) -> NCHW:
+    def lum_output(self, p: Mapping[str, Any], counts: LayerCounts, model_format: str = "onnx") -> NCHW:
         m = opt_int(p, "m", 1)
         if m > 1:
-            return rows_of((1, m, int(p["c_out"])))
+            return rows_of((1, m, int(p["c_out"])), model_format)
         return 1, int(p["c_out"]), 1, 1
 
     def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
-                act: str | None, *, single: bool = False) -> list[Op]:
+                act: str | None, *, single: bool = False, model_format: str = "onnx") -> list[Op]:
         c_in, c_out = int(p["c_in"]), int(p["c_out"])
         gemm_attrs = dict(c_in=c_in, c_out=c_out, bias=bool(opt_int(p, "bias", 1)))
         m = opt_int(p, "m", 1)
         if m > 1:
             shape = (m, c_out) if single else out_shape
+            gemm_attrs["axis"] = 1 if model_format == "tflite" and not single else len(shape) - 1  # c_in's axis
             return [Op(self.name, "lum", tuple(ins), out_name, shape, gemm_attrs, act)]
         if single:
             return [Op("gemm", "lum", tuple(ins), out_name, (1, c_out), gemm_attrs, act)]
@@ -77,8 +78,8 @@ class Fc(LayerTypeSpec):
             Op("reshape", "lum/reshape_out", ("lum_gemm",), out_name, out_shape, {}, None, "aux"),
         ]
 
-    def single_layer_io(self, p: Mapping[str, Any], ins: tuple[NCHW, ...], out: NCHW
-                        ) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+    def single_layer_io(self, p: Mapping[str, Any], ins: tuple[NCHW, ...], out: NCHW,
+                        model_format: str = "onnx") -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
         m = opt_int(p, "m", 1)  # rows of tokens: (m, c_in) -> (m, c_out); one row: a (1, c_in) Gemm
         return ((m, int(p["c_in"])),), (m, int(p["c_out"]))
 
@@ -94,12 +95,24 @@ class Fc(LayerTypeSpec):
         """MatMul by the weight, then the bias Add: how torch exports Linear on token rows."""
         from onnx import helper  # noqa: PLC0415
 
+        if int(op.attrs.get("axis", -1)) % len(op.shape) != len(op.shape) - 1:
+            raise LayerSpecError(f"{op.name}: an ONNX MatMul contracts the last axis, not axis {op.attrs['axis']}")
         w = init(f"{op.name}/W", weights["w"])
         if "b" not in weights:
             return [helper.make_node("MatMul", [op.inputs[0], w], [output], name=op.name)]
         return [helper.make_node("MatMul", [op.inputs[0], w], [f"{op.name}/mm"], name=op.name),
                 helper.make_node("Add", [f"{op.name}/mm", init(f"{op.name}/B", weights["b"])], [output],
                                  name=f"{op.name}/bias")]
+
+    def tflite_ops(self, op: Op, ins: Sequence[Any], weights: Mapping[str, np.ndarray]) -> Any:
+        """The token rows times the weight, plus the bias, over the last (channel) axis: the
+        converter makes it one FULLY_CONNECTED (``keep_num_dims``)."""
+        import tensorflow as tf  # noqa: PLC0415
+
+        if tf_axis(int(op.attrs.get("axis", -1)), len(op.shape)) != len(op.shape) - 1:
+            raise LayerSpecError(f"{op.name}: the TFLite fc contracts the last (channel) axis")
+        y = tf.matmul(ins[0], tf.constant(weights["w"]))
+        return y + tf.constant(weights["b"]) if "b" in weights else y
 
     def from_onnx(self, n: Any, g: Any) -> Any:
         """A Gemm or MatMul with a constant weight and one batch (else matmul's), with a bias

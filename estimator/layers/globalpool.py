@@ -30,7 +30,7 @@ class GlobalPool(LayerTypeSpec):
                            (n, c, 1, 1))
 
     def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
-                act: str | None, *, single: bool = False) -> list[Op]:
+                act: str | None, *, single: bool = False, model_format: str = "onnx") -> list[Op]:
         mode = p.get("mode", "avg")
         if mode not in ("avg", "max"):
             raise LayerSpecError(f"globalpool mode {mode!r} unknown; use 'avg' or 'max'")

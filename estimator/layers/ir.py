@@ -12,7 +12,14 @@ from typing import Any, Mapping
 
 import numpy as np
 
-__all__ = ["TensorSpec", "Op", "jsonable"]
+__all__ = ["TensorSpec", "Op", "jsonable", "tf_axis"]
+
+
+def tf_axis(axis: int, rank: int) -> int:
+    """The TensorFlow axis of IR axis ``axis`` of a rank-``rank`` tensor: rank 4 is NCHW in the
+    IR and NHWC in TensorFlow/TFLite (channels last), other ranks keep their axes."""
+    a = axis % rank
+    return (0, 3, 1, 2)[a] if rank == 4 else a
 
 
 @dataclass(frozen=True)

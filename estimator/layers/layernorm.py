@@ -5,7 +5,10 @@ A LayerNorm normalises ``rows`` vectors of length ``c`` (a token tensor ``(n, ro
 Smart padding measures it on the same data laid out as ``(1, rows, 1, c)``
 (:func:`~estimator.layers.registry.rows_of`), normalised over its last axis: the padding convs
 are 1x1 convs 1 -> rows at ``1 x c`` and the LUM is the same ONNX operator on the same
-contiguous data as in the network, with no glue charged to it.
+contiguous data as in the network, with no glue charged to it. In TFLite the same rows are
+NHWC ``(1, 1, rows, c)`` (``rows`` pixels of ``c`` channels) and the LUM is what the TFLite
+converter makes of a LayerNorm (TFLite has no layer-norm builtin): MEAN, SQUARED_DIFFERENCE,
+MEAN, ADD, RSQRT, MUL, MUL, ADD over the channels.
 """
 from __future__ import annotations
 
@@ -16,8 +19,8 @@ import numpy as np
 
 from . import space
 from .importing import Unsupported, attrs
-from .ir import Op
-from .params import io_bytes, positive
+from .ir import Op, tf_axis
+from .params import LayerSpecError, io_bytes, positive
 from .registry import NCHW, LayerCounts, LayerTypeSpec, register, rows_of
 
 #: Network prior: embedding widths.
@@ -35,7 +38,7 @@ class LayerNorm(LayerTypeSpec):
     summary = "layer normalisation of rows vectors of length c (LayerNormalization over the trailing axes)"
     required = ("rows", "c")
     benchable = True
-    model_formats = ("onnx",)
+    model_formats = ("onnx", "tflite")
     sampled = True
     onnx_ops = ("LayerNormalization",)
     examples = (dict(rows=197, c=192), dict(rows=49, c=96), dict(rows=1, c=8))
@@ -47,20 +50,23 @@ class LayerNorm(LayerTypeSpec):
         return LayerCounts(dict(rows=rows, c=c, params=params), 0, params, float(out), io_bytes(out, out, params, eb),
                            (n, rows, c))
 
-    def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts) -> tuple[NCHW, ...]:
-        return (rows_of((1, int(p["rows"]), int(p["c"]))),)
+    def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts,
+                   model_format: str = "onnx") -> tuple[NCHW, ...]:
+        return (rows_of((1, int(p["rows"]), int(p["c"])), model_format),)
 
-    def lum_output(self, p: Mapping[str, Any], counts: LayerCounts) -> NCHW:
-        return rows_of((1, int(p["rows"]), int(p["c"])))
+    def lum_output(self, p: Mapping[str, Any], counts: LayerCounts, model_format: str = "onnx") -> NCHW:
+        return rows_of((1, int(p["rows"]), int(p["c"])), model_format)
 
-    def single_layer_io(self, p: Mapping[str, Any], ins: tuple[NCHW, ...], out: NCHW
-                        ) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+    def single_layer_io(self, p: Mapping[str, Any], ins: tuple[NCHW, ...], out: NCHW,
+                        model_format: str = "onnx") -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
         shape = (1, int(p["rows"]), int(p["c"]))  # the token tensor
         return (shape,), shape
 
     def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
-                act: str | None, *, single: bool = False) -> list[Op]:
-        return [Op(self.name, "lum", tuple(ins), out_name, out_shape, {"c": int(p["c"]), "epsilon": 1e-5})]
+                act: str | None, *, single: bool = False, model_format: str = "onnx") -> list[Op]:
+        shape = (1, int(p["rows"]), int(p["c"])) if single else out_shape
+        axis = len(shape) - 1 if single or model_format != "tflite" else 1  # where rows_of put c
+        return [Op(self.name, "lum", tuple(ins), out_name, shape, {"c": int(p["c"]), "epsilon": 1e-5, "axis": axis})]
 
     def op_weights(self, op: Op, rng: np.random.Generator) -> dict[str, np.ndarray]:
         c = int(op.attrs["c"])
@@ -71,8 +77,24 @@ class LayerNorm(LayerTypeSpec):
         from onnx import helper  # noqa: PLC0415
 
         ins = [op.inputs[0], init(f"{op.name}/scale", weights["scale"]), init(f"{op.name}/bias", weights["bias"])]
+        if int(op.attrs.get("axis", -1)) % len(op.shape) != len(op.shape) - 1:
+            raise LayerSpecError(f"{op.name}: ONNX LayerNormalization normalises trailing axes, not axis "
+                                 f"{op.attrs['axis']} of {op.shape}")
         return [helper.make_node("LayerNormalization", ins, [output], name=op.name, axis=-1,
                                  epsilon=float(op.attrs["epsilon"]))]
+
+    def tflite_ops(self, op: Op, ins: Sequence[Any], weights: Mapping[str, np.ndarray]) -> Any:
+        """Mean and variance over the channels, as the TFLite converter lowers a LayerNorm."""
+        import tensorflow as tf  # noqa: PLC0415
+
+        x = ins[0]
+        axis = tf_axis(int(op.attrs.get("axis", -1)), len(op.shape))
+        if axis != len(op.shape) - 1:
+            raise LayerSpecError(f"{op.name}: the TFLite layer norm normalises the last (channel) axis")
+        mean = tf.reduce_mean(x, axis=-1, keepdims=True)
+        var = tf.reduce_mean(tf.math.squared_difference(x, mean), axis=-1, keepdims=True)
+        y = (x - mean) * tf.math.rsqrt(var + float(op.attrs["epsilon"]))
+        return y * tf.constant(weights["scale"]) + tf.constant(weights["bias"])
 
     def from_onnx(self, n: Any, g: Any) -> Any:
         """A LayerNormalization: rows = the elements before ``axis`` per batch item, c = from

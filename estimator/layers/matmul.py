@@ -3,7 +3,9 @@
 Smart padding measures it as in a transformer, on operands ``(1, b, m, k)`` and
 ``(1, b, k, n_cols)`` and output ``(1, b, m, n_cols)``; the padding convs feed and read them
 as ``(1, b m, 1, k)``, ``(1, b k, 1, n_cols)`` and ``(1, b m, 1, n_cols)``
-(:func:`~estimator.layers.registry.rows_of`, reshaped to the operands as views).
+(:func:`~estimator.layers.registry.rows_of`, reshaped to the operands as views). In TFLite the
+rows are NHWC ``(1, 1, b m, k)`` and ``(1, 1, b k, n_cols)`` and the operands ``(b, m, k)``, ``(b, k, n_cols)``: one
+BATCH_MATMUL between RESHAPEs that only relabel the stored data.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ class MatMul(LayerTypeSpec):
     takes_act = True
     onnx_ops = ("Gemm", "MatMul")
     benchable = True
-    model_formats = ("onnx",)
+    model_formats = ("onnx", "tflite")
     sampled = True
     examples = (dict(b=3, m=197, k=64, n_cols=197), dict(b=3, m=197, k=197, n_cols=64), dict(m=8, k=16, n_cols=4))
 
@@ -47,23 +49,26 @@ class MatMul(LayerTypeSpec):
         b, m, k, nn = int(p.get("b") or 1), int(p["m"]), int(p["k"]), int(p["n_cols"])
         return (1, b, m, k), (1, b, k, nn), (1, b, m, nn)
 
-    def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts) -> tuple[NCHW, ...]:
+    def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts,
+                   model_format: str = "onnx") -> tuple[NCHW, ...]:
         a, b, _ = self._shapes(p)
-        return rows_of(a), rows_of(b)
+        return rows_of(a, model_format), rows_of(b, model_format)
 
-    def lum_output(self, p: Mapping[str, Any], counts: LayerCounts) -> NCHW:
-        return rows_of(self._shapes(p)[2])
+    def lum_output(self, p: Mapping[str, Any], counts: LayerCounts, model_format: str = "onnx") -> NCHW:
+        return rows_of(self._shapes(p)[2], model_format)
 
-    def single_layer_io(self, p: Mapping[str, Any], ins: tuple[NCHW, ...], out: NCHW
-                        ) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+    def single_layer_io(self, p: Mapping[str, Any], ins: tuple[NCHW, ...], out: NCHW,
+                        model_format: str = "onnx") -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
         a, b, y = self._shapes(p)
         return (a[1:], b[1:]), y[1:]  # (b, m, k) x (b, k, n_cols)
 
     def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
-                act: str | None, *, single: bool = False) -> list[Op]:
+                act: str | None, *, single: bool = False, model_format: str = "onnx") -> list[Op]:
         a, b, y = self._shapes(p)
         if single:
             return [Op(self.name, "lum", tuple(ins), out_name, y[1:], {}, act)]
+        if model_format == "tflite":  # BATCH_MATMUL on rank 3: rank 4 would be NHWC there
+            a, b, y = a[1:], b[1:], y[1:]
         return [reshape_op("lum/reshape_a", ins[0], "lum_a", a), reshape_op("lum/reshape_b", ins[1], "lum_b", b),
                 Op(self.name, "lum", ("lum_a", "lum_b"), "lum_y", y, {}, act),
                 reshape_op("lum/reshape_out", "lum_y", out_name, out_shape)]
@@ -72,6 +77,12 @@ class MatMul(LayerTypeSpec):
         from onnx import helper  # noqa: PLC0415
 
         return [helper.make_node("MatMul", list(op.inputs), [output], name=op.name)]
+
+    def tflite_ops(self, op: Op, ins: Sequence[Any], weights: Mapping[str, np.ndarray]) -> Any:
+        """BATCH_MATMUL of the two operands."""
+        import tensorflow as tf  # noqa: PLC0415
+
+        return tf.matmul(ins[0], ins[1])
 
     def from_onnx(self, n: Any, g: Any) -> Any:
         """A Gemm or MatMul that is not fc's: both operands computed (attention's products), a

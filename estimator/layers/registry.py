@@ -4,7 +4,8 @@ A layer type owns everything about itself in its module: its features and counts
 (:meth:`~LayerTypeSpec.count`), its ONNX operators and patterns
 (:attr:`~LayerTypeSpec.onnx_ops`, :meth:`~LayerTypeSpec.from_onnx`), its smart-padding layer
 under measurement (:meth:`~LayerTypeSpec.lum_inputs`, :meth:`~LayerTypeSpec.lum_ops`, and the
-rendering of IR ops of its own kind), its sampling draws and network prior
+rendering of IR ops of its own kind: :meth:`~LayerTypeSpec.onnx_nodes`,
+:meth:`~LayerTypeSpec.tflite_ops`), its sampling draws and network prior
 (:meth:`~LayerTypeSpec.draw`, :meth:`~LayerTypeSpec.prior_variant`,
 :attr:`~LayerTypeSpec.prior_acts`), and which activation it takes fused. Modules register
 their type with :func:`register`; importing the package imports every module of it
@@ -102,7 +103,9 @@ class LayerTypeSpec:
     #: Whether smart padding can measure the type (its inputs and output are NCHW tensors a
     #: 1x1 padding conv can feed and consume): then :meth:`lum_ops` builds it.
     benchable: ClassVar[bool] = False
-    #: Model formats the LUM renders to (``bench.modelgen.to_onnx``; ``bench.tflite_models``).
+    #: Model formats the LUM renders to (``bench.modelgen.to_onnx``; ``bench.tflite_models``):
+    #: the IR primitives render to both; an op of the type's own kind through
+    #: :meth:`onnx_nodes` and :meth:`tflite_ops`.
     model_formats: ClassVar[tuple[str, ...]] = ("onnx", "tflite")
     #: Whether the type takes a fused activation (raw param ``act``, feature ``act``): the
     #: producers that device fusion rules may fold an activation into.
@@ -130,25 +133,37 @@ class LayerTypeSpec:
         :attr:`model_formats`)."""
         return model_format in self.model_formats
 
-    def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts) -> tuple[NCHW, ...]:
-        """NCHW shapes of the LUM's inputs (default: one ``(1, c, h, w)``)."""
+    def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts,
+                   model_format: str = "onnx") -> tuple[NCHW, ...]:
+        """NCHW shapes of the LUM's inputs (default: one ``(1, c, h, w)``) in a model of
+        ``model_format`` (token tensors are padded as :func:`rows_of` lays them out there)."""
         return ((1, int(p["c"]), int(p["h"]), int(p["w"])),)
 
-    def lum_output(self, p: Mapping[str, Any], counts: LayerCounts) -> NCHW:
+    def lum_output(self, p: Mapping[str, Any], counts: LayerCounts, model_format: str = "onnx") -> NCHW:
         """NCHW shape of the LUM's output (default: the counted output shape)."""
         out = counts.output_shape
         return int(out[0]), int(out[1]), int(out[2]), int(out[3])
 
     def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
-                act: str | None, *, single: bool = False) -> list[Op]:
+                act: str | None, *, single: bool = False, model_format: str = "onnx") -> list[Op]:
         """The LUM as model-IR ops reading tensors ``ins`` and writing ``out_name``;
-        ``act`` is its fused activation; ``single``: the single-layer model (Fig. 5a)."""
+        ``act`` is its fused activation; ``single``: the single-layer model (Fig. 5a);
+        ``model_format``: the format the model is rendered to (the layout of its inputs)."""
         raise LayerSpecError(f"no model builder for {self.name!r}")
 
     def op_weights(self, op: Op, rng: np.random.Generator) -> dict[str, np.ndarray]:
         """Weights of an IR op of the type's own kind (``op.kind == name``), e.g. a layer
         norm's scale and bias; ``bench.modelgen.make_weights`` draws them, seeded."""
         return {}
+
+    def tflite_ops(self, op: Op, ins: Sequence[Any], weights: Mapping[str, np.ndarray]) -> Any:
+        """TensorFlow ops computing an IR op of the type's own kind from the TensorFlow tensors
+        ``ins``; returns the output tensor. ``bench.tflite_models`` calls it inside the op's
+        name scope and converts the graph to TFLite, so this is the TFLite rendering. Tensors
+        of rank 4 are NHWC there (:func:`~estimator.layers.ir.tf_axis` maps an IR axis), others
+        keep the IR's shape; the LUM of a ``model_format="tflite"`` model is built so that the
+        axis it works on is TensorFlow's last one."""
+        raise LayerSpecError(f"IR op kind {op.kind!r} has no TFLite rendering")
 
     def onnx_nodes(self, op: Op, output: str, weights: Mapping[str, np.ndarray], init: Any) -> list[Any]:
         """ONNX nodes of an IR op of the type's own kind, reading ``op.inputs`` and writing
@@ -157,8 +172,8 @@ class LayerTypeSpec:
         ``bench.modelgen``; a type whose LUM needs another operator renders it here."""
         raise LayerSpecError(f"IR op kind {op.kind!r} has no ONNX rendering")
 
-    def single_layer_io(self, p: Mapping[str, Any], ins: tuple[NCHW, ...], out: NCHW
-                        ) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+    def single_layer_io(self, p: Mapping[str, Any], ins: tuple[NCHW, ...], out: NCHW,
+                        model_format: str = "onnx") -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
         """Graph input and output shapes of the single-layer model (default: the LUM's)."""
         return ins, out
 
@@ -217,22 +232,28 @@ class LayerTypeSpec:
         return f"<layer type {self.name}>"
 
 
-def rows_of(shape: Sequence[int]) -> NCHW:
-    """A tensor as smart padding feeds it: ``(1, prod(leading dims), 1, last dim)``, the same
-    contiguous data with many channels. 1x1 padding convs are cheap per element with many
-    channels and dear with few (ONNX Runtime: 15 ns per element at 1 channel, 0.7 ns at 64),
-    so token tensors and attention scores are padded in this layout and reshaped (a view)
-    to the shape the layer reads."""
+def rows_of(shape: Sequence[int], model_format: str = "onnx") -> NCHW:
+    """A tensor as smart padding feeds it: its ``lead = prod(leading dims)`` rows of ``last``
+    elements, the same contiguous data, reshaped (a view) to the shape the layer reads.
+
+    ONNX (NCHW): ``(1, lead, 1, last)``, many channels. 1x1 padding convs are cheap per
+    element with many channels and dear with few (ONNX Runtime: 15 ns per element at 1
+    channel, 0.7 ns at 64). TFLite (NHWC): ``(1, last, 1, lead)``, stored as NHWC
+    ``(1, 1, lead, last)``: ``lead`` pixels of ``last`` channels is the row-major token tensor,
+    where ``(1, lead, 1, last)`` would store it transposed and charge a TRANSPOSE to the LUM."""
     s = [int(x) for x in shape]
     lead = 1
     for x in s[1:-1] if len(s) > 1 else ():
         lead *= x
-    return 1, lead, 1, s[-1]
+    return (1, s[-1], 1, lead) if model_format == "tflite" else (1, lead, 1, s[-1])
 
 
 def reshape_op(name: str, src: str, dst: str, shape: Sequence[int]) -> Op:
-    """A reshape glue op of a LUM (role ``aux``: a view, counted in the padded model's time)."""
-    return Op("reshape", name, (src,), dst, tuple(int(x) for x in shape), {}, None, "aux")
+    """A reshape glue op of a LUM (role ``aux``: a view, counted in the padded model's time)
+    between a :func:`rows_of` tensor and the shape the layer reads. It reshapes the data in
+    the order the model stores it (``stored_order``: NHWC for rank 4 in TFLite), which is
+    what makes it a view there too."""
+    return Op("reshape", name, (src,), dst, tuple(int(x) for x in shape), {"stored_order": True}, None, "aux")
 
 
 #: The vocabulary, by type name, in :attr:`LayerTypeSpec.order` (filled by :func:`discover`).

@@ -1,7 +1,8 @@
 """reshape: reshape / flatten / squeeze / unsqueeze (often free: a runtime may alias its input).
 
 Smart padding measures it as ``(1, c, h, w)`` reinterpreted as ``(1, h, c, w)``: the same
-contiguous data under another shape, which is all a reshape is.
+contiguous data under another shape, which is all a reshape is. In TFLite it is a RESHAPE of the
+NHWC data ``(1, h, w, c)`` to ``(1, c, w, h)``, the same reinterpretation.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ class Reshape(MemoryBound):
     summary = "reshape / flatten / squeeze (often free)"
     onnx_ops = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
     benchable = True
-    model_formats = ("onnx",)
+    model_formats = ("onnx", "tflite")
     sampled = True
     examples = (dict(h=14, w=14, c=192), dict(h=1, w=192, c=197))
 
@@ -36,7 +37,7 @@ class Reshape(MemoryBound):
         return LayerCounts(dict(h=h, w=w, c=c), 0, 0, float(el), io_bytes(el, el, 0, eb), (n, h, c, w))
 
     def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
-                act: str | None, *, single: bool = False) -> list[Op]:
+                act: str | None, *, single: bool = False, model_format: str = "onnx") -> list[Op]:
         return [Op("reshape", "lum", tuple(ins), out_name, out_shape)]
 
     def from_onnx(self, n: Any, g: Any) -> Any:

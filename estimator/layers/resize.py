@@ -45,7 +45,7 @@ class Resize(LayerTypeSpec):
                            io_bytes(n * h * w * c, out, 0, eb), (n, c, h_out, w_out))
 
     def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
-                act: str | None, *, single: bool = False) -> list[Op]:
+                act: str | None, *, single: bool = False, model_format: str = "onnx") -> list[Op]:
         mode = resize_mode(p)
         coord = "asymmetric" if mode == "nearest" else "half_pixel"  # PyTorch/TF defaults
         return [Op("resize", "lum", tuple(ins), out_name, out_shape,

@@ -35,7 +35,7 @@ class WindowPool(LayerTypeSpec):
                            (n, c, h_out, w_out))
 
     def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
-                act: str | None, *, single: bool = False) -> list[Op]:
+                act: str | None, *, single: bool = False, model_format: str = "onnx") -> list[Op]:
         return [Op(self.name, "lum", tuple(ins), out_name, out_shape, window_attrs(p, dilated=False))]
 
     def from_onnx(self, n: Any, g: Any) -> Any:
@@ -117,7 +117,8 @@ class BinaryEltwise(LayerTypeSpec):
         return LayerCounts(dict(h=h, w=w, c=c, broadcast=float(bc > 0), act=act_code(p)), 0, cp, float(out),
                            io_bytes(out + second, out, cp, eb), (n, c, h, w))
 
-    def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts) -> tuple[NCHW, ...]:
+    def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts,
+                   model_format: str = "onnx") -> tuple[NCHW, ...]:
         c, h, w = int(p["c"]), int(p["h"]), int(p["w"])
         if opt_int(p, "broadcast", 0):
             eb = opt_int(p, "elems_b", c)
@@ -128,7 +129,7 @@ class BinaryEltwise(LayerTypeSpec):
         return (1, c, h, w), (1, c, h, w)
 
     def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
-                act: str | None, *, single: bool = False) -> list[Op]:
+                act: str | None, *, single: bool = False, model_format: str = "onnx") -> list[Op]:
         return [Op(self.name, "lum", tuple(ins), out_name, out_shape, {}, act)]
 
     def from_onnx(self, n: Any, g: Any) -> Any:

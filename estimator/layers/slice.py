@@ -4,7 +4,8 @@ writes.
 Smart padding measures a one-output slice as the first ``k`` channels of ``(1, c, h, w)``
 (``k = elems_out / (h w)``: the same elements copied out), fed and read as rows
 (:func:`~estimator.layers.registry.rows_of`: the first ``k h`` rows of ``(1, c h, 1, w)``); a
-split into several outputs is not benchmarked (a fallback, flagged).
+split into several outputs is not benchmarked (a fallback, flagged). In TFLite the rows are
+NHWC ``(1, 1, c h, w)`` and the LUM a SLICE of the first ``k h`` of them.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from . import space
-from .ir import Op
+from .ir import Op, tf_axis
 from .params import LayerSpecError, opt_int
 from .registry import NCHW, LayerCounts, register, rows_of
 from .shared import MemoryBound
@@ -30,7 +31,7 @@ class Slice(MemoryBound):
     onnx_ops = ("Slice", "Split", "Gather")
     extra = ("n_outputs",)
     benchable = True
-    model_formats = ("onnx",)
+    model_formats = ("onnx", "tflite")
     sampled = True
     examples = (dict(h=3, w=12608, c=3, elems_out=37824, n_outputs=1), dict(h=8, w=8, c=16, elems_out=512))
 
@@ -52,29 +53,41 @@ class Slice(MemoryBound):
                                  "benchmarked; only one output of whole channels")
         return out // (h * w)
 
-    def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts) -> tuple[NCHW, ...]:
-        return (rows_of((1, int(p["c"]), int(p["h"]), int(p["w"]))),)
+    def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts,
+                   model_format: str = "onnx") -> tuple[NCHW, ...]:
+        return (rows_of((1, int(p["c"]), int(p["h"]), int(p["w"])), model_format),)
 
-    def lum_output(self, p: Mapping[str, Any], counts: LayerCounts) -> NCHW:
-        return rows_of((1, self._kept(p), int(p["h"]), int(p["w"])))
+    def lum_output(self, p: Mapping[str, Any], counts: LayerCounts, model_format: str = "onnx") -> NCHW:
+        return rows_of((1, self._kept(p), int(p["h"]), int(p["w"])), model_format)
 
-    def single_layer_io(self, p: Mapping[str, Any], ins: tuple[NCHW, ...], out: NCHW
-                        ) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+    def single_layer_io(self, p: Mapping[str, Any], ins: tuple[NCHW, ...], out: NCHW,
+                        model_format: str = "onnx") -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
         return ((1, int(p["c"]), int(p["h"]), int(p["w"])),), (1, self._kept(p), int(p["h"]), int(p["w"]))
 
     def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
-                act: str | None, *, single: bool = False) -> list[Op]:
+                act: str | None, *, single: bool = False, model_format: str = "onnx") -> list[Op]:
         k = self._kept(p) if single else self._kept(p) * int(p["h"])  # channels, or rows of (1, c h, 1, w)
         shape = (1, self._kept(p), int(p["h"]), int(p["w"])) if single else out_shape
-        return [Op(self.name, "lum", tuple(ins), out_name, shape, {"channels": k})]
+        axis = 3 if model_format == "tflite" and not single else 1  # where rows_of put the rows
+        return [Op(self.name, "lum", tuple(ins), out_name, shape, {"axis": axis, "end": k})]
 
     def onnx_nodes(self, op: Op, output: str, weights: Mapping[str, np.ndarray], init: Any) -> list[Any]:
         from onnx import helper  # noqa: PLC0415
 
         i = np.array
-        ins = [op.inputs[0], init(f"{op.name}/starts", i([0])), init(f"{op.name}/ends", i([op.attrs["channels"]])),
-               init(f"{op.name}/axes", i([1]))]
+        ins = [op.inputs[0], init(f"{op.name}/starts", i([0])), init(f"{op.name}/ends", i([op.attrs["end"]])),
+               init(f"{op.name}/axes", i([op.attrs["axis"]]))]
         return [helper.make_node("Slice", ins, [output], name=op.name)]
+
+    def tflite_ops(self, op: Op, ins: Sequence[Any], weights: Mapping[str, np.ndarray]) -> Any:
+        """SLICE of the first ``end`` entries of the axis (STRIDED_SLICE where the converter
+        prefers it)."""
+        import tensorflow as tf  # noqa: PLC0415
+
+        x = ins[0]
+        size = [int(d) for d in x.shape]
+        size[tf_axis(int(op.attrs["axis"]), len(size))] = int(op.attrs["end"])
+        return tf.slice(x, [0] * len(size), size)
 
     def draw(self, r: np.random.Generator, prior: bool) -> dict[str, Any]:
         if prior:  # q, k, v out of a fused projection; a class token out of the tokens

@@ -3,7 +3,9 @@
 Smart padding measures it over the last axis of a tensor ``(1, c, h, w)`` (``axis_len == w``:
 attention scores ``(1, heads, tokens, tokens)``), fed as ``(1, c h, 1, w)``
 (:func:`~estimator.layers.registry.rows_of`: the same contiguous rows, normalised the same
-way), or over the channels of ``(1, c, 1, 1)`` (a classifier's ``(1, classes)``).
+way), or over the channels of ``(1, c, 1, 1)`` (a classifier's ``(1, classes)``). In TFLite the
+rows are NHWC ``(1, 1, c h, w)`` and SOFTMAX normalises its last (channel) axis, as it must
+(a softmax over another axis converts to TRANSPOSE, SOFTMAX, TRANSPOSE).
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import numpy as np
 
 from . import space
 from .importing import attrs
-from .ir import Op
+from .ir import Op, tf_axis
 from .params import LayerSpecError, io_bytes, nonneg, positive
 from .registry import NCHW, LayerCounts, register, rows_of
 from .shared import MemoryBound, generic_draft
@@ -29,7 +31,7 @@ class Softmax(MemoryBound):
     extra = ("axis_len",)
     onnx_ops = ("Softmax", "LogSoftmax")
     benchable = True
-    model_formats = ("onnx",)
+    model_formats = ("onnx", "tflite")
     sampled = True
     examples = (dict(h=197, w=197, c=3, axis_len=197), dict(h=1, w=1, c=1000, axis_len=1000),
                 dict(h=49, w=64, c=4, axis_len=64))
@@ -49,30 +51,42 @@ class Softmax(MemoryBound):
         raise LayerSpecError(f"softmax over an axis of length {length} of a {c}x{h}x{w} tensor cannot be "
                              "benchmarked; only over its last axis (axis_len = w) or its channels at h = w = 1 (axis_len = c)")
 
-    def _shape(self, p: Mapping[str, Any]) -> NCHW:
+    def _shape(self, p: Mapping[str, Any], model_format: str) -> NCHW:
         shape = (1, int(p["c"]), int(p["h"]), int(p["w"]))
-        return rows_of(shape) if self._axis(p) == 3 else shape
+        return rows_of(shape, model_format) if self._axis(p) == 3 else shape
 
-    def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts) -> tuple[NCHW, ...]:
-        return (self._shape(p),)
+    def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts,
+                   model_format: str = "onnx") -> tuple[NCHW, ...]:
+        return (self._shape(p, model_format),)
 
-    def lum_output(self, p: Mapping[str, Any], counts: LayerCounts) -> NCHW:
-        return self._shape(p)
+    def lum_output(self, p: Mapping[str, Any], counts: LayerCounts, model_format: str = "onnx") -> NCHW:
+        return self._shape(p, model_format)
 
-    def single_layer_io(self, p: Mapping[str, Any], ins: tuple[NCHW, ...], out: NCHW
-                        ) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
-        shape = (1, int(p["c"]), int(p["h"]), int(p["w"]))
+    def single_layer_io(self, p: Mapping[str, Any], ins: tuple[NCHW, ...], out: NCHW,
+                        model_format: str = "onnx") -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+        shape: tuple[int, ...] = (1, int(p["c"]), int(p["h"]), int(p["w"]))
+        if model_format == "tflite" and self._axis(p) == 3:
+            shape = shape[1:]  # (c, h, w): softmax over its last axis (rank 4 is NHWC there)
         return (shape,), shape
 
     def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
-                act: str | None, *, single: bool = False) -> list[Op]:
-        shape = (1, int(p["c"]), int(p["h"]), int(p["w"])) if single else out_shape
-        return [Op(self.name, "lum", tuple(ins), out_name, shape, {"axis": self._axis(p)})]
+                act: str | None, *, single: bool = False, model_format: str = "onnx") -> list[Op]:
+        axis = self._axis(p)
+        shape: tuple[int, ...] = (1, int(p["c"]), int(p["h"]), int(p["w"])) if single else out_shape
+        if model_format == "tflite" and axis == 3:  # the rows' elements lie on the channels there
+            shape, axis = (shape[1:], 2) if single else (shape, 1)
+        return [Op(self.name, "lum", tuple(ins), out_name, shape, {"axis": axis})]
 
     def onnx_nodes(self, op: Op, output: str, weights: Mapping[str, np.ndarray], init: Any) -> list[Any]:
         from onnx import helper  # noqa: PLC0415
 
         return [helper.make_node("Softmax", [op.inputs[0]], [output], name=op.name, axis=int(op.attrs["axis"]))]
+
+    def tflite_ops(self, op: Op, ins: Sequence[Any], weights: Mapping[str, np.ndarray]) -> Any:
+        """SOFTMAX over the TensorFlow axis of the IR's."""
+        import tensorflow as tf  # noqa: PLC0415
+
+        return tf.nn.softmax(ins[0], axis=tf_axis(int(op.attrs["axis"]), len(op.shape)))
 
     def from_onnx(self, n: Any, g: Any) -> Any:
         """``axis_len``: the length of the normalised axis (before opset 13, of the

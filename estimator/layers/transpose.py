@@ -5,7 +5,9 @@ are copied: token layouts' (b, n, heads, d) -> (b, heads, n, d)) or moves it (ev
 is gathered with a stride: k^T in attention, NCHW <-> NHWC): the ``moves_last`` feature.
 Smart padding measures a rank-4 transpose of ``(1, c, h, w)`` with perm (0, 2, 1, 3) (last
 axis kept) or (0, 1, 3, 2) (last axis moved), fed and read as rows
-(:func:`~estimator.layers.registry.rows_of`, reshaped as views).
+(:func:`~estimator.layers.registry.rows_of`, reshaped as views). In TFLite the tensor is the
+rank-3 ``(c, h, w)`` between RESHAPEs of the NHWC rows and the permutation (1, 0, 2) or
+(0, 2, 1): rank 4 is NHWC there and would move other axes than the ONNX model does.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import numpy as np
 
 from . import space
 from .importing import attrs
-from .ir import Op
+from .ir import Op, tf_axis
 from .params import nonneg, opt_int
 from .registry import NCHW, LayerCounts, register, reshape_op, rows_of
 from .shared import MemoryBound, generic_draft
@@ -32,7 +34,7 @@ class Transpose(MemoryBound):
     extra = ("moves_last",)
     onnx_ops = ("Transpose", "DepthToSpace", "SpaceToDepth")
     benchable = True
-    model_formats = ("onnx",)
+    model_formats = ("onnx", "tflite")
     sampled = True
     examples = (dict(h=197, w=64, c=3, rank=4, moves_last=1), dict(h=3, w=64, c=197, rank=4, moves_last=0))
 
@@ -44,21 +46,26 @@ class Transpose(MemoryBound):
         a, b, c, d = (x[i] for i in self._perm(p))
         return x, (a, b, c, d)
 
-    def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts) -> tuple[NCHW, ...]:
-        return (rows_of(self._io(p)[0]),)
+    def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts,
+                   model_format: str = "onnx") -> tuple[NCHW, ...]:
+        return (rows_of(self._io(p)[0], model_format),)
 
-    def lum_output(self, p: Mapping[str, Any], counts: LayerCounts) -> NCHW:
-        return rows_of(self._io(p)[1])
+    def lum_output(self, p: Mapping[str, Any], counts: LayerCounts, model_format: str = "onnx") -> NCHW:
+        return rows_of(self._io(p)[1], model_format)
 
-    def single_layer_io(self, p: Mapping[str, Any], ins: tuple[NCHW, ...], out: NCHW
-                        ) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+    def single_layer_io(self, p: Mapping[str, Any], ins: tuple[NCHW, ...], out: NCHW,
+                        model_format: str = "onnx") -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
         x, y = self._io(p)
+        if model_format == "tflite":
+            return (x[1:],), y[1:]
         return (x,), y
 
     def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
-                act: str | None, *, single: bool = False) -> list[Op]:
+                act: str | None, *, single: bool = False, model_format: str = "onnx") -> list[Op]:
         x, y = self._io(p)
         perm = {"perm": list(self._perm(p))}
+        if model_format == "tflite":  # rank 3 (c, h, w): a rank-4 tensor is NHWC there
+            x, y, perm = x[1:], y[1:], {"perm": [a - 1 for a in self._perm(p)[1:]]}
         if single:
             return [Op(self.name, "lum", tuple(ins), out_name, y, perm)]
         return [reshape_op("lum/reshape_in", ins[0], "lum_x", x), Op(self.name, "lum", ("lum_x",), "lum_y", y, perm),
@@ -68,6 +75,15 @@ class Transpose(MemoryBound):
         from onnx import helper  # noqa: PLC0415
 
         return [helper.make_node("Transpose", [op.inputs[0]], [output], name=op.name, perm=list(op.attrs["perm"]))]
+
+    def tflite_ops(self, op: Op, ins: Sequence[Any], weights: Mapping[str, np.ndarray]) -> Any:
+        """TRANSPOSE; a rank-4 (NHWC) tensor gets the IR's permutation in NHWC terms."""
+        import tensorflow as tf  # noqa: PLC0415
+
+        perm = [int(a) for a in op.attrs["perm"]]
+        if len(perm) == 4:  # output axis i is IR axis (0, 2, 3, 1)[i]
+            perm = [tf_axis(perm[n], 4) for n in (0, 2, 3, 1)]
+        return tf.transpose(ins[0], perm)
 
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         counts = super().count(p, eb)
