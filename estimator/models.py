@@ -115,9 +115,9 @@ layer cannot fuse into a 1x1 pad, so a padded model cannot hide it when it is sl
 pads; the padded and the padding-only model were timed in different states of the machine,
 and clipped to 0 the row would train the log target on its floor. Layers without weights
 keep such rows: they may fuse into a pad (a Vela activation: 44 of ``imx93``'s rows look
-like that) or cost nothing. Measured: 9 of ``host-cpu``'s 23,728 rows (3
-conv2d, 6 depthwise), none of ``imx93``'s; one, a depthwise layer of 32 channels at 112x112
-(padded model 0.259 ms, its pair 0.262 ms, alone 0.376 ms), had MobileNetV2's first
+like that) or cost nothing. Measured: 8 of ``host-cpu``'s 18,753 rows (1
+conv2d, 7 depthwise), none of ``imx93``'s. One such row, a depthwise layer of 32 channels at
+112x112 (padded model 0.259 ms, its pair 0.262 ms, alone 0.376 ms), had MobileNetV2's first
 depthwise layer predicted at 0.017 ms (0.16 ms without it; 0.29 ms inside the network on a
 VM 1.4-1.6x slower). Rows at 0 whose layer alone is faster than its pads still train at 0.
 The point only moves the forest's target: the interval, and the calibration below, do not depend on it.
