@@ -1,7 +1,10 @@
 """Dependencies point one way: library modules never import command-line modules, the
 estimator imports none of the packages built on it, and no modules import each other in a
 cycle."""
+from __future__ import annotations
+
 import ast
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -22,8 +25,14 @@ def _nodes(tree: ast.AST, skip_main: bool):
 def _imports(path: Path, *, skip_main: bool = False) -> set[str]:
     """Absolute names of the modules ``path`` imports (relative imports resolved)."""
     pkg = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    return _imported(_nodes(ast.parse(path.read_text()), skip_main), pkg)
+
+
+def _imported(nodes: Iterable[ast.AST], pkg: str) -> set[str]:
+    """The absolute module (and module.name) names the import statements among ``nodes`` name,
+    relative ones resolved against package ``pkg``."""
     out: set[str] = set()
-    for node in _nodes(ast.parse(path.read_text()), skip_main):
+    for node in nodes:
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -89,18 +98,7 @@ def _import_graph() -> dict[str, set[str]]:
         for node in ast.walk(tree):  # drop TYPE_CHECKING blocks before collecting
             if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
                 node.body = []
-        pkg = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        found: set[str] = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                found.update(a.name for a in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    parts = pkg.split(".")[: len(pkg.split(".")) - node.level + 1]
-                    base = ".".join([*parts, base] if base else parts)
-                found.add(base)
-                found.update(f"{base}.{a.name}" for a in node.names)
+        found = _imported(ast.walk(tree), name if path.name == "__init__.py" else name.rpartition(".")[0])
         deps = set()
         for m in found:  # a name inside a module counts as that module
             while m and m not in paths:
