@@ -12,11 +12,41 @@ from estimator.layers import SAMPLED_TYPES, describe
 from estimator.onnx_import import load_network
 
 
-def _export(module: nn.Module, shape: tuple[int, ...]) -> bytes:
+def _export(module: nn.Module, shape: tuple[int, ...], opset: int = 17) -> bytes:
     import io
     buf = io.BytesIO()
-    torch.onnx.export(module.eval(), torch.randn(*shape), buf, opset_version=17, dynamo=False)
+    torch.onnx.export(module.eval(), torch.randn(*shape), buf, opset_version=opset, dynamo=False)
     return buf.getvalue()
+
+
+class _Mixer(nn.Module):
+    """A pre-norm residual MLP block: the norm's input also feeds the residual add, and a
+    token mean (a ReduceMean that is not a norm) follows."""
+
+    def __init__(self):
+        super().__init__()
+        self.ln, self.fc = nn.LayerNorm(48), nn.Linear(48, 48)
+
+    def forward(self, x):
+        y = x + self.fc(self.ln(x))
+        return y.mean(dim=1)
+
+
+@pytest.mark.parametrize("opset", [13, 14, 16])
+def test_a_decomposed_layernorm_is_one_layer_as_onnx_runtime_runs_it(opset):
+    """Below opset 17 torch writes LayerNorm as ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt,
+    Div, Mul, Add: one layernorm layer, as at opset 17, and the token mean stays a pool."""
+    old = load_network(_export(_Mixer(), (1, 50, 48), opset))
+    new = load_network(_export(_Mixer(), (1, 50, 48), 17))
+    assert [(l.type, l.params) for l in old.layers] == [(l.type, l.params) for l in new.layers]
+    ln = [l for l in old.layers if l.type == "layernorm"]
+    assert len(ln) == 1 and ln[0].params == {"n": 1, "rows": 50, "c": 48}
+    assert ln[0].nodes[0].endswith("ReduceMean") and ln[0].nodes[6].endswith("Div")  # (onnxsim may fold the scale and bias onward)
+    assert [l.type for l in old.layers].count("globalpool") == 1
+    from service.client import strip_initializers  # as the service receives it: no onnxsim, scale and bias stay
+    bare = load_network(strip_initializers(_export(_Mixer(), (1, 50, 48), opset)).SerializeToString())
+    ln = [l for l in bare.layers if l.type == "layernorm"]
+    assert len(ln) == 1 and len(ln[0].nodes) == 9 and [l.type for l in bare.layers].count("mul") == 0
 
 
 def test_counts():

@@ -29,6 +29,12 @@ _PRIOR_C = (32, 48, 64, 80, 96, 120, 128, 144, 160, 192, 224, 240, 256, 320, 384
 _MAX_C = 4096
 
 
+def _const(g: Any, t: str, value: float) -> bool:
+    """Whether tensor ``t`` is a constant scalar equal to ``value``."""
+    v = g.value(t) if g.is_static(t) else None
+    return v is not None and v.size == 1 and abs(float(v.item()) - value) <= 1e-6 * abs(value)
+
+
 @register
 class LayerNorm(LayerTypeSpec):
     name = "layernorm"
@@ -41,6 +47,7 @@ class LayerNorm(LayerTypeSpec):
     model_formats = ("onnx", "tflite")
     sampled = True
     onnx_ops = ("LayerNormalization",)
+    onnx_patterns = ("ReduceMean",)  # where an opset < 17 export's decomposed LayerNorm starts
     examples = (dict(rows=197, c=192), dict(rows=49, c=96), dict(rows=1, c=8))
 
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
@@ -99,6 +106,8 @@ class LayerNorm(LayerTypeSpec):
     def from_onnx(self, n: Any, g: Any) -> Any:
         """A LayerNormalization: rows = the elements before ``axis`` per batch item, c = from
         ``axis`` on (the last axis for transformers' LayerNorm)."""
+        if n.op_type == "ReduceMean":
+            return self._decomposed(n, g)
         xs = g.shape(n.input[0])
         if xs is None:
             raise Unsupported("unknown_shape")
@@ -111,6 +120,65 @@ class LayerNorm(LayerTypeSpec):
         # every vector normalised, whatever the leading dims (a batch, MobileViT's patches)
         d.params = dict(n=1, rows=max(int(math.prod(xs[:axis])), 1), c=int(math.prod(xs[axis:])))
         return d
+
+    def _decomposed(self, n: Any, g: Any) -> Any:
+        """LayerNorm as torch exports it below opset 17, from its first ReduceMean over the last
+        axis: ``d = x - mean(x)``, ``d / sqrt(mean(d^2) + eps)``, then the scale ``Mul`` and the
+        bias ``Add`` where present. ONNX Runtime fuses the chain into one LayerNormalization
+        kernel (docs/layer-types.md, "Fusion on ONNX Runtime"), so it is one layer here too.
+        None where the chain differs (the ReduceMean is then another type's, e.g. a pool)."""
+        x = g.canon(n.input[0])
+        xs = g.shape(x)
+        if xs is None or len(xs) < 2 or g.is_static(x) or not self._last_axis(n, g, len(xs)):
+            return None
+        m = g.canon(n.output[0])
+        sub = [c for c in g.cons(m) if c.op_type == "Sub"]
+        if len(g.cons(m)) != 1 or len(sub) != 1 or [g.canon(i) for i in sub[0].input] != [x, m]:
+            return None
+        d = g.canon(sub[0].output[0])
+        by_op = {c.op_type: c for c in g.cons(d)}
+        if len(g.cons(d)) != 2 or set(by_op) != {"Pow", "Div"} or d in g.graph_outputs:
+            return None
+        pw, div = by_op["Pow"], by_op["Div"]
+        if g.canon(div.input[0]) != d or not _const(g, pw.input[1], 2.0):
+            return None
+        chain = [pw]
+        for op in ("ReduceMean", "Add", "Sqrt"):
+            t = g.canon(chain[-1].output[0])
+            cons = g.cons(t)
+            if len(cons) != 1 or cons[0].op_type != op or t in g.graph_outputs or cons[0].name in g.claimed:
+                return None
+            chain.append(cons[0])
+        if not self._last_axis(chain[1], g, len(xs)) or g.canon(div.input[1]) != g.canon(chain[-1].output[0]):
+            return None
+        nodes = [n, sub[0], *chain, div]
+        for op in ("Mul", "Add"):  # the scale and the bias
+            t = g.canon(nodes[-1].output[0])
+            cons = g.cons(t)
+            if len(cons) != 1 or cons[0].op_type != op or t in g.graph_outputs or cons[0].name in g.claimed:
+                break
+            other = [i for i in cons[0].input if i and g.canon(i) != t]
+            if len(other) != 1 or not g.is_static(other[0]):
+                break
+            nodes.append(cons[0])
+        if any(k.name in g.claimed for k in nodes):
+            return None
+        dr = g.base(n, self.name, [k.name for k in nodes])
+        dr.inputs = [x]
+        dr.outputs = g.outs(nodes[-1])
+        dr.op_type = "LayerNormalization"
+        dr.params = dict(n=1, rows=max(int(math.prod(xs[:-1])), 1), c=int(xs[-1]))
+        return dr
+
+    @staticmethod
+    def _last_axis(n: Any, g: Any, rank: int) -> bool:
+        """Whether ReduceMean ``n`` averages over the last axis alone, keeping it."""
+        a = attrs(n)
+        axes = a.get("axes")
+        if axes is None and len(n.input) > 1 and n.input[1]:
+            v = g.value(n.input[1])
+            axes = None if v is None else [int(t) for t in np.ravel(v)]
+        return axes is not None and [int(t) % rank for t in axes] == [rank - 1] and int(a.get("keepdims", 1)) == 1
 
     def draw(self, r: np.random.Generator, prior: bool) -> dict[str, Any]:
         if prior:
