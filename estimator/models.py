@@ -239,9 +239,9 @@ __all__ = [
     "elem_bytes_for",
 ]
 
-#: The sources that determine a trained model (the training code, the layer vocabulary's
+#: The sources that determine a trained model (the training code, the conformal difficulties, the layer vocabulary's
 #: features, the predictive-distribution families, the flattened forests and k-NN arrays).
-_TRAINING_SOURCES = ("models.py", "aggregate.py", "fastpath.py", "layers/*.py")
+_TRAINING_SOURCES = ("models.py", "conformal.py", "aggregate.py", "fastpath.py", "layers/*.py")
 
 
 def _code_version() -> str:
