@@ -329,8 +329,7 @@ class Estimator:
                 return layer_intervals(bp.dists[m], c)
             return self.models.crepes_layer_intervals(layers, bp.dists[m], m, c)
 
-        cpu = self.cpu_layers(layers)
-        cpu_est = {i for i in cpu if "cpu_unverified" in bp.reasons[i]}
+        cpu_est = {i for i, why in enumerate(bp.reasons) if "cpu_unverified" in why}
         if cpu_est and not use_fast:  # the CPU estimate is no type's conformal regressor
             idx = np.array(sorted(cpu_est))
             plain = bounds
@@ -357,12 +356,10 @@ class Estimator:
         for i, (l, iv, p_ms, t_op, fb, o, why) in enumerate(zip(layers, intervals, pred, t_ops, fallback, ood,
                                                                 bp.reasons)):
             flags = list(l.flags)
-            if l.op_type and l.op_type in cpu_ops:
-                flags.append("cpu_fallback_op")
+            if l.op_type and l.op_type in cpu_ops:  # the same test as cpu_layers
+                flags += ["cpu_fallback_op", "runs_on_cpu"]
             elif l.op_type and l.op_type in maybe_cpu:
                 flags.append("cpu_fallback_possible")
-            if i in cpu:
-                flags.append("runs_on_cpu")
             if i in cpu_est:
                 flags.append("cpu_unverified")
             rows.append(LayerEstimate(
@@ -400,12 +397,11 @@ class Estimator:
                                     flags=[*l.flags, "weights_cold"])
                 if l.type in cold_types and weight_bound(l.counts) else l for l in layers]
 
-    def cpu_layers(self, layers: Sequence[Layer]) -> dict[int, str]:
-        """The layers the target runs on its CPU, by index, with the reason: their ONNX op is
-        in ``op_mapping.cpu_fallback_ops``."""
+    def cpu_layers(self, layers: Sequence[Layer]) -> list[int]:
+        """The indices of the layers the target runs on its CPU: their ONNX op is in
+        ``op_mapping.cpu_fallback_ops``."""
         cpu_ops = set(self.profile.cpu_fallback_ops)
-        return {i: f"{l.op_type} is not an operator the accelerator runs (op_mapping.cpu_fallback_ops)"
-                for i, l in enumerate(layers) if l.op_type and l.op_type in cpu_ops}
+        return [i for i, l in enumerate(layers) if l.op_type and l.op_type in cpu_ops]
 
     def _on_cpu(self, layers: Sequence[Layer], bp: BatchPrediction) -> BatchPrediction:
         """``bp`` with the layers the target runs on its CPU estimated by the profile's CPU
@@ -413,10 +409,10 @@ class Estimator:
         estimates, reasons (``cpu_unverified``) and predictive distributions replaced. ``bp``
         itself where the profile has no CPU estimate or no layer runs on the CPU."""
         est = self.profile.cpu_estimate
-        cpu = self.cpu_layers(layers) if est else {}
+        cpu = self.cpu_layers(layers) if est else []
         if not cpu:
             return bp
-        idx = np.array(sorted(cpu), dtype=np.int64)
+        idx = np.array(cpu, dtype=np.int64)
         eb = elem_bytes_for(self.profile.precision)
 
         def nbytes(l: Layer) -> float:  # at the profile's element size (int8 on an NPU)
