@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from . import space
-from .importing import Draft, attrs
+from .importing import Draft, attrs, is_const
 from .ir import Op
 from .params import ACTIVATION_KINDS, LayerSpecError, io_bytes, nonneg, positive
 from .registry import NCHW, LayerCounts, LayerTypeSpec, register
@@ -25,14 +25,6 @@ _SQRT2 = math.sqrt(2.0)
 _SQRT_2_PI = math.sqrt(2.0 / math.pi)
 #: An operand that is the pattern's input itself.
 _X = object()
-
-
-def _is_const(g: Any, t: str, value: float) -> bool:
-    """Whether tensor ``t`` is a constant scalar equal to ``value`` (to 1e-3 relative)."""
-    if not g.is_static(t):
-        return False
-    v = g.value(t)
-    return v is not None and v.size == 1 and abs(float(v.item()) - value) <= 1e-3 * abs(value)
 
 
 def _follow(g: Any, start: Any, x: str, steps: Sequence[tuple[str, Any]]) -> list[Any] | None:
@@ -55,7 +47,7 @@ def _follow(g: Any, start: Any, x: str, steps: Sequence[tuple[str, Any]]) -> lis
         elif operand is _X:
             if [g.canon(i) for i in others] != [x]:
                 return None
-        elif len(others) != 1 or not _is_const(g, others[0], operand):
+        elif len(others) != 1 or not is_const(g, others[0], operand):
             return None
         chain.append(m)
     return chain
@@ -128,7 +120,7 @@ class Activation(LayerTypeSpec):
         if g.is_static(x):
             return None
         if n.op_type == "Div":
-            if not _is_const(g, ins[1], _SQRT2):
+            if not is_const(g, ins[1], _SQRT2):
                 return None
             steps: tuple[tuple[str, Any], ...] = (("Erf", None), ("Add", 1.0))
         elif g.canon(ins[1]) == x:

@@ -6,7 +6,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from . import space
-from .importing import attrs
+from .importing import reduce_axes
 from .ir import Op
 from .params import LayerSpecError, io_bytes, positive
 from .registry import NCHW, LayerCounts, LayerTypeSpec, register
@@ -44,10 +44,7 @@ class GlobalPool(LayerTypeSpec):
             xs = g.shape(n.input[0])
             if xs is None or len(xs) not in (3, 4):
                 return None
-            axes = attrs(n).get("axes")
-            if axes is None and len(n.input) > 1 and n.input[1]:
-                v = g.value(n.input[1])
-                axes = None if v is None else [int(x) for x in np.ravel(v)]
+            axes = reduce_axes(n, g)
             if axes is None:
                 return None
             axes = sorted(int(x) % len(xs) for x in axes)

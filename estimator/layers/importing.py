@@ -21,11 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
+import numpy as np
+
 from ..errors import UserError
 from ..onnx_shapes import node_attrs
 from .params import conv_out
 
-__all__ = ["Draft", "Unsupported", "ImportContext", "OnnxImportError", "ImpossibleShapeError", "attrs",
+__all__ = ["Draft", "Unsupported", "ImportContext", "OnnxImportError", "ImpossibleShapeError", "attrs", "is_const", "reduce_axes",
            "impossible", "window_params", "check_window"]
 
 Shape = tuple[int, ...]
@@ -87,6 +89,26 @@ class ImportContext(Protocol):
     def spatial_params(self, d: Draft, t: str) -> tuple[int, int, int, int]: ...  # n, c, h, w; flags a batch
     def rows_params(self, d: Draft, t: str) -> tuple[int, int, int, int]: ...  # the same, leading dims as rows
     def other(self, node: Any, extra_flags: Sequence[str] = ()) -> Draft: ...
+
+
+def is_const(g: Any, t: str, value: float) -> bool:
+    """Whether tensor ``t`` is a constant scalar equal to ``value`` (to 1e-3 relative), read
+    through import context ``g``: the constants of an operator pattern (GELU's sqrt 2, a
+    LayerNorm's exponent 2)."""
+    if not g.is_static(t):
+        return False
+    v = g.value(t)
+    return v is not None and v.size == 1 and abs(float(v.item()) - value) <= 1e-3 * abs(value)
+
+
+def reduce_axes(n: Any, g: Any) -> list[int] | None:
+    """A Reduce* node's ``axes``: its attribute (opset < 18) or its constant second input
+    (opset 18); None where neither gives them."""
+    axes = attrs(n).get("axes")
+    if axes is None and len(n.input) > 1 and n.input[1]:
+        v = g.value(n.input[1])
+        axes = None if v is None else [int(x) for x in np.ravel(v)]
+    return None if axes is None else [int(x) for x in axes]
 
 
 def attrs(node: Any) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from . import space
-from .importing import Unsupported, attrs
+from .importing import Unsupported, attrs, is_const, reduce_axes
 from .ir import Op, tf_axis
 from .params import LayerSpecError, io_bytes, positive
 from .registry import NCHW, LayerCounts, LayerTypeSpec, register, rows_of
@@ -27,12 +27,6 @@ from .registry import NCHW, LayerCounts, LayerTypeSpec, register, rows_of
 _PRIOR_C = (32, 48, 64, 80, 96, 120, 128, 144, 160, 192, 224, 240, 256, 320, 384, 448, 512, 640, 768)
 #: The broad space's cap on the normalised length.
 _MAX_C = 4096
-
-
-def _const(g: Any, t: str, value: float) -> bool:
-    """Whether tensor ``t`` is a constant scalar equal to ``value``."""
-    v = g.value(t) if g.is_static(t) else None
-    return v is not None and v.size == 1 and abs(float(v.item()) - value) <= 1e-6 * abs(value)
 
 
 @register
@@ -140,7 +134,7 @@ class LayerNorm(LayerTypeSpec):
         if len(g.cons(d)) != 2 or set(by_op) != {"Pow", "Div"} or d in g.graph_outputs:
             return None
         pw, div = by_op["Pow"], by_op["Div"]
-        if g.canon(div.input[0]) != d or not _const(g, pw.input[1], 2.0):
+        if g.canon(div.input[0]) != d or not is_const(g, pw.input[1], 2.0):
             return None
         chain = [pw]
         for op in ("ReduceMean", "Add", "Sqrt"):
@@ -173,12 +167,8 @@ class LayerNorm(LayerTypeSpec):
     @staticmethod
     def _last_axis(n: Any, g: Any, rank: int) -> bool:
         """Whether ReduceMean ``n`` averages over the last axis alone, keeping it."""
-        a = attrs(n)
-        axes = a.get("axes")
-        if axes is None and len(n.input) > 1 and n.input[1]:
-            v = g.value(n.input[1])
-            axes = None if v is None else [int(t) for t in np.ravel(v)]
-        return axes is not None and [int(t) % rank for t in axes] == [rank - 1] and int(a.get("keepdims", 1)) == 1
+        axes = reduce_axes(n, g)
+        return axes is not None and [t % rank for t in axes] == [rank - 1] and int(attrs(n).get("keepdims", 1)) == 1
 
     def draw(self, r: np.random.Generator, prior: bool) -> dict[str, Any]:
         if prior:
