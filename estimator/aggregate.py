@@ -6,30 +6,36 @@ Every layer's predictive distribution for one confidence metric is described by 
 numbers and a shared *family* (one family per layer type and metric, holding the sorted
 calibration scores of that type's conformal regressor):
 
-``sym`` family (layer types with a model; CM_TV, CM_LV, CM_O)
-    ``Y = center + scale * eps * A_K`` where ``A_1 <= ... <= A_n`` are the calibration
-    nonconformity scores ``|residual| / sigma`` (crepes ``ConformalRegressor.alphas``),
-    ``eps`` is a random sign and ``K`` is drawn with ``P(K <= k) = k / (n + 1)`` for
+``log`` family (layer types with a model; CM_TV, CM_LV, CM_O)
+    ``Y = center * (1 + scale * A_K)^eps``: a factor ``1 + scale * A_K`` above or below the
+    estimate, where ``A_1 <= ... <= A_n`` are the calibration nonconformity scores
+    ``(max(y / y_hat, y_hat / y) - 1) / sigma`` (crepes ``ConformalRegressor.alphas`` of the
+    factor residuals), ``scale`` is the layer's relative difficulty ``sigma``, ``eps`` is a
+    random sign (+1 or -1) and ``K`` is drawn with ``P(K <= k) = k / (n + 1)`` for
     ``k < n`` (the last score takes the remaining ``2/(n+1)``; i.e. ``K = min(J, n)`` with
-    ``J`` uniform on ``1..n+1``). This is the conformal
-    predictive system of the symmetric normalized nonconformity score: its central
-    ``c`` interval is exactly ``center +- A_(ceil(c (n+1))) * scale``, i.e. crepes'
-    ``ConformalRegressor.predict_int`` interval for every ``c <= n/(n+1)``. Beyond
-    that level conformal prediction cannot bound the value with ``n`` points; we use
-    the largest score instead of an infinite interval (and the caller warns).
+    ``J`` uniform on ``1..n+1``). This is the conformal predictive system of that symmetric
+    normalized score: its central ``c`` interval is exactly ``[center / (1 + q * scale),
+    center * (1 + q * scale)]``, ``q = A_(ceil(c (n+1)))``, crepes'
+    ``ConformalRegressor.predict_int`` half-width ``q * scale`` taken as a factor, for every
+    ``c <= n/(n+1)``. Beyond that level conformal prediction cannot bound the value with
+    ``n`` points; we use the largest score instead of an infinite interval (and the caller
+    warns). The interval is log-symmetric (``lo * hi = center^2``), scales with the
+    estimate and never reaches 0; its upper bound is the additive ``center + q * scale *
+    center`` of the same score, so a layer far outside the design space widens linearly
+    with its difficulty, not exponentially (``center * exp(q * scale)`` would make the
+    largest scores of a type, times a far layer's difficulty, into factors of 10^30). The
+    assumption is that a layer's error is multiplicative (a kernel 30 % slower than
+    predicted is 30 % slower whatever its size), which is what a latency spanning 6-8
+    decades across a type's configurations shows.
 
 ``mult`` family (roofline fallback for types without data)
     ``Y = scale * F_K`` with ``F`` sorted multiplicative factors (measured latency /
-    roofline latency over the profile's benchmark rows) and the same ``K`` law;
-    ``center`` is the point estimate. Its ``c`` interval is ``scale * [F_lo, F_hi]`` with
-    ``lo = max(1, ceil((1-c)/2 (n+1)))``, ``hi = min(n, ceil((1+c)/2 (n+1)))``.
+    roofline latency over the profile's benchmark rows, all positive) and the same ``K``
+    law; ``center`` is the point estimate. Its ``c`` interval is ``scale * [F_lo, F_hi]``
+    with ``lo = max(1, ceil((1-c)/2 (n+1)))``, ``hi = min(n, ceil((1+c)/2 (n+1)))``.
 
-All values are milliseconds. Interval bounds are clipped at ``clip_min`` (default 0: a
-latency is never negative). The *samples* are not clipped: clipping each layer's draws at
-0 would push the network distribution of a network with very wide layer intervals above
-its own point estimate; as in the paper, an interval reaching below 0 is read as a sign
-of low confidence, and only the reported bounds are clipped (clipping commutes with
-quantiles, so a single layer's interval is still reproduced exactly).
+All values are milliseconds, and every draw of both families is positive, so every
+interval of a positive estimate, a layer's or a network's, has a positive lower bound.
 
 Network level
 -------------
@@ -44,7 +50,10 @@ at jump points of the discrete distribution). Independence is the paper's assump
 ``coupling="type"`` takes layer errors as perfectly correlated *within* a
 family (a layer type, or all fallback layers) and independent across families: every
 layer of a family takes the same draw (slot 0 of its stream), so a family contributes
-``sum(scale) x draw (+ sum(center))`` to a sample. Measured networks show why: what a
+``sum(center * (1 + scale * draw)^eps)`` (``log``) or ``sum(scale) x draw`` (``mult``) to a sample.
+Since each layer's draw is log-symmetric around its point estimate, the network's Monte Carlo
+median lies at or above the Eq. 7 sum (a factor ``e^a`` above costs more than ``e^-a`` below
+saves); the Eq. 7 sum stays the point estimate. Measured networks show why: what a
 per-layer model gets wrong is mostly systematic per type (one kernel family slower in
 context than in the benchmark, a sparsely benchmarked region such as grouped
 convolutions, a roofline for unmodelled operators), and independence lets such errors
@@ -87,12 +96,23 @@ DEFAULT_SEED = 20240611
 SLOT_BLOCK = 8
 
 
+def _factor(center: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """``center * (1 + a)`` where ``a >= 0`` and ``center / (1 - a)`` where ``a < 0`` (``a``:
+    difficulty times signed score), in place in ``a``."""
+    neg = a < 0
+    np.abs(a, out=a)
+    a += 1.0
+    np.reciprocal(a, out=a, where=neg)
+    a *= center
+    return a
+
+
 @dataclass(frozen=True, eq=False)
 class Family:
     """Sorted calibration scores shared by the layers of one type (for one metric)."""
 
-    kind: Literal["sym", "mult"]
-    scores: np.ndarray  # ascending, finite, >= 0 for "sym", > 0 for "mult"
+    kind: Literal["log", "mult"]
+    scores: np.ndarray  # ascending, finite, >= 0 for "log", > 0 for "mult"
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -101,8 +121,11 @@ class Family:
             raise ValueError(f"family {self.name!r}: scores must be a non-empty 1-D array")
         if not np.all(np.isfinite(s)):
             raise ValueError(f"family {self.name!r}: scores must be finite")
-        if self.kind not in ("sym", "mult"):
+        if self.kind not in ("log", "mult"):
             raise ValueError(f"family {self.name!r}: unknown kind {self.kind!r}")
+        if self.kind == "mult" and np.any(s <= 0):
+            raise ValueError(f"family {self.name!r}: multiplicative factors must be positive")
+
         object.__setattr__(self, "scores", np.sort(s))
 
     @property
@@ -115,13 +138,13 @@ class Family:
 
     @property
     def n_outcomes(self) -> int:
-        """Size of the uniform index a draw takes (sym: sign x ``J``, mult: ``J``; ``J`` in 0..n)."""
-        return 2 * (self.n + 1) if self.kind == "sym" else self.n + 1
+        """Size of the uniform index a draw takes (log: sign x ``J``, mult: ``J``; ``J`` in 0..n)."""
+        return 2 * (self.n + 1) if self.kind == "log" else self.n + 1
 
     def values(self, v: np.ndarray) -> np.ndarray:
-        """The unit draw (score times sign for sym) of each outcome index in ``v``."""
+        """The unit draw (score times sign for log) of each outcome index in ``v``."""
         n = self.n
-        if self.kind == "sym":
+        if self.kind == "log":
             # one integer per draw: its low bit is the sign, the rest J uniform on 0..n
             a = self.scores[np.minimum(v >> 1, n - 1)]
             a *= (v & 1) * 2.0 - 1.0
@@ -240,8 +263,8 @@ class DistBatch:
         fam = self.families[int(self.family[rows[0]])]
         a = fam.values(v)
         a *= self.scale[rows, None]
-        if fam.kind == "sym":
-            a += self.center[rows, None]
+        if fam.kind == "log":
+            _factor(self.center[rows, None], a)
         return a
 
     def sum_samples(self, n_samples: int, seed: int = DEFAULT_SEED, clip_min: float | None = None,
@@ -256,9 +279,10 @@ class DistBatch:
                 fam = self.families[int(fi)]
                 rows = np.flatnonzero(self.family == fi)
                 v = fam.values(_draw_slots(fam, seed, keys[int(fi)], 0, 1, n_samples)[0])
-                total += float(self.scale[rows].sum()) * v
-                if fam.kind == "sym":
-                    total += float(self.center[rows].sum())
+                if fam.kind == "log":
+                    total += _factor(self.center[rows, None], np.outer(self.scale[rows], v)).sum(axis=0)
+                else:
+                    total += float(self.scale[rows].sum()) * v
             return total
         for rows, _, v in self._slot_draws(n_samples, seed):
             d = self._scaled(rows, v)
@@ -269,9 +293,11 @@ class DistBatch:
 
 
 class SampleBank:
-    """Kept sample slots (their unit draws ``Family.table()[v]``), one contiguous matrix per
-    family stream, so that a network total costs one matrix-vector product per family
-    instead of fresh random draws. Slots are drawn block by block as networks need them.
+    """Kept sample slots (their outcome indices), one contiguous matrix per family stream, so
+    that a network total costs a gather from each layer's outcome table (``log``: ``center *
+    (1 + scale * |Family.table()|)^eps``, as many values as the family has outcomes, a few hundred
+    to a few thousand) or one matrix-vector product (``mult``) per family instead of fresh
+    random draws. Slots are drawn block by block as networks need them.
 
     Thread-safe; bounded by ``max_bytes`` (the least recently used families are dropped and
     drawn again when needed; a family that alone would not fit is drawn for the call and
@@ -298,7 +324,7 @@ class SampleBank:
             self._bytes = 0
 
     def _slots(self, fam: Family, seed: int, key: str, rows: int, n_samples: int) -> np.ndarray:
-        """The unit draws of the first ``rows`` slots of a family stream, ``(rows, n_samples)``."""
+        """The outcome indices of the first ``rows`` slots of a family stream, ``(rows, n_samples)``."""
         k = (int(seed), key, id(fam), int(n_samples))
         with self._lock:
             ent = self._fams.get(k)
@@ -312,13 +338,11 @@ class SampleBank:
             old = ent[1] if ent is not None else None
         n_blocks = -(-rows // SLOT_BLOCK)
         cap = max(n_blocks, 2 * (filled // SLOT_BLOCK)) * SLOT_BLOCK
-        table = fam.table()
-        mat = np.empty((cap, n_samples))
+        mat = np.empty((cap, n_samples), dtype=np.int32)
         if filled:
             mat[:filled] = old[:filled]  # type: ignore[index]
         for b in range(filled // SLOT_BLOCK, n_blocks):
-            v = _draw_slots(fam, seed, key, b, SLOT_BLOCK, n_samples)
-            np.take(table, v, out=mat[b * SLOT_BLOCK:(b + 1) * SLOT_BLOCK])
+            mat[b * SLOT_BLOCK:(b + 1) * SLOT_BLOCK] = _draw_slots(fam, seed, key, b, SLOT_BLOCK, n_samples)
         done = n_blocks * SLOT_BLOCK
         if mat.nbytes <= self.max_bytes:
             with self._lock:
@@ -345,7 +369,6 @@ class SampleBank:
         if not len(dist):
             return total
         keys = _family_keys(dist.families)
-        center = 0.0
         fam_idx = dist.family
         if fam_idx.size > 1 and np.any(fam_idx[1:] < fam_idx[:-1]):
             order = np.argsort(fam_idx, kind="stable")
@@ -358,14 +381,19 @@ class SampleBank:
             fi = int(fam_sorted[s0])
             fam = dist.families[fi]
             rows = order[s0:e0]
-            if shared:
-                total += float(dist.scale[rows].sum()) * self._slots(fam, seed, keys[fi], 1, n_samples)[0]
+            table = fam.table()
+            if fam.kind == "log":
+                # each layer's value of every outcome
+                per_outcome = _factor(dist.center[rows, None], np.outer(dist.scale[rows], table))
+                if shared:
+                    total += np.take(per_outcome.sum(axis=0), self._slots(fam, seed, keys[fi], 1, n_samples)[0])
+                else:
+                    v = self._slots(fam, seed, keys[fi], e0 - s0, n_samples)
+                    total += np.take_along_axis(per_outcome, v, axis=1).sum(axis=0)
+            elif shared:
+                total += float(dist.scale[rows].sum()) * np.take(table, self._slots(fam, seed, keys[fi], 1, n_samples)[0])
             else:
-                total += dist.scale[rows] @ self._slots(fam, seed, keys[fi], e0 - s0, n_samples)
-            if fam.kind == "sym":
-                center += float(dist.center[rows].sum())
-        if center:
-            total += center
+                total += dist.scale[rows] @ np.take(table, self._slots(fam, seed, keys[fi], e0 - s0, n_samples))
         return total
 
 
@@ -373,22 +401,22 @@ def layer_intervals(dist: DistBatch, confidence: float, clip_min: float | None =
     """Per-layer ``confidence`` intervals ``(lo, hi)`` (arrays of length N), exact."""
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    # per family: sym (center -+ q * scale) or mult (scale * [f_lo, f_hi]), then per layer
+    # per family: log (center / (1 + q scale), center (1 + q scale)) or mult (scale * [f_lo, f_hi])
     n_fam = len(dist.families)
-    sym = np.zeros(n_fam, dtype=bool)
+    log = np.zeros(n_fam, dtype=bool)
     q_lo = np.zeros(n_fam)
     q_hi = np.zeros(n_fam)
     for i, fam in enumerate(dist.families):
-        if fam.kind == "sym":
-            sym[i] = True
+        if fam.kind == "log":
+            log[i] = True
             q_lo[i] = q_hi[i] = fam.scores[conformal_index(fam.n, confidence)]
         else:
             q_lo[i] = fam.scores[conformal_index(fam.n, (1.0 - confidence) / 2.0)]
             q_hi[i] = fam.scores[conformal_index(fam.n, (1.0 + confidence) / 2.0)]
     fi = dist.family
-    s, a, b = sym[fi], q_lo[fi], q_hi[fi]
-    lo = np.where(s, dist.center - a * dist.scale, dist.scale * a)
-    hi = np.where(s, dist.center + b * dist.scale, dist.scale * b)
+    s, a, b = log[fi], q_lo[fi], q_hi[fi]
+    lo = np.where(s, dist.center / (1.0 + a * dist.scale), dist.scale * a)
+    hi = np.where(s, dist.center * (1.0 + b * dist.scale), dist.scale * b)
     if clip_min is not None:
         np.maximum(lo, clip_min, out=lo)
         np.maximum(hi, clip_min, out=hi)

@@ -489,14 +489,11 @@ class FastModels:
             sig = sigmas({"CM_TV": b_tv, "CM_LV": b_lv, "CM_O": b_o}, p, rel_sd, d_knn, t_scale, o)
             t_op_ms = p * t_scale
             pred_ms = t_op_ms * o
-            scale_top = t_scale * o
             t_op[idx] = t_op_ms
             pred[idx] = pred_ms
             for m in METRICS:
                 center[m][idx] = pred_ms
-            scale["CM_TV"][idx] = sig["CM_TV"] * scale_top
-            scale["CM_LV"][idx] = sig["CM_LV"]
-            scale["CM_O"][idx] = sig["CM_O"] * scale_top
+                scale[m][idx] = sig[m]
             for i, r in zip(idx_l, recs):
                 if r[3]:
                     reasons[i].extend(r[3])

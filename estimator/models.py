@@ -14,8 +14,8 @@ overhead dominates small layers), so a squared-error forest on raw ``t_op`` spen
 splits on the small layers and mispredicts the large ones (measured on an ONNX Runtime
 CPU benchmark: held-out RMSPE 0.6-2 with log vs 2-1900 with the raw target, per type).
 Rows measured at or below 0 ms
-(below the timing resolution) are trained on half the type's smallest positive latency;
-their calibration residuals use the measured interval as it is. The hyperparameters
+(below the timing resolution) are trained on half the type's smallest positive latency,
+and their calibration residuals are taken at that floor too (below). The hyperparameters
 (``max_features`` x ``min_samples_leaf``) are chosen from a small grid by the out-of-bag
 RMSPE of ``t_op`` over the type's first :func:`grid_rows` rows (below); every forest uses a
 fixed seed, so training is deterministic.
@@ -48,35 +48,33 @@ Confidence (crepes, out-of-bag calibration, no data split)
 Calibration uses the forest's out-of-bag predictions of the training rows
 (``oob_prediction_``) and crepes ``DifficultyEstimator`` fitted with ``oob=True``; the
 residuals and difficulties go into crepes ``ConformalRegressor`` (its ``alphas`` are the
-calibration scores). Let ``s`` be the *relative spread* of the trees' ``t_op`` predictions:
-the standard deviation of the trees' log predictions for the log-target forest (the
-square root of crepes' out-of-bag tree variance; by the delta method the ``t_op`` spread is
-``t_op_hat * s``), or the trees' standard deviation divided by ``t_op_hat`` for the
-linear target. Then:
+calibration scores). Every metric scores a **factor residual**: a row's residual is
+``max(y / y_hat, y_hat / y) - 1`` at its training point (below), the same for ``t_op`` and
+for latency since ``ops`` is fixed, and the difficulties are relative
+(:func:`estimator.conformal.sigmas`), so a layer's interval is ``[y_hat / (1 + q sigma),
+y_hat (1 + q sigma)]``: its width scales with the estimate, its lower bound is never 0, and
+its upper bound is the additive ``y_hat + q sigma y_hat`` of the same score
+(:mod:`estimator.aggregate` says why not ``y_hat exp(+-q sigma)``). The assumption is that a
+layer's error is multiplicative: a kernel 30 % slower than the model says is 30 % slower
+whatever its size. Let ``s`` be the spread of the trees' log predictions (the square root of
+crepes' out-of-bag tree variance; by the delta method the relative spread of ``t_op``). Then:
 
-* **CM_TV** (variance-based difficulty, ``t_op`` residuals): ``sigma = t_op_hat * (s +
-  beta_TV)``, ``beta_TV = beta_rel * median(s)`` over the calibration rows. The interval
-  ``t_op_hat +- q * sigma`` is multiplied by ``ops``; its width is relative, so across a
-  type it grows with the layer's size.
-* **CM_LV** (variance-based difficulty, *latency* residuals: ``t_op_hat * ops`` vs the
-  measured latency, in ms): ``sigma = t_op_hat * s * ops + beta_LV`` (the spread of the
-  trees' latency predictions), ``beta_LV = beta_rel * median`` of that spread over the
-  calibration rows: an *absolute* floor in ms, so layers far below a type's typical size
-  get at least a fixed absolute width (timer resolution, dispatch overhead) while large
-  layers get proportional widths, as in the paper's Fig. 9b.
-* **CM_O** (k-NN difficulty on the feature vectors alone, ``t_op`` residuals at the
-  training point, see below): ``d`` is
+* **CM_TV** (variance-based difficulty): ``sigma = s + beta_TV``, ``beta_TV = beta_rel *
+  median(s)`` over the calibration rows.
+* **CM_LV** (variance-based difficulty with an absolute floor): ``sigma = (s * y_hat +
+  beta_LV) / y_hat``, ``y_hat`` in ms, ``beta_LV = beta_rel * median`` of the trees' spread
+  in ms (``s * y_hat``) over the calibration rows: layers far below their type's typical size
+  get at least a fixed absolute width (timer resolution, dispatch overhead), large layers
+  proportional widths, as in the paper's Fig. 9b.
+* **CM_O** (k-NN difficulty on the feature vectors alone): ``d`` is
   the sum of distances to the ``k`` nearest benchmarked configurations (leave-one-out
   for calibration) in feature space min-max scaled to the benchmarked range (crepes'
-  scaling);
-  ``sigma = t_op_hat * (d + beta_O)``, ``beta_O = knn_beta_rel x`` the larger of the
+  scaling); ``sigma = d + beta_O``, ``beta_O = knn_beta_rel x`` the larger of the
   median and the mean leave-one-out distance (``knn_beta_rel`` 1 by default: the floor is
-  the type's typical distance between benchmarked rows). Its relative width grows
-  linearly with the distance from the benchmarked design space whatever the layer's size:
-  in-space layers get about the relative error the forest makes at the typical distance,
-  far-from-data layers proportionally wider intervals. With the floor at a tenth of the
-  typical distance, near-duplicate benchmark rows (``d`` close to 0)
-  with ordinary residuals set the score's tail, and every layer of the type paid for it. crepes' k-NN estimator clips scaled features to the
+  the type's typical distance between benchmarked rows). The band's factor ``1 + q (d +
+  beta_O)`` grows linearly with the distance from the benchmarked design space whatever
+  the layer's size. crepes' k-NN estimator clips
+  scaled features to the
   training range, which would cap the distance of an out-of-range layer; we switch that
   clipping off after fitting (``nn_scaler.clip = False``) so distances keep growing
   outside the range. The features are scaled linearly, not in log space: log scaling
@@ -87,10 +85,9 @@ linear target. Then:
 
 Why not crepes' min-max scaled difficulty plus a constant ``beta``: a profile's layers
 span 6-8 decades of ops and 3-4 of ``t_op``, so any constant floor in ``t_op`` or ms units
-is negligible for some layers and dominant for others (on an ONNX Runtime CPU benchmark
-it gave median 90 % relative widths of 4-100x for the large layers of a type). Floors
-proportional to the prediction (TV, O) or at the type's typical spread (LV) keep the
-normalisation meaningful across that range. For the test-time spread, crepes'
+is negligible for some layers and dominant for others. Floors relative to the prediction
+(TV, O) or at the type's typical spread (LV) keep the normalisation meaningful across that
+range. For the test-time spread, crepes'
 ``DifficultyEstimator.apply(X)`` with ``oob=True`` would reuse the training rows'
 out-of-bag masks for new objects; no tree has seen a new layer, so we use the spread over
 *all* trees (the same code, :func:`estimator.conformal.sigmas`, computes calibration and test difficulties).
@@ -120,37 +117,20 @@ conv2d, 7 depthwise), none of ``imx93``'s. One such row, a depthwise layer of 32
 112x112 (padded model 0.259 ms, its pair 0.262 ms, alone 0.376 ms), had MobileNetV2's first
 depthwise layer predicted at 0.017 ms (0.16 ms without it; 0.29 ms inside the network on a
 VM 1.4-1.6x slower). Rows at 0 whose layer alone is faster than its pads still train at 0.
-The point only moves the forest's target: the interval, and the calibration below, do not depend on it.
-Each calibration row's nonconformity is the *worst case over the interval*, around the
-interval's midpoint ``mid = (lo + hi) / 2``::
-
-    r = max over y in [lo, hi] of |y - y_hat|  =  |mid - y_hat| + (hi - lo) / 2
-
-(in ``t_op`` units for CM_TV, in ms for CM_LV), normalised by the difficulty.
-With this score, the conformal interval ``y_hat +- q sigma`` covers the *whole*
-measured interval of a new layer, and hence whatever its true latency is inside it,
-with the stated confidence (up to the usual out-of-bag caveat). Wide measurement
-intervals (LUMs whose padding pairs differ a lot) therefore widen the calibrated
-intervals; with zero-width intervals (single-layer targets, cost models) the rule reduces
-to the ordinary absolute residual.
-
-CM_O is the exception: its nonconformity is the residual at the row's training point,
-``|y_train - y_hat|`` (``t_op`` units), not the worst case over the interval. The width of
-an Eq. 4 interval is a property of the measurement, not of the distance from the design
-space, and the k-NN difficulty cannot see it: a multi-input layer's interval spans a whole
-padding pair (an add's input side has two pad-in convs, ``T_b1`` about twice ``T_b2``), so
-on ``imx93`` the median add's half-interval was 0.33x its prediction and the 90th
-percentile 20x (muls: 0.87x and 9x). Divided by a small k-NN distance these made the
-type's 90 % CM_O score 102 (adds) and 81 (muls), and a MobileNet candidate with no layer
-outside the design space got a network CM_O 8-9x its prediction, 8x the CM_LV width, the
-same for every candidate. Scored at the training point (with the floor above), the 90 %
-relative CM_O width at the typical distance is 1.2-2.4x for conv2d, dwconv2d, fc, add and
-globalpool (12x for mul, whose forest is poor on its own training points), and a
-candidate's network CM_O is 1.1-2.4x its CM_LV width. CM_O thus covers the latency the
-model is trained to predict (the training point) at its confidence; CM_TV and CM_LV
-cover the whole measured interval. The scores are crepes ``ConformalRegressor`` alphas;
-per-layer intervals and the predictive distributions used for aggregation are built from
-them in :mod:`estimator.aggregate`.
+Every metric's residual is taken at the row's **training point**, not over the whole
+measured interval. An Eq. 4 interval's low end is at or below 0 ms on 15-85 % of
+``host-cpu``'s rows per type (3-79 % on ``imx93``: a padding pair timed a little slower than
+the padded model), and no band of factors reaches 0: scored as the worst case over the
+interval, with the low end at the floor, the 90 % quantiles of log residuals rose to 11-34
+on ``host-cpu``'s add, avgpool, globalpool, matmul, maxpool, mul and resize; at the training
+point they are 1.7-2.8. Only rows whose interval reaches above 0 ms are scored: a row timed
+at or below 0 ms (8-34 % of ``host-cpu``'s rows per type, 0-25 % of ``imx93``'s) says the
+layer costs less than its padding pair's noise, a latency with no factor to score; it trains
+the forest at the floor and calibrates nothing (scored against the floor, two such rows of
+a 20-row profile made a network's CM_LV upper bound 10^4 times its estimate). The interval's width is a property of the measurement; where it is wide the
+training point is uncertain too, which the forest's spread (CM_TV, CM_LV) sees. The scores
+are crepes ``ConformalRegressor`` alphas; per-layer intervals and the predictive
+distributions used for aggregation are built from them in :mod:`estimator.aggregate`.
 
 Which rows calibrate
 --------------------
@@ -747,12 +727,12 @@ class TypeModel:
         mf, msl = cls.best_cell(grid)
         names, X, t_scale, y, y_fit = cls._targets(data, options)
         ops = data.ops
-        y_lo, y_hi = data.lo / ops / t_scale, data.hi / ops / t_scale
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "Some inputs do not have OOB scores"
             forest = _forest(options.n_estimators, mf, msl, options.seed, n_jobs).fit(X, y_fit)
-        oob = np.exp(np.asarray(forest.oob_prediction_, dtype=float))
+        oob_log = np.asarray(forest.oob_prediction_, dtype=float)
+        oob = np.exp(oob_log)
         if not np.all(np.isfinite(oob)):
             raise ModelError(f"{t}: some rows have no out-of-bag prediction; raise n_estimators")
 
@@ -779,19 +759,16 @@ class TypeModel:
         betas = {"CM_TV": beta_tv, "CM_LV": beta_lv, "CM_O": beta_o}
         sig = sigmas(betas, oob, rel_sd, d_loo, t_scale, ops)
 
-        # interval-aware nonconformity: the worst case over the measured interval (see module
-        # docstring), whatever point inside it the forest was trained on
-        r_top = np.abs((y_lo + y_hi) / 2.0 - oob) + (y_hi - y_lo) / 2.0
-        r_ms = r_top * ops * t_scale
-        # CM_O: the error at the training point, not over the measured interval (see the module
-        # docstring: the interval's width is measurement, not distance from the design space)
-        r_o = np.abs(y - oob)
-        regressors = {
-            "CM_TV": ConformalRegressor().fit(r_top[cal], sigmas=sig["CM_TV"][cal]),
-            "CM_LV": ConformalRegressor().fit(r_ms[cal], sigmas=sig["CM_LV"][cal]),
-            "CM_O": ConformalRegressor().fit(r_o[cal], sigmas=sig["CM_O"][cal]),
-        }
-        families = {m: Family("sym", np.asarray(cr.alphas, dtype=float), name=f"{t}:{m}")
+        # factor residual at the training point (floored as the forest's target; see the module
+        # docstring): max(y / y_hat, y_hat / y) - 1, the same for t_op and for latency
+        r_fac = np.expm1(np.abs(y_fit - oob_log))
+        # a row timed at or below 0 ms (its whole Eq. 4 interval) measured no latency: it trains
+        # the forest at the floor but has no log residual to score (see the module docstring)
+        scored = cal & (data.hi > 0)
+        if scored.sum() < 2:
+            scored = cal
+        regressors = {m: ConformalRegressor().fit(r_fac[scored], sigmas=sig[m][scored]) for m in METRICS}
+        families = {m: Family("log", np.asarray(cr.alphas, dtype=float), name=f"{t}:{m}")
                     for m, cr in regressors.items()}
 
         ref = ReferenceModel(forest, var_de, knn_de, regressors)
@@ -817,16 +794,9 @@ class TypeModel:
         }
         for c in (0.9,):
             cov: dict[str, float] = {}
-            for m in METRICS:
-                cr = self.regressors[m]
-                if m == "CM_LV":
-                    iv = cr.predict_int(pred_ms, sigmas=sigmas[m], confidence=c)
-                else:
-                    iv = cr.predict_int(oob, sigmas=sigmas[m], confidence=c) * (s * ops)[:, None]
-                if m == "CM_O":  # calibrated on the training point (see the module docstring)
-                    cov[m] = float(np.mean((iv[:, 0] <= data.mid + 1e-15) & (data.mid <= iv[:, 1] + 1e-15)))
-                    continue
-                cov[m] = float(np.mean((iv[:, 0] <= data.lo + 1e-15) & (data.hi <= iv[:, 1] + 1e-15)))
+            for m in METRICS:  # each interval against the row's training point (see the module docstring)
+                f = 1.0 + self.regressors[m].predict_int(np.zeros_like(pred_ms), sigmas=sigmas[m], confidence=c)[:, 1]
+                cov[m] = float(np.mean((pred_ms / f <= data.mid * (1 + 1e-12)) & (data.mid <= pred_ms * f * (1 + 1e-12))))
             rep["coverage"][str(c)] = cov
         return rep
 
@@ -851,40 +821,31 @@ class TypeModel:
             if d_knn[i] > self.knn_threshold * (1 + 1e-9):
                 r.append("knn")
             reasons.append(r)
-        scale_top = self.t_scale * ops
         return {
             "t_op_ms": t_op_ms,
             "pred_ms": pred_ms,
             "sigmas": sig,
             "knn_distance": d_knn,
             "reasons": reasons,
-            "dist": {
-                "CM_TV": (pred_ms, sig["CM_TV"] * scale_top),
-                "CM_LV": (pred_ms, sig["CM_LV"]),
-                "CM_O": (pred_ms, sig["CM_O"] * scale_top),
-            },
+            "dist": {m: (pred_ms, sig[m]) for m in METRICS},
         }
 
 
     def crepes_intervals(self, metric: str, center: np.ndarray, scale: np.ndarray,
                          confidence: float) -> tuple[np.ndarray, np.ndarray]:
-        """Per-layer ``confidence`` intervals from crepes' ``ConformalRegressor.predict_int``
-        (the reference path; :func:`estimator.aggregate.layer_intervals` computes the same
-        vectorised). ``center``/``scale``: this type's rows of the metric's
+        """Per-layer ``confidence`` intervals from crepes' ``ConformalRegressor.predict_int``:
+        its half-width ``q * scale`` around 0 is the factor ``1 + q * scale`` below and above
+        ``center`` (the reference path; :func:`estimator.aggregate.layer_intervals` computes the
+        same vectorised). ``center``/``scale``: this type's rows of the metric's
         :class:`~estimator.aggregate.DistBatch`. Where crepes cannot bound the value with the
         calibration set (infinite interval), the largest score is used, as in
         :mod:`estimator.aggregate`."""
         cr = self.regressors[metric]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "too few calibration examples": handled below
-            iv = cr.predict_int(center, sigmas=scale, confidence=confidence, y_min=0.0)
-        lo, hi = iv[:, 0], iv[:, 1]
-        unbounded = np.isinf(lo) | np.isinf(hi)
-        if unbounded.any():
-            top = float(np.max(cr.alphas))
-            lo = np.where(unbounded, np.maximum(center - top * scale, 0.0), lo)
-            hi = np.where(unbounded, np.maximum(center + top * scale, 0.0), hi)
-        return lo, hi
+            half = cr.predict_int(np.zeros_like(center), sigmas=scale, confidence=confidence)[:, 1]
+        half = np.where(np.isinf(half), float(np.max(cr.alphas)) * scale, half)
+        return center / (1.0 + half), center * (1.0 + half)
 
 
 # ---------------------------------------------------------------------- fallback
