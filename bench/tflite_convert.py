@@ -504,6 +504,22 @@ def _op_reduce(g: _Graph, node: onnx.NodeProto, at: dict[str, Any]) -> _T:
     return _T(y, tuple(ren[a] for a in rest))
 
 
+def _op_layernorm(g: _Graph, node: onnx.NodeProto, at: dict[str, Any]) -> _T:
+    """LayerNormalization (opset 17) as TFLite has it: mean, subtract, mean of squares,
+    rsqrt, then the scale and bias constants (TFLite has no LayerNorm builtin)."""
+    t = g.t(node.input[0])
+    axis = _axis(int(at.get("axis", -1)), t.rank)
+    pos = _inv(t.perm)
+    vaxes = [pos[a] for a in range(axis, t.rank)]
+    d = t.value - tf.reduce_mean(t.value, axis=vaxes, keepdims=True)
+    y = d * tf.math.rsqrt(tf.reduce_mean(d * d, axis=vaxes, keepdims=True) + float(at.get("epsilon", 1e-5)))
+    for i, inp in enumerate(node.input[1:3]):
+        if inp:
+            c = _const_to_perm(g.const(inp, "LayerNormalization parameter").astype(np.float32), t.rank, t.perm)
+            y = y * tf.constant(c) if i == 0 else y + tf.constant(c)
+    return _T(y, t.perm)
+
+
 def _op_bn(g: _Graph, node: onnx.NodeProto, at: dict[str, Any]) -> _T:
     t = g.t(node.input[0])
     scale, bias, mean, var = (g.const(n, "BatchNormalization parameter").astype(np.float64) for n in node.input[1:5])
@@ -696,6 +712,24 @@ def _op_slice(g: _Graph, node: onnx.NodeProto, at: dict[str, Any]) -> _T:
     return _T(y, t.perm)
 
 
+def _op_gather(g: _Graph, node: onnx.NodeProto, at: dict[str, Any]) -> _T:
+    """Gather with constant indices (an attention block's q/k/v picked from one tensor): a
+    scalar index drops the axis, a 1-D one keeps it."""
+    t = g.t(node.input[0])
+    idx = np.asarray(g.const(node.input[1], "Gather indices")).astype(np.int64)
+    if idx.ndim > 1:
+        raise ConversionError(f"{node.name}: Gather indices of rank {idx.ndim} are not supported")
+    axis = _axis(int(at.get("axis", 0)), t.rank)
+    n = t.onnx_shape()[axis]
+    idx = np.where(idx < 0, idx + n, idx)
+    va = list(t.perm).index(axis)
+    y = tf.gather(t.value, tf.constant(idx.astype(np.int32)), axis=va)
+    if idx.ndim == 1:
+        return _T(y, t.perm)
+    rest = [a for a in t.perm if a != axis]
+    return _T(y, tuple(a - (a > axis) for a in rest))
+
+
 def _target_shape(src: Sequence[int], spec: Sequence[int], allowzero: bool) -> list[int]:
     out = [int(v) for v in spec]
     for i, v in enumerate(out):
@@ -861,6 +895,8 @@ _OPS: dict[str, Callable[[_Graph, onnx.NodeProto, dict[str, Any]], Any]] = {
     "ReduceMin": _op_reduce,
     "ReduceSum": _op_reduce,
     "BatchNormalization": _op_bn,
+    "LayerNormalization": _op_layernorm,
+    "Gather": _op_gather,
     "Relu": _op_unary,
     "Clip": _op_unary,
     "Sigmoid": _op_unary,

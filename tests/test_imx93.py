@@ -290,9 +290,10 @@ def test_small_vela_plan_refuses_cpu_layers_and_becomes_a_profile(tmp_path: Path
 
 @needs_tflite
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["shufflenet_v2", "yolov5s"])
+@pytest.mark.parametrize("name", ["shufflenet_v2", "yolov5s", "mobilevit_xs"])
 def test_whole_network_float32_matches_onnxruntime(name: str) -> None:
-    """Channel shuffles (reshape/transpose), YOLO's 5-D head, splits, resizes: exact in float32."""
+    """Channel shuffles (reshape/transpose), YOLO's 5-D head, splits, resizes, attention
+    (LayerNormalization, q/k/v Gather, MatMul, Softmax): exact in float32."""
     import onnxruntime as ort
     from ai_edge_litert.interpreter import Interpreter
 
