@@ -528,7 +528,7 @@ def _icbr(c_in: int, c_out: int, k: int | tuple[int, int], s: int = 1, p: int | 
 
 
 class _InceptionCat(nn.Module):
-    """Parallel branches concatenated on channels (every Inception-v4 block but C)."""
+    """Parallel branches concatenated on channels (Inception-v4's stem mixes, A, B, reductions)."""
 
     def __init__(self, *branches: nn.Module) -> None:
         super().__init__()
@@ -567,7 +567,8 @@ class _InceptionC(nn.Module):
         self.b1 = _icbr(1536, 384, 1)
         self.b1a = _icbr(384, 256, (1, 3), p=(0, 1))
         self.b1b = _icbr(384, 256, (3, 1), p=(1, 0))
-        self.b2 = nn.Sequential(_icbr(1536, 384, 1), _icbr(384, 448, (3, 1), p=(1, 0)), _icbr(448, 512, (1, 3), p=(0, 1)))
+        self.b2 = nn.Sequential(_icbr(1536, 384, 1), _icbr(384, 448, (3, 1), p=(1, 0)),
+                                _icbr(448, 512, (1, 3), p=(0, 1)))
         self.b2a = _icbr(512, 256, (1, 3), p=(0, 1))
         self.b2b = _icbr(512, 256, (3, 1), p=(1, 0))
         self.b3 = _avg_proj(1536, 256)
@@ -578,9 +579,9 @@ class _InceptionC(nn.Module):
 
 
 class InceptionV4(nn.Module):
-    """Inception-v4 (Szegedy et al. 2016, Figs. 3-9) with BN after each conv (eps aside, as
-    timm and Cadene's ``pretrainedmodels`` build it): 42.7 M parameters, 299x299 input, the
-    8x8x1536 map before the global pool. Needs a resolution of at least 75 (the stem's
+    """Inception-v4 (Szegedy et al. 2016, Figs. 3-9) with BN after each conv, as timm and
+    Cadene's ``pretrainedmodels`` build it: 42.7 M parameters, 299x299 input, an 8x8x1536 map
+    before the global pool. Needs a resolution of at least 75 (the stem's
     unpadded convolutions and the two reductions)."""
 
     def __init__(self, resolution: int = 299, num_classes: int = 1000) -> None:
@@ -698,7 +699,8 @@ class _Detect(nn.Module):
 
 
 class YOLOv5(nn.Module):
-    """YOLOv5 (v6.0+ layout). ``width``/``depth`` multiples: n 0.25/0.33, s 0.5/0.33, m 0.75/0.67."""
+    """YOLOv5 (v6.0+ layout). ``width``/``depth`` multiples: n 0.25/0.33, s 0.5/0.33, m 0.75/0.67,
+    l 1.0/1.0."""
 
     def __init__(self, resolution: int = 640, nc: int = 80, width: float = 0.5, depth: float = 0.33,
                  decode: bool = True) -> None:
