@@ -16,8 +16,8 @@ the estimate ((hi - lo) / estimate) and whether it covers the board time; then a
 (network-calibrated where the profile has network rows) and uncalibrated, the Eq. 7/8 sum
 and convolution of the layer models (``Estimator.estimate_network(..., calibrate=False)``).
 A profile without network rows gives the same numbers twice, and the script says so. Last,
-per network: layers, fallback layers, layers the profile places on the target's CPU, and
-the import time.
+per network: layers, layers outside the benchmarked design space, fallback layers, layers the
+profile places on the target's CPU, and the import time.
 
     python tests/perf/board_table.py                              # the shipped imx93
     python tests/perf/board_table.py --device imx93 --root DIR --json out.json
@@ -121,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                      "shipped": _cell(shipped, board), "uncalibrated": _cell(raw, board),
                      "n_layers": shipped.n_layers, "n_free_nodes": len(shipped.free_nodes),
                      "n_fallback": shipped.n_fallback, "fallback_types": fb,
+                     "n_out_of_design_space": shipped.n_out_of_design_space,
                      "n_runs_on_cpu": sum("runs_on_cpu" in l.flags for l in shipped.layers), "cpu_ops": cpu,
                      "n_cpu_possible": sum("cpu_fallback_possible" in l.flags for l in shipped.layers),
                      "onnx_mb": len(data) / 1e6, "export_s": t1 - t0, "import_s": t2 - t1, "estimate_s": t3 - t2})
@@ -140,12 +141,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{prof.name} uncalibrated (Eq. 7/8 of the layer models)")
         summaries[form] = _table(rows, form)
     print()
-    print("per network: layers (free nodes), fallback layers, layers on the target's CPU, import time")
+    print("per network: layers (free nodes), out of the benchmarked design space, fallback layers, layers on the "
+          "target's CPU, import time")
     for r in rows:
         fb = f"{r['n_fallback']}" + (f" ({', '.join(r['fallback_types'])})" if r["fallback_types"] else "")
         cpu = f"{r['n_runs_on_cpu']}" + (f" ({', '.join(r['cpu_ops'])})" if r["cpu_ops"] else "")
         maybe = f", {r['n_cpu_possible']} may run on the CPU" if r["n_cpu_possible"] else ""
-        print(f"  {r['network']:<12} {r['n_layers']:4d} layers ({r['n_free_nodes']} free), fallback {fb}, "
+        print(f"  {r['network']:<12} {r['n_layers']:4d} layers ({r['n_free_nodes']} free), "
+              f"{r['n_out_of_design_space']} out of design space, fallback {fb}, "
               f"on the CPU {cpu}{maybe}; ONNX {r['onnx_mb']:.0f} MB, import {r['import_s']:.1f} s")
     if a.json:
         doc = {"device": prof.name, "confidence": CONFIDENCE, "provenance": prof.provenance.to_dict(),
