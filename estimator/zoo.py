@@ -6,8 +6,8 @@ that whole-network evaluation of the estimator sees the layers real networks con
 Only the weights are random. Every builder takes the input ``resolution`` (square) and
 returns a module in ``eval()`` mode; the classification heads use global pooling, so any
 resolution that survives the network's downsampling works (YOLO needs a multiple of 32,
-VGG a multiple of 32 as well since its classifier is sized from it; DeiT sizes its position
-embedding and EfficientFormer its attention bias from the resolution).
+VGG a multiple of 32 as well since its classifier is sized from it, Inception-v4 at least 75;
+DeiT sizes its position embedding and EfficientFormer its attention bias from the resolution).
 
 ============================  =============================================================
 name                          structure
@@ -23,8 +23,14 @@ name                          structure
 ``densenet121``               torchvision DenseNet-121 (growth 32, blocks 6-12-24-16);
                               ``block_config``/``growth_rate`` shrink it
 ``googlenet``                 GoogLeNet / Inception v1 with BN convs (5x5 branch as in the paper)
+``inception_v4``              Inception-v4 (Szegedy et al. 2016) with BN convs, 299 by default:
+                              stem, 4x A, reduction A, 7x B (1x7/7x1), reduction B, 3x C
 ``yolov5s``                   YOLOv5s v6 (Conv-BN-SiLU, C3, SPPF, PAN neck with nearest
                               upsample + concat, Detect head with sigmoid + box decode)
+``yolov5m``, ``yolov5l``      width/depth 0.75/0.67 and 1.0/1.0 (s: 0.5/0.33)
+``yolov8n`` ... ``yolov8x``   YOLOv8 detection, scales n/s/m/l/x (Conv-BN-SiLU, C2f, SPPF, PAN
+                              neck, anchor-free decoupled head; its DFL and box decode are in
+                              the graph, as Ultralytics' ONNX export and ``yolov5s`` have them)
 ``mnasnet``                   torchvision MNASNet 1.0
 ``regnet_x_400mf``            torchvision RegNetX-400MF (grouped 3x3 convs, group width 16)
 ``vgg16``                     VGG-16 (configuration D), classifier sized from the resolution
@@ -44,8 +50,8 @@ name                          structure
 The transformers write attention in plain ops (qkv ``Linear``, ``q @ k^T * scale``, softmax,
 ``@ v``, output ``Linear``), GELU as ``nn.GELU`` (``Erf``) and LayerNorm as ``nn.LayerNorm``
 (``LayerNormalization`` at opset 17). :func:`default_resolution` gives each network's input
-side (640 for ``yolov5s``, 256 for ``mobilevit_xs``, 224 otherwise); :func:`build` and
-:func:`export_onnx` use it when no resolution is given.
+side (640 for the YOLOs, 299 for ``inception_v4``, 256 for ``mobilevit_xs``, 224 otherwise);
+:func:`build` and :func:`export_onnx` use it when no resolution is given.
 
 :func:`export_onnx` uses torch's TorchScript-based exporter (``dynamo=False``): it works
 offline with no extra dependency (the dynamo exporter needs ``onnxscript``), is
@@ -55,6 +61,7 @@ from __future__ import annotations
 
 import inspect
 import io
+import math
 import warnings
 from typing import Any, Callable, Sequence
 
@@ -512,6 +519,101 @@ class GoogLeNet(nn.Module):
         return self.fc(self.dropout(torch.flatten(x, 1)))
 
 
+# -------------------------------------------------------------------------- InceptionV4
+
+
+def _icbr(c_in: int, c_out: int, k: int | tuple[int, int], s: int = 1, p: int | tuple[int, int] = 0) -> nn.Sequential:
+    """Inception-v4's BasicConv2d: conv (no bias, explicit padding) + BN + ReLU."""
+    return nn.Sequential(nn.Conv2d(c_in, c_out, k, s, p, bias=False), nn.BatchNorm2d(c_out), nn.ReLU())
+
+
+class _InceptionCat(nn.Module):
+    """Parallel branches concatenated on channels (Inception-v4's stem mixes, A, B, reductions)."""
+
+    def __init__(self, *branches: nn.Module) -> None:
+        super().__init__()
+        self.branches = nn.ModuleList(branches)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([b(x) for b in self.branches], 1)
+
+
+def _avg_proj(c_in: int, c_out: int) -> nn.Sequential:
+    """Inception-v4's pool branch: 3x3 average pool (padding not counted) + 1x1 conv."""
+    return nn.Sequential(nn.AvgPool2d(3, 1, 1, count_include_pad=False), _icbr(c_in, c_out, 1))
+
+
+def _inception_a() -> _InceptionCat:
+    return _InceptionCat(
+        _icbr(384, 96, 1),
+        nn.Sequential(_icbr(384, 64, 1), _icbr(64, 96, 3, p=1)),
+        nn.Sequential(_icbr(384, 64, 1), _icbr(64, 96, 3, p=1), _icbr(96, 96, 3, p=1)),
+        _avg_proj(384, 96))
+
+
+def _inception_b() -> _InceptionCat:
+    return _InceptionCat(
+        _icbr(1024, 384, 1),
+        nn.Sequential(_icbr(1024, 192, 1), _icbr(192, 224, (1, 7), p=(0, 3)), _icbr(224, 256, (7, 1), p=(3, 0))),
+        nn.Sequential(_icbr(1024, 192, 1), _icbr(192, 192, (7, 1), p=(3, 0)), _icbr(192, 224, (1, 7), p=(0, 3)),
+                      _icbr(224, 224, (7, 1), p=(3, 0)), _icbr(224, 256, (1, 7), p=(0, 3))),
+        _avg_proj(1024, 128))
+
+
+class _InceptionC(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.b0 = _icbr(1536, 256, 1)
+        self.b1 = _icbr(1536, 384, 1)
+        self.b1a = _icbr(384, 256, (1, 3), p=(0, 1))
+        self.b1b = _icbr(384, 256, (3, 1), p=(1, 0))
+        self.b2 = nn.Sequential(_icbr(1536, 384, 1), _icbr(384, 448, (3, 1), p=(1, 0)),
+                                _icbr(448, 512, (1, 3), p=(0, 1)))
+        self.b2a = _icbr(512, 256, (1, 3), p=(0, 1))
+        self.b2b = _icbr(512, 256, (3, 1), p=(1, 0))
+        self.b3 = _avg_proj(1536, 256)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x1, x2 = self.b1(x), self.b2(x)
+        return torch.cat((self.b0(x), self.b1a(x1), self.b1b(x1), self.b2a(x2), self.b2b(x2), self.b3(x)), 1)
+
+
+class InceptionV4(nn.Module):
+    """Inception-v4 (Szegedy et al. 2016, Figs. 3-9) with BN after each conv, as timm and
+    Cadene's ``pretrainedmodels`` build it: 42.7 M parameters, 299x299 input, an 8x8x1536 map
+    before the global pool. Needs a resolution of at least 75 (the stem's
+    unpadded convolutions and the two reductions)."""
+
+    def __init__(self, resolution: int = 299, num_classes: int = 1000) -> None:
+        super().__init__()
+        if resolution < 75:
+            raise ZooError(f"inception_v4 needs a resolution of at least 75, got {resolution}")
+        self.stem = nn.Sequential(
+            _icbr(3, 32, 3, 2), _icbr(32, 32, 3), _icbr(32, 64, 3, p=1),
+            _InceptionCat(nn.MaxPool2d(3, 2), _icbr(64, 96, 3, 2)),                       # mixed_3a: 160
+            _InceptionCat(nn.Sequential(_icbr(160, 64, 1), _icbr(64, 96, 3)),             # mixed_4a: 192
+                          nn.Sequential(_icbr(160, 64, 1), _icbr(64, 64, (1, 7), p=(0, 3)),
+                                        _icbr(64, 64, (7, 1), p=(3, 0)), _icbr(64, 96, 3))),
+            _InceptionCat(_icbr(192, 192, 3, 2), nn.MaxPool2d(3, 2)))                     # mixed_5a: 384
+        reduction_a = _InceptionCat(
+            _icbr(384, 384, 3, 2),
+            nn.Sequential(_icbr(384, 192, 1), _icbr(192, 224, 3, p=1), _icbr(224, 256, 3, 2)),
+            nn.MaxPool2d(3, 2))                                                           # 1024
+        reduction_b = _InceptionCat(
+            nn.Sequential(_icbr(1024, 192, 1), _icbr(192, 192, 3, 2)),
+            nn.Sequential(_icbr(1024, 256, 1), _icbr(256, 256, (1, 7), p=(0, 3)), _icbr(256, 320, (7, 1), p=(3, 0)),
+                          _icbr(320, 320, 3, 2)),
+            nn.MaxPool2d(3, 2))                                                           # 1536
+        self.blocks = nn.Sequential(*[_inception_a() for _ in range(4)], reduction_a,
+                                    *[_inception_b() for _ in range(7)], reduction_b,
+                                    *[_InceptionC() for _ in range(3)])
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(1536, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.flatten(self.avgpool(self.blocks(self.stem(x))), 1))
+
+
 # ------------------------------------------------------------------------------- YOLOv5
 
 
@@ -520,9 +622,11 @@ def _yconv(c_in: int, c_out: int, k: int = 1, s: int = 1, p: int | None = None) 
 
 
 class _YBottleneck(nn.Module):
-    def __init__(self, c_in: int, c_out: int, shortcut: bool = True) -> None:
+    """YOLO bottleneck: ``k1`` x ``k1`` then 3x3 conv (1x1 first in v5, 3x3 in v8), residual."""
+
+    def __init__(self, c_in: int, c_out: int, shortcut: bool = True, k1: int = 1) -> None:
         super().__init__()
-        self.cv1 = _yconv(c_in, c_out, 1)
+        self.cv1 = _yconv(c_in, c_out, k1)
         self.cv2 = _yconv(c_out, c_out, 3)
         self.add = shortcut and c_in == c_out
 
@@ -595,7 +699,8 @@ class _Detect(nn.Module):
 
 
 class YOLOv5(nn.Module):
-    """YOLOv5 (v6.0+ layout). ``width``/``depth`` multiples: n 0.25/0.33, s 0.5/0.33, m 0.75/0.67."""
+    """YOLOv5 (v6.0+ layout). ``width``/``depth`` multiples: n 0.25/0.33, s 0.5/0.33, m 0.75/0.67,
+    l 1.0/1.0."""
 
     def __init__(self, resolution: int = 640, nc: int = 80, width: float = 0.5, depth: float = 0.33,
                  decode: bool = True) -> None:
@@ -639,6 +744,117 @@ class YOLOv5(nn.Module):
         x20 = self.h20(torch.cat((self.h18(x17), x14), 1))
         x23 = self.h23(torch.cat((self.h21(x20), x10), 1))
         return self.detect([x17, x20, x23])
+
+
+# ------------------------------------------------------------------------------- YOLOv8
+
+
+class _C2f(nn.Module):
+    """YOLOv8's C2f: a 1x1 conv split in two halves, ``n`` bottlenecks (3x3, 3x3) chained on
+    the second half, every intermediate concatenated into a final 1x1 conv."""
+
+    def __init__(self, c_in: int, c_out: int, n: int = 1, shortcut: bool = False) -> None:
+        super().__init__()
+        self.c = c_out // 2
+        self.cv1 = _yconv(c_in, 2 * self.c, 1)
+        self.cv2 = _yconv((2 + n) * self.c, c_out, 1)
+        self.m = nn.ModuleList(_YBottleneck(self.c, self.c, shortcut, k1=3) for _ in range(n))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = list(self.cv1(x).chunk(2, 1))
+        for m in self.m:
+            y.append(m(y[-1]))
+        return self.cv2(torch.cat(y, 1))
+
+
+class _DetectV8(nn.Module):
+    """Anchor-free decoupled head: per level a box branch (two 3x3 convs, 1x1 to 4 x
+    ``reg_max`` distance bins) and a class branch (two 3x3 convs, 1x1 to ``nc``); then the
+    DFL (softmax over the bins, a fixed 1x1 conv with weights 0..reg_max-1) and the
+    distance-to-box decode (xywh in pixels), as Ultralytics' ONNX export ends."""
+
+    STRIDES = (8, 16, 32)
+
+    def __init__(self, nc: int, ch: Sequence[int], resolution: int, reg_max: int = 16) -> None:
+        super().__init__()
+        self.nc, self.reg_max = nc, reg_max
+        c2, c3 = max(16, ch[0] // 4, reg_max * 4), max(ch[0], min(nc, 100))
+        self.cv2 = nn.ModuleList(
+            nn.Sequential(_yconv(c, c2, 3), _yconv(c2, c2, 3), nn.Conv2d(c2, 4 * reg_max, 1)) for c in ch)
+        self.cv3 = nn.ModuleList(nn.Sequential(_yconv(c, c3, 3), _yconv(c3, c3, 3), nn.Conv2d(c3, nc, 1)) for c in ch)
+        self.dfl = nn.Conv2d(reg_max, 1, 1, bias=False).requires_grad_(False)
+        with torch.no_grad():
+            self.dfl.weight.copy_(torch.arange(reg_max, dtype=torch.float32).view(1, reg_max, 1, 1))
+        points, strides = [], []
+        for s in self.STRIDES:  # anchor points at the cell centres, in grid units
+            n = resolution // s
+            sy, sx = torch.meshgrid(torch.arange(n, dtype=torch.float32) + 0.5,
+                                    torch.arange(n, dtype=torch.float32) + 0.5, indexing="ij")
+            points.append(torch.stack((sx, sy), -1).view(-1, 2))
+            strides.append(torch.full((n * n, 1), float(s)))
+        self.register_buffer("anchors", torch.cat(points).T.unsqueeze(0).contiguous(), persistent=False)
+        self.register_buffer("strides", torch.cat(strides).T.contiguous(), persistent=False)
+
+    def forward(self, xs: list[torch.Tensor]) -> torch.Tensor:
+        b = xs[0].shape[0]
+        no = self.nc + 4 * self.reg_max
+        x = torch.cat([torch.cat((self.cv2[i](xi), self.cv3[i](xi)), 1).view(b, no, -1) for i, xi in enumerate(xs)], 2)
+        box, cls = x.split((4 * self.reg_max, self.nc), 1)
+        a = box.shape[2]
+        dist = self.dfl(box.view(b, 4, self.reg_max, a).transpose(2, 1).softmax(1)).view(b, 4, a)
+        lt, rb = dist.chunk(2, 1)
+        x1y1, x2y2 = self.anchors - lt, self.anchors + rb
+        dbox = torch.cat(((x1y1 + x2y2) / 2, x2y2 - x1y1), 1) * self.strides
+        return torch.cat((dbox, cls.sigmoid()), 1)
+
+
+class YOLOv8(nn.Module):
+    """YOLOv8 detection (Ultralytics ``yolov8.yaml``): Conv-BN-SiLU, C2f, SPPF, a PAN neck
+    with nearest upsample + concat, and the :class:`_DetectV8` head with its DFL and box
+    decode in the graph (as the YOLOv5 builder keeps its decode); the output is
+    ``(1, 4 + nc, anchors)``. ``depth``/``width``/``max_channels`` per scale: n 0.33/0.25/1024,
+    s 0.33/0.50/1024, m 0.67/0.75/768, l 1.00/1.00/512, x 1.00/1.25/512."""
+
+    def __init__(self, resolution: int = 640, nc: int = 80, depth: float = 0.33, width: float = 0.25,
+                 max_channels: int = 1024) -> None:
+        super().__init__()
+        if resolution % 32:
+            raise ZooError(f"yolov8 needs a resolution divisible by 32, got {resolution}")
+
+        def c(x: int) -> int:  # Ultralytics' make_divisible: round up to a multiple of 8
+            return math.ceil(min(x, max_channels) * width / 8) * 8
+
+        def n(x: int) -> int:
+            return max(round(x * depth), 1)
+
+        self.b0 = _yconv(3, c(64), 3, 2)
+        self.b1 = _yconv(c(64), c(128), 3, 2)
+        self.b2 = _C2f(c(128), c(128), n(3), True)
+        self.b3 = _yconv(c(128), c(256), 3, 2)
+        self.b4 = _C2f(c(256), c(256), n(6), True)
+        self.b5 = _yconv(c(256), c(512), 3, 2)
+        self.b6 = _C2f(c(512), c(512), n(6), True)
+        self.b7 = _yconv(c(512), c(1024), 3, 2)
+        self.b8 = _C2f(c(1024), c(1024), n(3), True)
+        self.b9 = _SPPF(c(1024), c(1024), 5)
+        self.up = nn.Upsample(scale_factor=2, mode="nearest")
+        self.h12 = _C2f(c(1024) + c(512), c(512), n(3))
+        self.h15 = _C2f(c(512) + c(256), c(256), n(3))
+        self.h16 = _yconv(c(256), c(256), 3, 2)
+        self.h18 = _C2f(c(256) + c(512), c(512), n(3))
+        self.h19 = _yconv(c(512), c(512), 3, 2)
+        self.h21 = _C2f(c(512) + c(1024), c(1024), n(3))
+        self.detect = _DetectV8(nc, (c(256), c(512), c(1024)), resolution)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        p3 = self.b4(self.b3(self.b2(self.b1(self.b0(x)))))
+        p4 = self.b6(self.b5(p3))
+        p5 = self.b9(self.b8(self.b7(p4)))
+        x12 = self.h12(torch.cat((self.up(p5), p4), 1))
+        x15 = self.h15(torch.cat((self.up(x12), p3), 1))
+        x18 = self.h18(torch.cat((self.h16(x15), x12), 1))
+        x21 = self.h21(torch.cat((self.h19(x18), p5), 1))
+        return self.detect([x15, x18, x21])
 
 
 # ------------------------------------------------------------------------------ MNASNet
@@ -1068,6 +1284,17 @@ class MobileNetV4(nn.Module):
 
 # ------------------------------------------------------------------------------- registry
 
+#: YOLOv8 scale -> (depth, width, max_channels), Ultralytics' ``yolov8.yaml``
+_YOLOV8_SCALES = {"n": (0.33, 0.25, 1024), "s": (0.33, 0.50, 1024), "m": (0.67, 0.75, 768),
+                  "l": (1.00, 1.00, 512), "x": (1.00, 1.25, 512)}
+
+
+def _yolov8(depth: float, width: float, max_channels: int) -> Callable[..., nn.Module]:
+    def builder(resolution: int = 640, **kw: Any) -> nn.Module:
+        return YOLOv8(resolution, **{"depth": depth, "width": width, "max_channels": max_channels, **kw})
+    return builder
+
+
 #: name -> builder(resolution, **kwargs). Builders that do not depend on the resolution
 #: ignore it (their global pooling adapts).
 ZOO: dict[str, Callable[..., nn.Module]] = {
@@ -1081,7 +1308,11 @@ ZOO: dict[str, Callable[..., nn.Module]] = {
     "squeezenet": lambda resolution=224, **kw: SqueezeNet(**kw),
     "densenet121": lambda resolution=224, **kw: DenseNet(**kw),
     "googlenet": lambda resolution=224, **kw: GoogLeNet(**kw),
+    "inception_v4": lambda resolution=299, **kw: InceptionV4(resolution, **kw),
     "yolov5s": lambda resolution=640, **kw: YOLOv5(resolution, **kw),
+    "yolov5m": lambda resolution=640, **kw: YOLOv5(resolution, **{"width": 0.75, "depth": 0.67, **kw}),
+    "yolov5l": lambda resolution=640, **kw: YOLOv5(resolution, **{"width": 1.0, "depth": 1.0, **kw}),
+    **{f"yolov8{s}": _yolov8(*scale) for s, scale in _YOLOV8_SCALES.items()},
     "mnasnet": lambda resolution=224, **kw: MNASNet(**kw),
     "regnet_x_400mf": lambda resolution=224, **kw: RegNetX(**kw),
     "vgg16": lambda resolution=224, **kw: VGG(resolution, **kw),
