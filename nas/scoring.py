@@ -74,6 +74,8 @@ class Estimate:
     ood_layers: list[dict[str, Any]] = field(default_factory=list)
     model_version: str = ""
     warnings: list[str] = field(default_factory=list)
+    #: the layers that drive the CM_O interval, and why (``NetworkResult.cm_o_drivers``)
+    cm_o_drivers: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_result(cls, result: Any, confidence: float) -> "Estimate":
@@ -87,7 +89,7 @@ class Estimate:
         return cls(total_ms=float(result.total_ms), confidence=float(confidence), intervals=ivs,  # type: ignore[arg-type]
                    n_layers=int(result.n_layers), n_out_of_design_space=int(result.n_out_of_design_space),
                    n_fallback=int(result.n_fallback), ood_layers=ood, model_version=result.model_version,
-                   warnings=warns)
+                   warnings=warns, cm_o_drivers=[dict(d) for d in getattr(result, "cm_o_drivers", None) or ()])
 
     def interval(self, metric: str) -> tuple[float, float]:
         return self.intervals[metric]
@@ -107,7 +109,8 @@ class Estimate:
                    intervals={m: (float(v[0]), float(v[1])) for m, v in (d.get("intervals") or {}).items()},
                    n_layers=int(d.get("n_layers", 0)), n_out_of_design_space=int(d.get("n_out_of_design_space", 0)),
                    n_fallback=int(d.get("n_fallback", 0)), ood_layers=list(d.get("ood_layers") or []),
-                   model_version=str(d.get("model_version", "")), warnings=list(d.get("warnings") or []))
+                   model_version=str(d.get("model_version", "")), warnings=list(d.get("warnings") or []),
+                   cm_o_drivers=list(d.get("cm_o_drivers") or []))
 
 
 def _layer_width(layer: Mapping[str, Any], metric: str, confidence: float) -> float:
