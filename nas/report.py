@@ -8,8 +8,8 @@ Files written by :func:`write_reports` into the output directory:
 ==================  =====================================================================
 ``best.onnx``       the best feasible architecture, simplified ONNX *with* weights (BN
                     folded; the network that was estimated)
-``best.json``       its description, parameters, latency with intervals, the layers that
-                    drive its CM_O interval, score, penalty
+``best.json``       its description, parameters, latency with intervals, the share of the
+                    budget it uses, the layers that drive its CM_O interval, score, penalty
 ``best_layers.csv`` per-layer table: prediction, CM_TV/CM_LV/CM_O bounds, flags, reasons
 ``best_layers.txt`` the same, aligned text
 ``trials.csv``      every trial: state, feasibility, score, penalty, latency and bounds
@@ -17,7 +17,7 @@ Files written by :func:`write_reports` into the output directory:
                     candidates grey, the budget as a line, the Pareto front and the best
 ``pareto.json``     the feasible Pareto set (penalised score up, latency down)
 ``summary.json``    counts (feasible, rejected by the budget, penalised by CM_O), best
-                    (with ``cm_o_drivers``), why it won, timings
+                    (with ``budget_use`` and ``cm_o_drivers``), why it won, timings
 ``summary.txt``     the same for humans
 ==================  =====================================================================
 """
@@ -34,11 +34,11 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from estimator.interface import cm_o_driver_lines, cm_o_is_wide
 
-from .scoring import METRICS, Estimate
+from .scoring import CONSTRAINT_METRIC, METRICS, Estimate
 from .units import format_ms
 
 __all__ = ["TrialRecord", "records", "summarize", "summary_text", "trials_table", "write_reports",
-           "pareto_front", "layer_rows", "write_text_atomic"]
+           "pareto_front", "layer_rows", "write_text_atomic", "budget_use"]
 
 
 @dataclass
@@ -190,6 +190,30 @@ def _trials_by_model(recs: Sequence[TrialRecord]) -> dict[str, int]:
     return out
 
 
+def budget_use(r: TrialRecord, budget_ms: float, confidence: float) -> dict[str, Any]:
+    """How much of the budget a trial uses: its estimate and its constrained upper bound
+    (:data:`~nas.scoring.CONSTRAINT_METRIC` at ``confidence``), in ms and as fractions of
+    ``budget_ms``."""
+    t = float(r.latency_ms) if r.latency_ms is not None else math.nan
+    iv = r.intervals.get(CONSTRAINT_METRIC)
+    u = float(iv[1]) if iv is not None else math.nan
+    ok = budget_ms > 0 and math.isfinite(budget_ms)
+    return {"budget_ms": budget_ms, "metric": CONSTRAINT_METRIC, "confidence": confidence, "estimate_ms": t,
+            "estimate_fraction": t / budget_ms if ok else None, "upper_ms": u,
+            "upper_fraction": u / budget_ms if ok else None}
+
+
+def _budget_text(b: Mapping[str, Any]) -> str:
+    def pct(x: Any) -> str:
+        if x is None or not math.isfinite(float(x)):
+            return "?"
+        return f"{100 * float(x):.0f} %" if float(x) >= 0.01 else f"{100 * float(x):.2g} %"
+
+    return (f"winner: {format_ms(b['estimate_ms'])} = {pct(b['estimate_fraction'])} of the "
+            f"{format_ms(b['budget_ms'])} budget; {b['metric']} upper {format_ms(b['upper_ms'])} = "
+            f"{pct(b['upper_fraction'])} (at {b['confidence']:g})")
+
+
 def summarize(study: Any, recs: Sequence[TrialRecord] | None = None) -> dict[str, Any]:
     """Counts, best feasible, Pareto set and the penalty's effect (JSON-ready)."""
     recs = list(recs) if recs is not None else records(study)
@@ -239,6 +263,8 @@ def summarize(study: Any, recs: Sequence[TrialRecord] | None = None) -> dict[str
                        "constraint_ms": best.constraint_ms, "n_layers": best.n_layers,
                        "n_out_of_design_space": best.n_ood, "n_fallback": best.n_fallback,
                        "ood_layers": best.ood_layers, "cm_o_drivers": best.cm_o_drivers,
+                       "budget_use": budget_use(best, float(attrs.get("budget_ms", math.nan)),
+                                                float(attrs.get("confidence", 0.9))),
                        "penalty": best.penalty, "params": best.params, "arch": best.arch, "n_params": best.n_params}
         doc["penalty_decided"] = explain_winner(best, recs)
         doc["unpenalised_best_trial"] = unpen.number if unpen is not None else None
@@ -275,6 +301,8 @@ def summary_text(doc: Mapping[str, Any], *, files: Iterable[str] = ()) -> str:
     else:
         iv = b["intervals"]
         lines += [f"best feasible: trial {b['trial']}"]
+        if b.get("budget_use"):
+            lines.append(f"  {_budget_text(b['budget_use'])}")
         lines.append(f"  latency {format_ms(b['latency_ms'])}; at {conf:g}: " + ", ".join(
             f"{m} [{iv[m][0]:.3f}, {iv[m][1]:.3f}] ms" for m in METRICS if m in iv))
         if "CM_O" in iv and cm_o_is_wide(b["latency_ms"], {"CM_O": {conf: tuple(iv["CM_O"])}}):

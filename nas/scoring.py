@@ -52,9 +52,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
 __all__ = ["Estimate", "Penalty", "penalty", "penalised", "constraint_value", "latency_constraint",
-           "CONSTRAINT_KEY", "METRICS"]
+           "CONSTRAINT_KEY", "CONSTRAINT_METRIC", "METRICS"]
 
 METRICS = ("CM_TV", "CM_LV", "CM_O")
+#: the metric whose upper bound the budget constrains
+CONSTRAINT_METRIC = "CM_LV"
 #: name of the latency constraint (Trial.set_constraint key / user attribute)
 CONSTRAINT_KEY = "latency_budget"
 
@@ -171,7 +173,7 @@ def penalised(score: float, pen: Penalty) -> float:
 
 def constraint_value(est: Estimate, budget_ms: float) -> float:
     """``CM_LV upper - budget`` (feasible when <= 0), in milliseconds."""
-    return float(est.intervals["CM_LV"][1] - budget_ms)
+    return float(est.intervals[CONSTRAINT_METRIC][1] - budget_ms)
 
 
 def latency_constraint(trial: Any) -> Sequence[float]:

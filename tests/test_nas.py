@@ -22,6 +22,7 @@ from torch import nn
 
 from nas.cli import main as nas_main
 from nas.spaces import Architecture, GlobalPool
+from nas.units import format_ms
 
 pytestmark = pytest.mark.slow
 
@@ -314,6 +315,15 @@ def test_search_end_to_end(nas_env, tmp_path, capsys):
     assert best["intervals"]["CM_LV"][1] <= budget
     assert "rejected by the budget (CM_LV upper > budget): " + str(n_bad) in text
     assert f"best feasible: trial {best['trial']}" in text
+    # how much of the budget the winner uses: its estimate and its CM_LV upper bound
+    use = best["budget_use"]
+    assert (use["metric"], use["confidence"], use["budget_ms"]) == ("CM_LV", 0.9, pytest.approx(budget))
+    assert use["estimate_fraction"] == pytest.approx(best["latency_ms"] / budget)
+    assert use["upper_fraction"] == pytest.approx(best["intervals"]["CM_LV"][1] / budget) and use["upper_fraction"] <= 1
+    budget_line = (f"  winner: {format_ms(best['latency_ms'])} = {100 * use['estimate_fraction']:.0f} % of the "
+                   f"{format_ms(budget)} budget; CM_LV upper {format_ms(best['intervals']['CM_LV'][1])} = "
+                   f"{100 * use['upper_fraction']:.0f} % (at 0.9)")
+    assert budget_line in text.splitlines()
 
     # files
     for f in ("best.onnx", "best.json", "best_layers.csv", "best_layers.txt", "trials.csv", "pareto.png",
@@ -350,6 +360,7 @@ def test_search_end_to_end(nas_env, tmp_path, capsys):
     assert nas_main(["show", "--out", str(out2), "--study", "main"]) == 0
     shown = capsys.readouterr().out
     assert f"best feasible: trial {best['trial']}" in shown and "CM_LV_hi" in shown
+    assert budget_line in shown.splitlines()
     assert nas_main(["show", "--out", str(out2)]) == 0
     assert "main" in capsys.readouterr().out
 
