@@ -70,8 +70,9 @@ def _range_text(o: dict[str, Any]) -> str:
     v, lo, hi = float(o["value"]), float(o["min"]), float(o["max"])
     k = _factor(o)
     finite = bool(np.isfinite(k))
-    if v > hi:
-        by = "" if not finite else f" (+{100 * (k - 1):.2g} %)" if k < 2 else f" ({k:.3g}x)"
+    if v > hi:  # by how much: a percentage up to twice the maximum, a factor beyond
+        pct = 100 * (k - 1)
+        by = "" if not finite else f" ({k:.3g}x)" if k >= 2 else f" (+{pct:.0f} %)" if pct >= 10 else f" (+{pct:.2g} %)"
         return f"{o['feature']}={_num(v)} > benchmarked max {_num(hi)}{by}"
     return f"{o['feature']}={_num(v)} < benchmarked min {_num(lo)}" + (f" ({k:.3g}x smaller)" if finite else "")
 
