@@ -2,7 +2,9 @@
 
 * ``estimator predict MODEL.onnx --device NAME`` prints the per-layer table (prediction,
   CM_TV / CM_LV / CM_O intervals, out-of-design-space and fallback flags) and the network
-  totals; ``--json`` prints :meth:`NetworkEstimate.to_dict` instead; ``--plot FILE`` draws
+  totals; a network CM_O upper bound above 10x the estimate is followed by the layers that
+  drive it and why (:mod:`estimator.drivers`); ``--json`` prints
+  :meth:`NetworkEstimate.to_dict` instead (``cm_o_drivers`` included); ``--plot FILE`` draws
   the per-layer interval widths (the paper's Fig. 13).
 * ``estimator train --device NAME`` trains (or loads from the cache) and prints per-type
   out-of-bag metrics: RMSPE, share within +-10 %, calibration coverage of each metric.
@@ -31,6 +33,7 @@ from .aggregate import COUPLINGS, DEFAULT_COUPLING
 from .cliargs import MODEL_HELP, input_shapes_from_args, model_source
 from .cliutil import integer
 from .errors import UserError
+from .interface import cm_o_driver_lines, cm_o_is_wide
 from .models import METRICS, TARGETS
 from .predict import Estimator, NetworkEstimate, parse_confidence
 from .profile import Profile, default_root, list_profiles, load_profile
@@ -152,16 +155,34 @@ def print_estimate(est: NetworkEstimate, out: Any = None) -> None:
               f"({cal.get('kind')} by {cal.get('runner')}, {cal.get('date', '')[:10]}): {cal.get('formula')}", file=out)
     else:
         print(f"total: {_fmt_ms(est.total_ms)} ms (intervals: {how.get(est.coupling, est.coupling)})", file=out)
+    named = False
+
+    def drivers(total: float, intervals: dict) -> None:  # right under a wide CM_O line
+        nonlocal named
+        if not cm_o_is_wide(total, intervals):
+            return
+        if named:
+            print("    (the layers that drive CM_O: listed above)", file=out)
+            return
+        upper = max(hi for _, hi in intervals["CM_O"].values())
+        for line in cm_o_driver_lines(est.cm_o_drivers, total, upper, indent="    "):
+            print(line, file=out)
+        named = True
+
     for m in METRICS:
         parts = [f"{cc:g}: {_fmt_iv(est.intervals[m][cc])} ms (rel. width {est.relative_width(m, cc):.1%})"
                  for cc in est.confidence]
         print(f"  {m}: " + "; ".join(parts), file=out)
+        if m == "CM_O":
+            drivers(est.total_ms, est.intervals)
     if est.uncalibrated is not None:
         u = est.uncalibrated
         print(f"uncalibrated (Eq. 7/8, {how.get(est.coupling, est.coupling)}): {_fmt_ms(u['total_ms'])} ms", file=out)
         for m in METRICS:
             print(f"  {m}: " + "; ".join(f"{cc:g}: {_fmt_iv(u['intervals'][m][cc])} ms" for cc in est.confidence),
                   file=out)
+            if m == "CM_O":
+                drivers(u["total_ms"], u["intervals"])
     elif cal.get("reason"):
         print(f"calibration: none ({cal['reason']})", file=out)
     for w in est.warnings:

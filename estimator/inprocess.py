@@ -35,7 +35,7 @@ import numpy as np
 
 from .errors import NotFoundError, UserError
 from .interface import (Estimation, EstimationError, LayerResult, NetworkResult, calibration_record,
-                        refinement_record, spec_parts)
+                        cm_o_driver_record, refinement_record, spec_parts)
 from .layers import LAYER_TYPES, LayerSpecError
 from .predict import METRICS, Estimator, LayerEstimate, NetworkEstimate, make_layer, parse_confidence
 from .profile import default_root, list_profiles, load_profile
@@ -271,7 +271,8 @@ def network_result(res: NetworkEstimate, dev: LoadedDevice, layers: Sequence[Any
         confidence=[float(c) for c in res.confidence],
         uncalibrated=None if unc is None else {"total_ms": float(unc["total_ms"]),
                                                "intervals": _intervals(unc["intervals"])},
-        calibration=calibration_record(res.calibration))
+        calibration=calibration_record(res.calibration),
+        cm_o_drivers=[cm_o_driver_record(d) for d in res.cm_o_drivers])
 
 
 # ---------------------------------------------------------------------- implementation

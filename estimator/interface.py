@@ -25,7 +25,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from .errors import UserError
 
 __all__ = ["Estimation", "EstimationError", "NetworkResult", "LayerResult", "Intervals", "spec_parts",
-           "calibration_record", "refinement_record", "CALIBRATION_TEXT_KEYS"]
+           "calibration_record", "refinement_record", "CALIBRATION_TEXT_KEYS", "WIDE_CM_O_FACTOR", "cm_o_is_wide",
+           "cm_o_driver_record", "cm_o_driver_lines"]
 
 #: metric -> confidence (rounded to 12 digits) -> (lower_ms, upper_ms)
 Intervals = dict[str, dict[float, tuple[float, float]]]
@@ -120,6 +121,9 @@ class NetworkResult:
     uncalibrated: dict[str, Any] | None = None
     #: what calibration applied (``applied``, ``method``, ``n_networks``, ``source``, ...)
     calibration: dict[str, Any] = field(default_factory=lambda: {"applied": False})
+    #: the layers that drive the CM_O interval, and why (:func:`cm_o_driver_record` dicts;
+    #: :mod:`estimator.drivers`); set when a layer is out of the design space or CM_O is wide
+    cm_o_drivers: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -177,6 +181,61 @@ def refinement_record(summary: Mapping[str, Any]) -> dict[str, Any]:
     if not (out["configurations"] or out["rounds"] or out["base"]):
         return {"configurations": 0}
     return out
+
+
+#: a network CM_O upper bound above this multiple of the estimate is never shown without the
+#: layers that drive it (:func:`cm_o_is_wide`)
+WIDE_CM_O_FACTOR = 10.0
+
+
+def cm_o_is_wide(total_ms: float, intervals: Mapping[str, Mapping[float, tuple[float, float]]]) -> bool:
+    """Whether a CM_O upper bound in ``intervals`` (any confidence) exceeds
+    :data:`WIDE_CM_O_FACTOR` times ``total_ms``."""
+    return any(float(hi) > WIDE_CM_O_FACTOR * float(total_ms) for _, hi in (intervals.get("CM_O") or {}).values())
+
+
+def cm_o_driver_record(d: Mapping[str, Any]) -> dict[str, Any]:
+    """One layer that drives a network's CM_O interval, as every output reports it (the
+    service's ``CmoDriver`` message carries exactly these fields; :mod:`estimator.drivers`
+    says how they are computed): ``index`` (its position among the per-layer rows),
+    ``name``, ``type``, ``op_type``, ``share`` (its CM_O upper bound minus its estimate, over
+    the sum of that over all layers), ``prediction_ms``, ``cm_o_upper_ms``, ``confidence``,
+    ``reasons`` (its ``ood_reasons``), ``out_of_range`` (``{feature, value, min, max}`` per
+    feature outside the benchmarked range), ``knn_ratio`` (its k-NN distance over its type's
+    threshold, when every feature is in range; None otherwise and without a model) and ``why``
+    (the same in words)."""
+    k = d.get("knn_ratio")
+    return {"index": int(d["index"]), "name": str(d["name"]), "type": str(d["type"]),
+            "op_type": str(d.get("op_type") or ""), "share": float(d["share"]),
+            "prediction_ms": float(d["prediction_ms"]), "cm_o_upper_ms": float(d["cm_o_upper_ms"]),
+            "confidence": float(d["confidence"]), "reasons": [str(r) for r in d.get("reasons") or ()],
+            "out_of_range": [{"feature": str(o["feature"]), "value": float(o["value"]), "min": float(o["min"]),
+                              "max": float(o["max"])} for o in d.get("out_of_range") or ()],
+            "knn_ratio": None if k is None else float(k), "why": str(d.get("why") or "")}
+
+
+def cm_o_driver_lines(drivers: Sequence[Mapping[str, Any]], total_ms: float, upper_ms: float,
+                      indent: str = "  ") -> list[str]:
+    """The drivers in words, for text output right under a network's CM_O line: a heading
+    (how far the upper bound ``upper_ms`` is above the estimate ``total_ms``) and one line
+    per layer (``#index name (type) share: why``)."""
+    if not drivers:
+        return []
+    times = f"{upper_ms / total_ms:.3g}x the estimate" if total_ms > 0 else "above a 0 ms estimate"
+    c = float(drivers[0]["confidence"])
+    out = [f"{indent}CM_O upper bound {_ms(upper_ms)} is {times}; the layers that drive it (share of the "
+           f"summed per-layer CM_O upper - estimate at {c:g}):"]
+    for d in drivers:
+        kind = d["type"] if d["type"] != "other" else f"other:{d.get('op_type') or '?'}"
+        out.append(f"{indent}  #{d['index']} {d['name']} ({kind}) {100 * float(d['share']):.0f} %: {d['why']}")
+    rest = 1.0 - sum(float(d["share"]) for d in drivers)
+    if rest >= 0.005:
+        out.append(f"{indent}  the other layers: {100 * rest:.0f} %")
+    return out
+
+
+def _ms(x: float) -> str:
+    return f"{x:.0f} ms" if abs(x) >= 1000 else f"{x:.4g} ms"
 
 
 def spec_parts(spec: Any, index: int) -> tuple[str, str, dict[str, float], dict[str, str]]:

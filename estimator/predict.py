@@ -15,7 +15,9 @@ roofline fallback, flagged ``fallback`` and ``out_of_design_space``; nothing is 
 and no layer is silently zero. Layers of one type are predicted in one batched model
 call. The network total is the sum of layer predictions (Eq. 7); its intervals come from
 the Monte Carlo convolution of the layers' conformal predictive distributions (Eq. 8,
-:mod:`estimator.aggregate`).
+:mod:`estimator.aggregate`). When a layer lies outside the design space or a CM_O upper bound
+exceeds 10x the total, ``cm_o_drivers`` names the layers that drive CM_O and why
+(:mod:`estimator.drivers`), with or without the per-layer rows.
 
 Network calibration
 -------------------
@@ -70,7 +72,9 @@ import numpy as np
 from .aggregate import (COUPLINGS, DEFAULT_COUPLING, DEFAULT_SAMPLES, DEFAULT_SEED, DistBatch, Family, SampleBank,
                         aggregate, layer_intervals)
 from .calibration import MIN_NETWORKS, REFERENCE_CONFIDENCE, layer_kind
+from .drivers import cm_o_drivers
 from .errors import UserError
+from .interface import cm_o_is_wide
 from .layers import Layer, describe, weight_bound
 from .fingerprint import last_level_cache_bytes
 from .models import METRICS, BatchPrediction, DeviceModels, elem_bytes_for, get_models
@@ -167,6 +171,9 @@ class NetworkEstimate:
     uncalibrated: dict[str, Any] | None = None
     #: what calibration applied: {"applied": bool, ...} (see :meth:`Estimator.calibration_info`)
     calibration: dict[str, Any] = field(default_factory=lambda: {"applied": False})
+    #: the layers that drive the CM_O interval, and why (:mod:`estimator.drivers`): set when a
+    #: layer is out of the design space or a CM_O upper bound is wide, else empty
+    cm_o_drivers: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def n_layers(self) -> int:
@@ -213,6 +220,7 @@ class NetworkEstimate:
                 "intervals": {m: {_ckey(c): [lo, hi] for c, (lo, hi) in per.items()}
                               for m, per in self.uncalibrated["intervals"].items()}},
             "calibration": dict(self.calibration),
+            "cm_o_drivers": [dict(d) for d in self.cm_o_drivers],
         }
 
 
@@ -320,27 +328,26 @@ class Estimator:
         """Each layer's conformal predictive distribution per metric (for custom aggregation)."""
         return self.predict_batch(layers).dists
 
+    def _bounds(self, layers: Sequence[Layer], bp: BatchPrediction, m: str, c: float,
+                use_fast: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Every layer's (lower, upper) of metric ``m`` at ``c``: vectorised over the batch, or
+        (reference path) crepes' predict_int type by type."""
+        if use_fast:
+            return layer_intervals(bp.dists[m], c)
+        lo, hi = self.models.crepes_layer_intervals(layers, bp.dists[m], m, c)
+        cpu_est = [i for i, why in enumerate(bp.reasons) if "cpu_unverified" in why]
+        if cpu_est:  # the CPU estimate is no type's conformal regressor
+            idx = np.array(cpu_est)
+            lo, hi = np.array(lo, dtype=float), np.array(hi, dtype=float)
+            lo[idx], hi[idx] = layer_intervals(bp.dists[m].take(idx), c)
+        return lo, hi
+
     def _rows(self, layers: Sequence[Layer], bp: BatchPrediction, confs: list[float],
               use_fast: bool = True) -> list[LayerEstimate]:
-        # per metric and confidence, every layer's (lower, upper) as Python floats: vectorised
-        # over the batch, or (reference path) crepes' predict_int type by type
-        def bounds(m: str, c: float) -> tuple[np.ndarray, np.ndarray]:
-            if use_fast:
-                return layer_intervals(bp.dists[m], c)
-            return self.models.crepes_layer_intervals(layers, bp.dists[m], m, c)
-
         cpu_est = {i for i, why in enumerate(bp.reasons) if "cpu_unverified" in why}
-        if cpu_est and not use_fast:  # the CPU estimate is no type's conformal regressor
-            idx = np.array(sorted(cpu_est))
-            plain = bounds
-
-            def bounds(m: str, c: float) -> tuple[np.ndarray, np.ndarray]:  # noqa: F811
-                lo, hi = plain(m, c)
-                lo, hi = np.array(lo, dtype=float), np.array(hi, dtype=float)
-                lo[idx], hi[idx] = layer_intervals(bp.dists[m].take(idx), c)
-                return lo, hi
-
-        pairs = {m: {c: list(zip(*(a.tolist() for a in bounds(m, c)))) for c in confs} for m in METRICS}
+        # per metric and confidence, every layer's (lower, upper) as Python floats
+        pairs = {m: {c: list(zip(*(a.tolist() for a in self._bounds(layers, bp, m, c, use_fast)))) for c in confs}
+                 for m in METRICS}
         # each layer's {metric: {confidence: (lower, upper)}}, built column-wise
         if len(confs) == 1:
             one = confs[0]
@@ -563,16 +570,17 @@ class Estimator:
         confs = parse_confidence(confidence)
         cal, info, cal_warns = self.calibration_state() if calibrate else (None, {"applied": False}, [])
         mc_confs = confs if cal is None else sorted(set(confs) | {REFERENCE_CONFIDENCE})
-        est, layers, pred = self._estimate(network, confs, mc_confs, input_shapes, name, fast, per_layer)
+        est, layers, bp = self._estimate(network, confs, mc_confs, input_shapes, name, fast, per_layer)
         est.warnings += self.host_warnings() + cal_warns
         if cal is None or est.total_ms <= 0:
             est.calibration = dict(info)
             if cal is not None:
                 est.calibration.update(applied=False, reason="the network's Eq. 7 total is 0 ms")
             est.intervals = {m: {c: per[c] for c in confs} for m, per in est.intervals.items()}
-            return est
+            return self._with_drivers(est, layers, bp, fast)
         fallback_types = sorted({l.type for l in layers if l.type not in self.models.types})
-        res = cal.apply(est.total_ms, len(layers), est.intervals, _kind_shares(layers, pred), confs, fallback_types)
+        res = cal.apply(est.total_ms, len(layers), est.intervals, _kind_shares(layers, bp.pred_ms), confs,
+                        fallback_types)
         est.uncalibrated = {"total_ms": est.total_ms,
                             "intervals": {m: {c: per[c] for c in confs} for m, per in est.intervals.items()}}
         est.total_ms, est.intervals = res.total_ms, res.intervals
@@ -585,12 +593,30 @@ class Estimator:
         for c in res.uncertified:
             est.warnings.append(f"confidence {c:g} needs more network rows than the {cal.n} of {self.device}: the "
                                 f"calibrated intervals use the largest calibration score")
+        return self._with_drivers(est, layers, bp, fast)
+
+    def _with_drivers(self, est: NetworkEstimate, layers: Sequence[Layer], bp: BatchPrediction,
+                      fast: bool | None) -> NetworkEstimate:
+        """``est`` with its :attr:`~NetworkEstimate.cm_o_drivers` when a layer is out of the
+        design space or a CM_O upper bound (calibrated or not) is wide
+        (:func:`~estimator.interface.cm_o_is_wide`), at the highest requested confidence
+        (:mod:`estimator.drivers`)."""
+        unc = est.uncalibrated
+        if not (bp.out_of_design_space.any() or cm_o_is_wide(est.total_ms, est.intervals)
+                or (unc is not None and cm_o_is_wide(unc["total_ms"], unc["intervals"]))):
+            return est
+        c = max(est.confidence)
+        if est.layers:
+            upper = [row.intervals["CM_O"][c][1] for row in est.layers]
+        else:
+            upper = self._bounds(layers, bp, "CM_O", c, self._use_fast(fast))[1].tolist()
+        est.cm_o_drivers = cm_o_drivers(layers, bp.pred_ms.tolist(), upper, bp.reasons, self.models, c)
         return est
 
     def _estimate(self, network: Any, confs: list[float], mc_confs: list[float], input_shapes: Any, name: str,
-                  fast: bool | None, per_layer: bool) -> tuple[NetworkEstimate, list[Layer], np.ndarray]:
+                  fast: bool | None, per_layer: bool) -> tuple[NetworkEstimate, list[Layer], BatchPrediction]:
         """The Eq. 7/8 estimate (intervals at ``mc_confs``, rows at ``confs``), its estimated
-        layers and their predictions."""
+        layers and their batch prediction."""
         use_fast = self._use_fast(fast)
         if hasattr(network, "layers"):
             net = network
@@ -624,7 +650,7 @@ class Estimator:
                               confidence=confs, intervals=intervals, layers=rows, warnings=warns,
                               free_nodes=free, name=name or str(getattr(net, "name", "") or ""),
                               coupling=self.coupling, layer_counts=counts)
-        return est, layers, bp.pred_ms
+        return est, layers, bp
 
     # ------------------------------------------------------------- calibration
     def host_warnings(self) -> list[str]:
@@ -701,13 +727,13 @@ class Estimator:
         at :data:`~estimator.calibration.REFERENCE_CONFIDENCE`."""
         from .calibration import CalibrationRow, drift_of  # noqa: PLC0415
 
-        est, layers, pred = self._estimate(network, [REFERENCE_CONFIDENCE], [REFERENCE_CONFIDENCE], None, name,
-                                           None, False)
+        est, layers, bp = self._estimate(network, [REFERENCE_CONFIDENCE], [REFERENCE_CONFIDENCE], None, name,
+                                         None, False)
         total = est.total_ms
         spread = {m: (per[REFERENCE_CONFIDENCE][1] - per[REFERENCE_CONFIDENCE][0]) / (2 * total) if total > 0 else 0.0
                   for m, per in est.intervals.items()}
         row = CalibrationRow(name=name, family=family, measured_ms=float(measured_ms), predicted_ms=total,
-                             n_layers=len(layers), spread=spread, shares=_kind_shares(layers, pred),
+                             n_layers=len(layers), spread=spread, shares=_kind_shares(layers, bp.pred_ms),
                              drift=drift_of(spread_pct))
         return row, est.intervals
 

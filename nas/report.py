@@ -8,15 +8,16 @@ Files written by :func:`write_reports` into the output directory:
 ==================  =====================================================================
 ``best.onnx``       the best feasible architecture, simplified ONNX *with* weights (BN
                     folded; the network that was estimated)
-``best.json``       its description, parameters, latency with intervals, score, penalty
+``best.json``       its description, parameters, latency with intervals, the share of the
+                    budget it uses, the layers that drive its CM_O interval, score, penalty
 ``best_layers.csv`` per-layer table: prediction, CM_TV/CM_LV/CM_O bounds, flags, reasons
 ``best_layers.txt`` the same, aligned text
 ``trials.csv``      every trial: state, feasibility, score, penalty, latency and bounds
 ``pareto.png``      latency (point estimate, CM_LV bars) vs penalised score; infeasible
                     candidates grey, the budget as a line, the Pareto front and the best
 ``pareto.json``     the feasible Pareto set (penalised score up, latency down)
-``summary.json``    counts (feasible, rejected by the budget, penalised by CM_O), best,
-                    why it won, timings
+``summary.json``    counts (feasible, rejected by the budget, penalised by CM_O), best
+                    (with ``budget_use`` and ``cm_o_drivers``), why it won, timings
 ``summary.txt``     the same for humans
 ==================  =====================================================================
 """
@@ -31,11 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from .scoring import METRICS, Estimate
+from estimator.interface import cm_o_driver_lines, cm_o_is_wide
+
+from .scoring import CONSTRAINT_METRIC, METRICS, Estimate
 from .units import format_ms
 
 __all__ = ["TrialRecord", "records", "summarize", "summary_text", "trials_table", "write_reports",
-           "pareto_front", "layer_rows", "write_text_atomic"]
+           "pareto_front", "layer_rows", "write_text_atomic", "budget_use"]
 
 
 @dataclass
@@ -62,6 +65,8 @@ class TrialRecord:
     n_params: int | None = None
     #: ``nas search --refine``: the profile, model version and refine step that estimated it
     model: dict[str, Any] = field(default_factory=dict)
+    #: the layers that drive its CM_O interval, and why (:func:`estimator.interface.cm_o_driver_record`)
+    cm_o_drivers: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
@@ -83,6 +88,7 @@ def _record(t: Any) -> TrialRecord:
         r.intervals = dict(est.intervals)
         r.n_layers, r.n_ood, r.n_fallback = est.n_layers, est.n_out_of_design_space, est.n_fallback
         r.ood_layers = list(est.ood_layers)
+        r.cm_o_drivers = list(est.cm_o_drivers)
     if state == "COMPLETE":
         r.score = res.get("score")
         r.penalised = float(t.values[0]) if t.values else res.get("penalised_score")
@@ -126,6 +132,12 @@ def _ood_text(r: TrialRecord, limit: int = 4) -> str:
     return "; ".join(items) + more
 
 
+def _drivers_text(r: TrialRecord, limit: int = 3) -> str:
+    """The layers that drive the trial's CM_O interval, in one line."""
+    return "; ".join(f"#{d['index']} {d['name']} ({d['type']}) {100 * float(d['share']):.0f} %: {d['why']}"
+                     for d in r.cm_o_drivers[:limit])
+
+
 def _penalty_text(r: TrialRecord) -> str:
     p = r.penalty or {}
     if not p:
@@ -152,10 +164,12 @@ def explain_winner(best: TrialRecord, recs: Sequence[TrialRecord], limit: int = 
         label = f"trial {r.number}" if len(rs) == 1 else f"trials {', '.join(str(x.number) for x in rs)}"
         out.append({"trial": r.number, "trials": [x.number for x in rs], "score": r.score, "penalised": r.penalised,
                     "latency_ms": r.latency_ms, "n_out_of_design_space": r.n_ood, "n_layers": r.n_layers,
-                    "penalty": r.penalty, "ood_layers": r.ood_layers[:10], "params": r.params,
+                    "penalty": r.penalty, "ood_layers": r.ood_layers[:10], "cm_o_drivers": r.cm_o_drivers,
+                    "params": r.params,
                     "why": f"{label}: score {r.score:.6g} >= {best.score:.6g} (trial {best.number}) but "
                            f"penalised {r.penalised:.6g} < {best.penalised:.6g}: {_penalty_text(r)}"
-                           + (f"; outside the design space: {_ood_text(r)}" if r.ood_layers else "")})
+                           + (f"; outside the design space: {_ood_text(r)}" if r.ood_layers else "")
+                           + (f"; CM_O driven by {_drivers_text(r)}" if r.cm_o_drivers else "")})
     return out
 
 
@@ -174,6 +188,30 @@ def _trials_by_model(recs: Sequence[TrialRecord]) -> dict[str, int]:
             k = f"{r.model.get('profile')}@{r.model.get('model_version')}"
             out[k] = out.get(k, 0) + 1
     return out
+
+
+def budget_use(r: TrialRecord, budget_ms: float, confidence: float) -> dict[str, Any]:
+    """How much of the budget a trial uses: its estimate and its constrained upper bound
+    (:data:`~nas.scoring.CONSTRAINT_METRIC` at ``confidence``), in ms and as fractions of
+    ``budget_ms``."""
+    t = float(r.latency_ms) if r.latency_ms is not None else math.nan
+    iv = r.intervals.get(CONSTRAINT_METRIC)
+    u = float(iv[1]) if iv is not None else math.nan
+    ok = budget_ms > 0 and math.isfinite(budget_ms)
+    return {"budget_ms": budget_ms, "metric": CONSTRAINT_METRIC, "confidence": confidence, "estimate_ms": t,
+            "estimate_fraction": t / budget_ms if ok else None, "upper_ms": u,
+            "upper_fraction": u / budget_ms if ok else None}
+
+
+def _budget_text(b: Mapping[str, Any]) -> str:
+    def pct(x: Any) -> str:
+        if x is None or not math.isfinite(float(x)):
+            return "?"
+        return f"{100 * float(x):.0f} %" if float(x) >= 0.01 else f"{100 * float(x):.2g} %"
+
+    return (f"winner: {format_ms(b['estimate_ms'])} = {pct(b['estimate_fraction'])} of the "
+            f"{format_ms(b['budget_ms'])} budget; {b['metric']} upper {format_ms(b['upper_ms'])} = "
+            f"{pct(b['upper_fraction'])} (at {b['confidence']:g})")
 
 
 def summarize(study: Any, recs: Sequence[TrialRecord] | None = None) -> dict[str, Any]:
@@ -224,8 +262,10 @@ def summarize(study: Any, recs: Sequence[TrialRecord] | None = None) -> dict[str
                        "latency_ms": best.latency_ms, "intervals": {k: list(v) for k, v in best.intervals.items()},
                        "constraint_ms": best.constraint_ms, "n_layers": best.n_layers,
                        "n_out_of_design_space": best.n_ood, "n_fallback": best.n_fallback,
-                       "ood_layers": best.ood_layers, "penalty": best.penalty, "params": best.params,
-                       "arch": best.arch, "n_params": best.n_params}
+                       "ood_layers": best.ood_layers, "cm_o_drivers": best.cm_o_drivers,
+                       "budget_use": budget_use(best, float(attrs.get("budget_ms", math.nan)),
+                                                float(attrs.get("confidence", 0.9))),
+                       "penalty": best.penalty, "params": best.params, "arch": best.arch, "n_params": best.n_params}
         doc["penalty_decided"] = explain_winner(best, recs)
         doc["unpenalised_best_trial"] = unpen.number if unpen is not None else None
     return doc
@@ -260,10 +300,16 @@ def summary_text(doc: Mapping[str, Any], *, files: Iterable[str] = ()) -> str:
                         if doc.get("min_cm_lv_upper_ms") is not None else ""))
     else:
         iv = b["intervals"]
-        lines += [f"best feasible: trial {b['trial']}",
-                  f"  latency {format_ms(b['latency_ms'])}; at {conf:g}: " + ", ".join(
-                      f"{m} [{iv[m][0]:.3f}, {iv[m][1]:.3f}] ms" for m in METRICS if m in iv),
-                  f"  score {b['score']:.6g}, penalised {b['penalised']:.6g} "
+        lines += [f"best feasible: trial {b['trial']}"]
+        if b.get("budget_use"):
+            lines.append(f"  {_budget_text(b['budget_use'])}")
+        lines.append(f"  latency {format_ms(b['latency_ms'])}; at {conf:g}: " + ", ".join(
+            f"{m} [{iv[m][0]:.3f}, {iv[m][1]:.3f}] ms" for m in METRICS if m in iv))
+        if "CM_O" in iv and cm_o_is_wide(b["latency_ms"], {"CM_O": {conf: tuple(iv["CM_O"])}}):
+            lines += cm_o_driver_lines(b.get("cm_o_drivers") or [], b["latency_ms"], iv["CM_O"][1], indent="    ") \
+                or ["    (this study did not record the layers that drive CM_O: `estimator predict best.onnx` "
+                    "names them)"]
+        lines += [f"  score {b['score']:.6g}, penalised {b['penalised']:.6g} "
                   f"({b['penalty'].get('amount', 0):.4g} off: CM_O width / prediction "
                   f"{b['penalty'].get('cm_o_rel_width', 0):.3g}, {b['n_out_of_design_space']}/{b['n_layers']} layers "
                   f"outside the design space, {b['n_fallback']} fallback)",
@@ -493,7 +539,7 @@ def _write_best(out_dir: Path, best: dict[str, Any], doc: dict[str, Any], estima
     reest = {"total_ms": result.total_ms,
              "intervals": {m: list(result.interval(m, conf)) for m in METRICS},
              "n_out_of_design_space": result.n_out_of_design_space, "n_fallback": result.n_fallback,
-             "model_version": result.model_version, "profile": device}
+             "cm_o_drivers": list(result.cm_o_drivers), "model_version": result.model_version, "profile": device}
     same = math.isclose(result.total_ms, best["latency_ms"], rel_tol=1e-9, abs_tol=1e-12)
     best["reestimate"] = reest
     best["reestimate_matches"] = same

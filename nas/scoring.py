@@ -52,9 +52,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
 __all__ = ["Estimate", "Penalty", "penalty", "penalised", "constraint_value", "latency_constraint",
-           "CONSTRAINT_KEY", "METRICS"]
+           "CONSTRAINT_KEY", "CONSTRAINT_METRIC", "METRICS"]
 
 METRICS = ("CM_TV", "CM_LV", "CM_O")
+#: the metric whose upper bound the budget constrains
+CONSTRAINT_METRIC = "CM_LV"
 #: name of the latency constraint (Trial.set_constraint key / user attribute)
 CONSTRAINT_KEY = "latency_budget"
 
@@ -74,6 +76,8 @@ class Estimate:
     ood_layers: list[dict[str, Any]] = field(default_factory=list)
     model_version: str = ""
     warnings: list[str] = field(default_factory=list)
+    #: the layers that drive the CM_O interval, and why (``NetworkResult.cm_o_drivers``)
+    cm_o_drivers: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_result(cls, result: Any, confidence: float) -> "Estimate":
@@ -87,7 +91,7 @@ class Estimate:
         return cls(total_ms=float(result.total_ms), confidence=float(confidence), intervals=ivs,  # type: ignore[arg-type]
                    n_layers=int(result.n_layers), n_out_of_design_space=int(result.n_out_of_design_space),
                    n_fallback=int(result.n_fallback), ood_layers=ood, model_version=result.model_version,
-                   warnings=warns)
+                   warnings=warns, cm_o_drivers=[dict(d) for d in getattr(result, "cm_o_drivers", None) or ()])
 
     def interval(self, metric: str) -> tuple[float, float]:
         return self.intervals[metric]
@@ -107,7 +111,8 @@ class Estimate:
                    intervals={m: (float(v[0]), float(v[1])) for m, v in (d.get("intervals") or {}).items()},
                    n_layers=int(d.get("n_layers", 0)), n_out_of_design_space=int(d.get("n_out_of_design_space", 0)),
                    n_fallback=int(d.get("n_fallback", 0)), ood_layers=list(d.get("ood_layers") or []),
-                   model_version=str(d.get("model_version", "")), warnings=list(d.get("warnings") or []))
+                   model_version=str(d.get("model_version", "")), warnings=list(d.get("warnings") or []),
+                   cm_o_drivers=list(d.get("cm_o_drivers") or []))
 
 
 def _layer_width(layer: Mapping[str, Any], metric: str, confidence: float) -> float:
@@ -168,7 +173,7 @@ def penalised(score: float, pen: Penalty) -> float:
 
 def constraint_value(est: Estimate, budget_ms: float) -> float:
     """``CM_LV upper - budget`` (feasible when <= 0), in milliseconds."""
-    return float(est.intervals["CM_LV"][1] - budget_ms)
+    return float(est.intervals[CONSTRAINT_METRIC][1] - budget_ms)
 
 
 def latency_constraint(trial: Any) -> Sequence[float]:

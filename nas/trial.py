@@ -15,7 +15,8 @@
    description), ``input_shape``,
    ``estimate`` (point estimate ``latency_ms``, ``intervals`` {CM_TV, CM_LV, CM_O: [lower,
    upper]} at the confidence, ``n_layers``, ``n_out_of_design_space``, ``ood_layers`` with
-   their reasons, ``n_fallback``, ``model_version``), flat ``latency_ms``,
+   their reasons, ``n_fallback``, ``model_version``, ``cm_o_drivers``: the layers that drive
+   the CM_O interval and why), flat ``latency_ms``,
    ``CM_LV_upper_ms``, ``constraint_ms`` (CM_LV upper - budget) and ``feasible`` (for
    optuna-dashboard's table), with ``--refine`` also ``model`` (the profile that estimated
    it, its model version and the refine step: :mod:`nas.refine`), and after scoring

@@ -202,6 +202,46 @@ class Refinement(_message.Message):
     date: str
     def __init__(self, configurations: _Optional[int] = ..., base: _Optional[str] = ..., targets: _Optional[_Iterable[str]] = ..., excluded: _Optional[_Iterable[str]] = ..., rounds: _Optional[int] = ..., device_seconds: _Optional[float] = ..., runner: _Optional[str] = ..., runner_options: _Optional[_Mapping[str, str]] = ..., source: _Optional[str] = ..., date: _Optional[str] = ...) -> None: ...
 
+class FeatureOutOfRange(_message.Message):
+    __slots__ = ("feature", "value", "min", "max")
+    FEATURE_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    MIN_FIELD_NUMBER: _ClassVar[int]
+    MAX_FIELD_NUMBER: _ClassVar[int]
+    feature: str
+    value: float
+    min: float
+    max: float
+    def __init__(self, feature: _Optional[str] = ..., value: _Optional[float] = ..., min: _Optional[float] = ..., max: _Optional[float] = ...) -> None: ...
+
+class CmoDriver(_message.Message):
+    __slots__ = ("index", "name", "type", "op_type", "share", "prediction_ms", "cm_o_upper_ms", "confidence", "reasons", "out_of_range", "knn_ratio", "why")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    OP_TYPE_FIELD_NUMBER: _ClassVar[int]
+    SHARE_FIELD_NUMBER: _ClassVar[int]
+    PREDICTION_MS_FIELD_NUMBER: _ClassVar[int]
+    CM_O_UPPER_MS_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    REASONS_FIELD_NUMBER: _ClassVar[int]
+    OUT_OF_RANGE_FIELD_NUMBER: _ClassVar[int]
+    KNN_RATIO_FIELD_NUMBER: _ClassVar[int]
+    WHY_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    name: str
+    type: str
+    op_type: str
+    share: float
+    prediction_ms: float
+    cm_o_upper_ms: float
+    confidence: float
+    reasons: _containers.RepeatedScalarFieldContainer[str]
+    out_of_range: _containers.RepeatedCompositeFieldContainer[FeatureOutOfRange]
+    knn_ratio: float
+    why: str
+    def __init__(self, index: _Optional[int] = ..., name: _Optional[str] = ..., type: _Optional[str] = ..., op_type: _Optional[str] = ..., share: _Optional[float] = ..., prediction_ms: _Optional[float] = ..., cm_o_upper_ms: _Optional[float] = ..., confidence: _Optional[float] = ..., reasons: _Optional[_Iterable[str]] = ..., out_of_range: _Optional[_Iterable[_Union[FeatureOutOfRange, _Mapping]]] = ..., knn_ratio: _Optional[float] = ..., why: _Optional[str] = ...) -> None: ...
+
 class Uncalibrated(_message.Message):
     __slots__ = ("total_ms", "intervals")
     TOTAL_MS_FIELD_NUMBER: _ClassVar[int]
@@ -211,7 +251,7 @@ class Uncalibrated(_message.Message):
     def __init__(self, total_ms: _Optional[float] = ..., intervals: _Optional[_Iterable[_Union[Interval, _Mapping]]] = ...) -> None: ...
 
 class EstimateNetworkResponse(_message.Message):
-    __slots__ = ("device", "total_ms", "intervals", "layers", "warnings", "n_layers", "n_out_of_design_space", "n_fallback", "model_version", "cached", "request_id", "server_time_ms", "error", "confidence", "name", "uncalibrated", "calibration")
+    __slots__ = ("device", "total_ms", "intervals", "layers", "warnings", "n_layers", "n_out_of_design_space", "n_fallback", "model_version", "cached", "request_id", "server_time_ms", "error", "confidence", "name", "uncalibrated", "calibration", "cm_o_drivers")
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     TOTAL_MS_FIELD_NUMBER: _ClassVar[int]
     INTERVALS_FIELD_NUMBER: _ClassVar[int]
@@ -229,6 +269,7 @@ class EstimateNetworkResponse(_message.Message):
     NAME_FIELD_NUMBER: _ClassVar[int]
     UNCALIBRATED_FIELD_NUMBER: _ClassVar[int]
     CALIBRATION_FIELD_NUMBER: _ClassVar[int]
+    CM_O_DRIVERS_FIELD_NUMBER: _ClassVar[int]
     device: str
     total_ms: float
     intervals: _containers.RepeatedCompositeFieldContainer[Interval]
@@ -246,7 +287,8 @@ class EstimateNetworkResponse(_message.Message):
     name: str
     uncalibrated: Uncalibrated
     calibration: Calibration
-    def __init__(self, device: _Optional[str] = ..., total_ms: _Optional[float] = ..., intervals: _Optional[_Iterable[_Union[Interval, _Mapping]]] = ..., layers: _Optional[_Iterable[_Union[LayerEstimate, _Mapping]]] = ..., warnings: _Optional[_Iterable[str]] = ..., n_layers: _Optional[int] = ..., n_out_of_design_space: _Optional[int] = ..., n_fallback: _Optional[int] = ..., model_version: _Optional[str] = ..., cached: _Optional[bool] = ..., request_id: _Optional[str] = ..., server_time_ms: _Optional[float] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., confidence: _Optional[_Iterable[float]] = ..., name: _Optional[str] = ..., uncalibrated: _Optional[_Union[Uncalibrated, _Mapping]] = ..., calibration: _Optional[_Union[Calibration, _Mapping]] = ...) -> None: ...
+    cm_o_drivers: _containers.RepeatedCompositeFieldContainer[CmoDriver]
+    def __init__(self, device: _Optional[str] = ..., total_ms: _Optional[float] = ..., intervals: _Optional[_Iterable[_Union[Interval, _Mapping]]] = ..., layers: _Optional[_Iterable[_Union[LayerEstimate, _Mapping]]] = ..., warnings: _Optional[_Iterable[str]] = ..., n_layers: _Optional[int] = ..., n_out_of_design_space: _Optional[int] = ..., n_fallback: _Optional[int] = ..., model_version: _Optional[str] = ..., cached: _Optional[bool] = ..., request_id: _Optional[str] = ..., server_time_ms: _Optional[float] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., confidence: _Optional[_Iterable[float]] = ..., name: _Optional[str] = ..., uncalibrated: _Optional[_Union[Uncalibrated, _Mapping]] = ..., calibration: _Optional[_Union[Calibration, _Mapping]] = ..., cm_o_drivers: _Optional[_Iterable[_Union[CmoDriver, _Mapping]]] = ...) -> None: ...
 
 class EstimateLayersRequest(_message.Message):
     __slots__ = ("device", "layers", "confidence")

@@ -44,13 +44,14 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import grpc
 
 from estimator.interface import (CALIBRATION_TEXT_KEYS, Estimation, EstimationError, Intervals, LayerResult,
-                                 NetworkResult, spec_parts)
+                                 NetworkResult, cm_o_driver_record, spec_parts)
 from estimator.onnx_strip import model_bytes, strip_initializers
 from proto import estimation_pb2 as pb2
 from proto import estimation_pb2_grpc as pb2_grpc
 
 __all__ = ["EstimationClient", "EstimationError", "NetworkResult", "LayerResult", "strip_initializers",
-           "DEFAULT_TIMEOUT_S", "network_result", "layer_result", "calibration_dict", "refinement_dict"]
+           "DEFAULT_TIMEOUT_S", "network_result", "layer_result", "calibration_dict", "refinement_dict",
+           "cm_o_driver_dict"]
 
 DEFAULT_TIMEOUT_S = 30.0
 _MAX_MESSAGE = 256 << 20
@@ -112,6 +113,16 @@ def refinement_dict(m: pb2.Refinement) -> dict[str, Any]:
             "runner": m.runner, "runner_options": dict(m.runner_options), "source": m.source, "date": m.date}
 
 
+def cm_o_driver_dict(m: pb2.CmoDriver) -> dict[str, Any]:
+    """A ``CmoDriver`` message as :func:`estimator.interface.cm_o_driver_record`."""
+    return cm_o_driver_record({
+        "index": m.index, "name": m.name, "type": m.type, "op_type": m.op_type, "share": m.share,
+        "prediction_ms": m.prediction_ms, "cm_o_upper_ms": m.cm_o_upper_ms, "confidence": m.confidence,
+        "reasons": list(m.reasons),
+        "out_of_range": [{"feature": o.feature, "value": o.value, "min": o.min, "max": o.max} for o in m.out_of_range],
+        "knn_ratio": m.knn_ratio if m.HasField("knn_ratio") else None, "why": m.why})
+
+
 def network_result(m: pb2.EstimateNetworkResponse) -> NetworkResult:
     err = None
     if m.HasField("error") and (m.error.code or m.error.message):
@@ -125,7 +136,8 @@ def network_result(m: pb2.EstimateNetworkResponse) -> NetworkResult:
                          uncalibrated=({"total_ms": m.uncalibrated.total_ms,
                                         "intervals": _intervals(m.uncalibrated.intervals)}
                                        if m.HasField("uncalibrated") else None),
-                         calibration=calibration_dict(m.calibration))
+                         calibration=calibration_dict(m.calibration),
+                         cm_o_drivers=[cm_o_driver_dict(d) for d in m.cm_o_drivers])
 
 
 # ----------------------------------------------------------------------------- specs

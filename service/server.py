@@ -66,7 +66,7 @@ import grpc
 from estimator.errors import NotFoundError, TooLargeError, UserError
 from estimator.inprocess import (check_input_shapes, check_ranges, freeze_gc, layers_from_parts, load_devices,
                                  pair_layers, release_gc)
-from estimator.interface import calibration_record, refinement_record
+from estimator.interface import calibration_record, cm_o_driver_record, refinement_record
 from estimator.predict import METRICS, Estimator, LayerEstimate, NetworkEstimate, parse_confidence
 from estimator.profile import default_root
 from proto import estimation_pb2 as pb2
@@ -257,6 +257,15 @@ def calibration_pb(info: Mapping[str, Any]) -> pb2.Calibration:
 def refinement_pb(summary: Mapping[str, Any]) -> pb2.Refinement:
     """A :meth:`estimator.profile.Profile.refinement_summary` as proto."""
     return pb2.Refinement(**refinement_record(summary))
+
+
+def cm_o_driver_pb(d: Mapping[str, Any]) -> pb2.CmoDriver:
+    """A :func:`estimator.interface.cm_o_driver_record` as proto."""
+    r = cm_o_driver_record(d)
+    r["out_of_range"] = [pb2.FeatureOutOfRange(**o) for o in r["out_of_range"]]
+    if r["knn_ratio"] is None:
+        del r["knn_ratio"]
+    return pb2.CmoDriver(**r)
 
 
 def _intervals_pb(intervals: Mapping[str, Mapping[float, tuple[float, float]]]) -> list[pb2.Interval]:
@@ -666,7 +675,7 @@ class EstimationServicer(pb2_grpc.EstimationServicer):
             warnings=[str(w) for w in res.warnings], n_layers=res.n_layers,
             n_out_of_design_space=int(res.n_out_of_design_space), n_fallback=int(res.n_fallback),
             model_version=entry.model_version, confidence=[float(c) for c in res.confidence], name=res.name or "",
-            calibration=calibration_pb(res.calibration))
+            calibration=calibration_pb(res.calibration), cm_o_drivers=[cm_o_driver_pb(d) for d in res.cm_o_drivers])
         if res.uncalibrated is not None:
             resp.uncalibrated.total_ms = float(res.uncalibrated["total_ms"])
             resp.uncalibrated.intervals.extend(_intervals_pb(res.uncalibrated["intervals"]))

@@ -69,6 +69,34 @@ def test_networks_get_equal_answers(both) -> None:
     assert fc["nodes"] == [fc["name"]]  # its own node, not the free Flatten's before it
 
 
+def test_cm_o_drivers_are_the_same_from_both(both) -> None:
+    """ResNet-18 at 1536x1536 leaves the benchmarked FLOPs: both name the same layers that
+    drive its CM_O interval, with the same reasons, with and without per-layer rows."""
+    from estimator import zoo
+    from estimator.interface import WIDE_CM_O_FACTOR
+
+    local, client = both
+    far = zoo.export_onnx("resnet18", 1536)
+    for kw in ({}, {"per_layer": False, "confidence": (0.8, 0.95)}):
+        a, b = local.estimate_network(far, DEVICE, **kw), client.estimate_network(far, DEVICE, **kw)
+        assert _fields(a) == _fields(b)
+        assert a.n_out_of_design_space > 0 and a.interval("CM_O", max(a.confidence))[1] > WIDE_CM_O_FACTOR * a.total_ms
+        assert 1 <= len(b.cm_o_drivers) <= 5 and b.cm_o_drivers[0]["name"] == "/conv1/Conv"
+        top = b.cm_o_drivers[0]
+        assert top["confidence"] == max(kw.get("confidence", (0.9,)))
+        assert {o["feature"] for o in top["out_of_range"]} >= {"flops", "h", "w"}
+        assert "> benchmarked max" in top["why"] and top["knn_ratio"] is None
+
+
+def test_a_server_without_cm_o_drivers_reads_as_none() -> None:
+    """The field is new on the wire (an added field number: older clients skip it): a reply
+    without it, from an older server, gives no drivers."""
+    from proto import estimation_pb2 as pb2
+    from service.client import network_result
+
+    assert network_result(pb2.EstimateNetworkResponse(device=DEVICE, total_ms=1.0)).cm_o_drivers == []
+
+
 def test_layer_batches_and_layer_lists_get_equal_answers(both) -> None:
     local, client = both
     specs = [{"type": "conv2d", "name": f"c{c}", "params": {"h": 28, "w": 28, "c_in": 16, "c_out": c, "k_h": 3,

@@ -22,6 +22,7 @@ from torch import nn
 
 from nas.cli import main as nas_main
 from nas.spaces import Architecture, GlobalPool
+from nas.units import format_ms
 
 pytestmark = pytest.mark.slow
 
@@ -314,6 +315,15 @@ def test_search_end_to_end(nas_env, tmp_path, capsys):
     assert best["intervals"]["CM_LV"][1] <= budget
     assert "rejected by the budget (CM_LV upper > budget): " + str(n_bad) in text
     assert f"best feasible: trial {best['trial']}" in text
+    # how much of the budget the winner uses: its estimate and its CM_LV upper bound
+    use = best["budget_use"]
+    assert (use["metric"], use["confidence"], use["budget_ms"]) == ("CM_LV", 0.9, pytest.approx(budget))
+    assert use["estimate_fraction"] == pytest.approx(best["latency_ms"] / budget)
+    assert use["upper_fraction"] == pytest.approx(best["intervals"]["CM_LV"][1] / budget) and use["upper_fraction"] <= 1
+    budget_line = (f"  winner: {format_ms(best['latency_ms'])} = {100 * use['estimate_fraction']:.0f} % of the "
+                   f"{format_ms(budget)} budget; CM_LV upper {format_ms(best['intervals']['CM_LV'][1])} = "
+                   f"{100 * use['upper_fraction']:.0f} % (at 0.9)")
+    assert budget_line in text.splitlines()
 
     # files
     for f in ("best.onnx", "best.json", "best_layers.csv", "best_layers.txt", "trials.csv", "pareto.png",
@@ -350,6 +360,7 @@ def test_search_end_to_end(nas_env, tmp_path, capsys):
     assert nas_main(["show", "--out", str(out2), "--study", "main"]) == 0
     shown = capsys.readouterr().out
     assert f"best feasible: trial {best['trial']}" in shown and "CM_LV_hi" in shown
+    assert budget_line in shown.splitlines()
     assert nas_main(["show", "--out", str(out2)]) == 0
     assert "main" in capsys.readouterr().out
 
@@ -440,7 +451,42 @@ def test_cm_o_penalty_prefers_the_design_space(tmp_path, capsys):
     why = summary["penalty_decided"]
     assert why and all(study.trials[w["trial"]].params["kernel"] == 15 for w in why)
     assert "range:k_h" in why[0]["why"] and "lost to the CM_O penalty" in text and "range:k_h" in text
+    # the layer that drives the loser's CM_O, named with its out-of-range kernel
+    drivers = k15.user_attrs["estimate"]["cm_o_drivers"]
+    assert drivers[0]["type"] == "dwconv2d" and drivers[0]["share"] > 0.5
+    assert "k_h=15 > benchmarked max " in drivers[0]["why"] and why[0]["cm_o_drivers"] == drivers
+    assert "CM_O driven by #1 " in why[0]["why"] and "k_h=15 > benchmarked max" in text
     assert json.loads((out / "best.json").read_text())["description"] == {"kernel": 3}
+
+
+def test_report_names_what_drives_a_winner_s_wide_cm_o(tmp_path, capsys):
+    """A winner whose CM_O upper bound is more than 10x its estimate (a 15x15 depthwise
+    kernel, beyond host-cpu's 11) is reported with the layers that drive it, by `nas search`
+    and `nas show`, and in summary.json."""
+    import shutil
+
+    root = tmp_path / "profiles"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "profiles" / "host-cpu", root / "host-cpu")
+    out = tmp_path / "out"
+    rc = nas_main(["search", "--device", "host-cpu", "--budget", "10s", "--trials", "1", "--profiles", str(root),
+                   "--out", str(out), "--no-progress", "--space", "tests.test_nas:kernel_space",
+                   "--space-option", "kernels=[15]", "--objective", "tests.test_nas:constant_objective"])
+    assert rc == 0
+    searched = capsys.readouterr().out
+    best = json.loads((out / "summary.json").read_text())["best"]
+    lo, hi = best["intervals"]["CM_O"]
+    assert hi > 10 * best["latency_ms"]
+    top = best["cm_o_drivers"][0]
+    assert top["type"] == "dwconv2d" and top["reasons"][:2] == ["range:k_h", "range:k_w"]
+    assert [o["feature"] for o in top["out_of_range"]][:2] == ["k_h", "k_w"] and top["out_of_range"][0]["value"] == 15
+    assert nas_main(["show", "--out", str(out), "--study", "host-cpu-kernel_space"]) == 0
+    shown = capsys.readouterr().out
+    for text in (searched, shown):
+        lines = text.splitlines()
+        i = next(k for k, line in enumerate(lines) if line.startswith("  latency "))
+        assert "CM_O [" in lines[i] and lines[i + 1].startswith("    CM_O upper bound ")
+        assert lines[i + 2].startswith(f"      #{top['index']} {top['name']} (dwconv2d) ")
+        assert "k_h=15 > benchmarked max 11" in lines[i + 2]
 
 
 # --------------------------------------------------------------------- bad input
