@@ -59,22 +59,25 @@ def test_general_split_and_rows_without_padding_pairs():
     np.testing.assert_allclose(s.mid, [r["t_single_ms"] for r in rs])
 
 
-def test_split_moves_the_target_not_the_calibration():
-    """alpha = 1 trains on T_c - T_b1; the scores stay the worst case over the interval."""
+def test_split_moves_the_target_and_the_scores_with_it():
+    """alpha = 1 trains on T_c - T_b1, and the scores are the signed factor residuals at that point."""
     rs = synthetic.rows(120, seed=6, rel_width=0.4)
     m = train_models(rs, profile_name="a1", options=TrainingOptions(padding_split_by_type=(("conv2d", 1.0),), **OPTS))
     tm = m.types["conv2d"]
     d = prepare_training_data(rs, padding_split_by_type={"conv2d": 1.0})[0]["conv2d"]
-    oob = np.exp(tm.forest.oob_prediction_)
     mid = (d.lo + d.hi) / 2
-    s_rel = np.sqrt(tm.var_de.apply())
-    sig_lv = s_rel * oob * tm.t_scale * d.ops + tm.betas["CM_LV"]
-    expect = np.sort((np.abs(mid - oob * tm.t_scale * d.ops) + (d.hi - d.lo) / 2) / sig_lv)
+    assert not np.allclose(d.mid, mid)
+    floor = 0.5 * d.mid[d.mid > 0].min()
+    dl = np.log(np.maximum(d.mid, floor) / d.ops / tm.t_scale) - tm.forest.oob_prediction_
+    r = np.sign(dl) * np.expm1(np.abs(dl))
+    y_hat = np.exp(tm.forest.oob_prediction_) * tm.t_scale * d.ops
+    sig_lv = (np.sqrt(tm.var_de.apply()) * y_hat + tm.betas["CM_LV"]) / y_hat
+    expect = np.sort((r / sig_lv)[d.hi > 0])
     np.testing.assert_allclose(tm.families["CM_LV"].scores, expect, rtol=1e-9)
     # ... and the forest saw the upper ends: its fit lies above the midpoint-trained forest's
     m5 = train_models(rs, profile_name="a5", options=TrainingOptions(**OPTS))
     t5 = m5.types["conv2d"]
-    pred1 = np.exp(tm.forest.oob_prediction_) * tm.t_scale * d.ops
+    pred1 = y_hat
     pred5 = np.exp(t5.forest.oob_prediction_) * t5.t_scale * d.ops
     assert np.median(pred1 / mid) > np.median(pred5 / mid)
 
