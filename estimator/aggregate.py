@@ -7,24 +7,31 @@ numbers and a shared *family* (one family per layer type and metric, holding the
 calibration scores of that type's conformal regressor):
 
 ``log`` family (layer types with a model; CM_TV, CM_LV, CM_O)
-    ``Y = center * (1 + scale * S_K)`` where ``S_K >= 0`` and ``center / (1 - scale * S_K)``
-    where ``S_K < 0``: a factor ``1 + scale * |S_K|`` above or below the estimate.
-    ``S_1 <= ... <= S_n`` are the signed calibration scores ``r / sigma`` with ``r = y / y_hat
-    - 1`` for rows measured above their prediction and ``r = 1 - y_hat / y`` below it (crepes
-    ``ConformalPredictiveSystem.alphas`` of those factor residuals), ``scale`` is the layer's
-    relative difficulty ``sigma``, and ``K`` is drawn with ``P(K <= k) = k / (n + 1)`` for
+    ``Y = center * (1 + scale * A_K)^eps``: a factor ``1 + scale * A_K`` above or below the
+    estimate, where ``A_1 <= ... <= A_n`` are the calibration nonconformity scores
+    ``(max(y / y_hat, y_hat / y) - 1) / sigma`` (crepes ``ConformalRegressor.alphas`` of the
+    factor residuals), ``scale`` is the layer's relative difficulty ``sigma``, ``eps`` is a
+    random sign (+1 or -1) and ``K`` is drawn with ``P(K <= k) = k / (n + 1)`` for
     ``k < n`` (the last score takes the remaining ``2/(n+1)``; i.e. ``K = min(J, n)`` with
-    ``J`` uniform on ``1..n+1``). This is the conformal predictive system of that signed
-    score: its central ``c`` interval takes the scores at ``(1 - c) / 2`` and ``(1 + c) / 2``
-    (the index rule of :func:`conformal_index`), so the two sides are calibrated apart
-    (two one-sided intervals at ``(1 - c) / 2`` each): rows measured far below their
-    prediction (smart-padding rows near 0 ms) widen the lower side, not the upper one. The
-    interval scales with the estimate and never reaches 0; a layer far outside the design
-    space widens linearly with its difficulty, not exponentially (``center * exp(q * scale)``
-    would make the largest scores of a type, times a far layer's difficulty, into factors of
-    10^30). The assumption is that a layer's error is multiplicative (a kernel 30 % slower
-    than predicted is 30 % slower whatever its size), which is what a latency spanning 6-8
-    decades across a type's configurations shows.
+    ``J`` uniform on ``1..n+1``). This is the conformal predictive system of that symmetric
+    normalized score: its central ``c`` interval is exactly ``[center / (1 + q * scale),
+    center * (1 + q * scale)]``, ``q = A_(ceil(c (n+1)))``, crepes'
+    ``ConformalRegressor.predict_int`` half-width ``q * scale`` taken as a factor, for every
+    ``c <= n/(n+1)``. Beyond that level conformal prediction cannot bound the value with
+    ``n`` points; we use the largest score instead of an infinite interval (and the caller
+    warns). The interval is log-symmetric (``lo * hi = center^2``), scales with the
+    estimate and never reaches 0; its upper bound is the additive ``center + q * scale *
+    center`` of the same score, so a layer far outside the design space widens linearly
+    with its difficulty, not exponentially (``center * exp(q * scale)`` would make the
+    largest scores of a type, times a far layer's difficulty, into factors of 10^30). The
+    assumption is that a layer's error is multiplicative (a kernel 30 % slower than
+    predicted is 30 % slower whatever its size), which is what a latency spanning 6-8
+    decades across a type's configurations shows. Calibrating each side apart (signed
+    scores, taken at ``(1 -+ c) / 2``) lost: on ``host-cpu``'s 26 held-out zoo networks (the
+    same timings) it widened the uncalibrated 90 % bands from 121 % to 139 % (CM_LV), 278 %
+    to 581 % (CM_TV) and 23x to 55x (CM_O) at no gain in coverage, since the rows' misses
+    above their predictions have a heavy tail; one score for both sides spends the
+    miscoverage where the misses are.
 
 ``mult`` family (roofline fallback for types without data)
     ``Y = scale * F_K`` with ``F`` sorted multiplicative factors (measured latency /
@@ -48,7 +55,7 @@ at jump points of the discrete distribution). Independence is the paper's assump
 ``coupling="type"`` takes layer errors as perfectly correlated *within* a
 family (a layer type, or all fallback layers) and independent across families: every
 layer of a family takes the same draw (slot 0 of its stream), so a family contributes
-``sum(center * factor(scale * draw))`` (``log``) or ``sum(scale) x draw`` (``mult``) to a sample.
+``sum(center * (1 + scale * draw)^eps)`` (``log``) or ``sum(scale) x draw`` (``mult``) to a sample.
 Since each layer's draw is log-symmetric around its point estimate, the network's Monte Carlo
 median lies at or above the Eq. 7 sum (a factor ``e^a`` above costs more than ``e^-a`` below
 saves); the Eq. 7 sum stays the point estimate. Measured networks show why: what a
@@ -110,7 +117,7 @@ class Family:
     """Sorted calibration scores shared by the layers of one type (for one metric)."""
 
     kind: Literal["log", "mult"]
-    scores: np.ndarray  # ascending, finite; signed for "log", > 0 for "mult"
+    scores: np.ndarray  # ascending, finite, >= 0 for "log", > 0 for "mult"
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -136,12 +143,18 @@ class Family:
 
     @property
     def n_outcomes(self) -> int:
-        """Size of the uniform index ``J`` (0..n) a draw takes."""
-        return self.n + 1
+        """Size of the uniform index a draw takes (log: sign x ``J``, mult: ``J``; ``J`` in 0..n)."""
+        return 2 * (self.n + 1) if self.kind == "log" else self.n + 1
 
     def values(self, v: np.ndarray) -> np.ndarray:
-        """The score of each outcome index in ``v`` (the last score takes two outcomes)."""
-        return self.scores[np.minimum(v, self.n - 1)]
+        """The unit draw (score times sign for log) of each outcome index in ``v``."""
+        n = self.n
+        if self.kind == "log":
+            # one integer per draw: its low bit is the sign, the rest J uniform on 0..n
+            a = self.scores[np.minimum(v >> 1, n - 1)]
+            a *= (v & 1) * 2.0 - 1.0
+            return a
+        return self.scores[np.minimum(v, n - 1)]
 
     def table(self) -> np.ndarray:
         """:meth:`values` of every outcome index, ``table()[v] == values(v)`` (cached)."""
@@ -192,7 +205,7 @@ class DistBatch:
     """Predictive distributions of ``N`` layers for one metric (see module docstring)."""
 
     center: np.ndarray  # (N,) point predictions, ms
-    scale: np.ndarray  # (N,) ms (sym: per-unit-score half width; mult: base latency)
+    scale: np.ndarray  # (N,) log: relative difficulty; mult: base latency in ms
     family: np.ndarray  # (N,) int index into families
     families: list[Family] = field(default_factory=list)
 
@@ -286,8 +299,8 @@ class DistBatch:
 
 class SampleBank:
     """Kept sample slots (their outcome indices), one contiguous matrix per family stream, so
-    that a network total costs a gather from each layer's outcome table (``log``: ``center``
-    times the factor of ``scale * Family.table()``, as many values as the family has outcomes, a few hundred
+    that a network total costs a gather from each layer's outcome table (``log``: ``center *
+    (1 + scale * |Family.table()|)^eps``, as many values as the family has outcomes, a few hundred
     to a few thousand) or one matrix-vector product (``mult``) per family instead of fresh
     random draws. Slots are drawn block by block as networks need them.
 
@@ -393,20 +406,22 @@ def layer_intervals(dist: DistBatch, confidence: float, clip_min: float | None =
     """Per-layer ``confidence`` intervals ``(lo, hi)`` (arrays of length N), exact."""
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    # per family: the scores at (1 -+ c) / 2, then per layer: log (the factor of scale x score
-    # below or above the center) or mult (scale x factor)
+    # per family: log (center / (1 + q scale), center (1 + q scale)) or mult (scale * [f_lo, f_hi])
     n_fam = len(dist.families)
     log = np.zeros(n_fam, dtype=bool)
     q_lo = np.zeros(n_fam)
     q_hi = np.zeros(n_fam)
     for i, fam in enumerate(dist.families):
-        log[i] = fam.kind == "log"
-        q_lo[i] = fam.scores[conformal_index(fam.n, (1.0 - confidence) / 2.0)]
-        q_hi[i] = fam.scores[conformal_index(fam.n, (1.0 + confidence) / 2.0)]
+        if fam.kind == "log":
+            log[i] = True
+            q_lo[i] = q_hi[i] = fam.scores[conformal_index(fam.n, confidence)]
+        else:
+            q_lo[i] = fam.scores[conformal_index(fam.n, (1.0 - confidence) / 2.0)]
+            q_hi[i] = fam.scores[conformal_index(fam.n, (1.0 + confidence) / 2.0)]
     fi = dist.family
     s, a, b = log[fi], q_lo[fi], q_hi[fi]
-    lo = np.where(s, _factor(dist.center, a * dist.scale), dist.scale * a)
-    hi = np.where(s, _factor(dist.center, b * dist.scale), dist.scale * b)
+    lo = np.where(s, dist.center / (1.0 + a * dist.scale), dist.scale * a)
+    hi = np.where(s, dist.center * (1.0 + b * dist.scale), dist.scale * b)
     if clip_min is not None:
         np.maximum(lo, clip_min, out=lo)
         np.maximum(hi, clip_min, out=hi)

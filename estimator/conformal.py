@@ -1,10 +1,9 @@
 """The three conformal metrics and what the forests hand them, shared by the reference
 models (:mod:`estimator.models`) and the fast path (:mod:`estimator.fastpath`).
 
-All three are calibrated on signed factor residuals (``y / y_hat - 1`` above the prediction,
-``1 - y_hat / y`` below it) and their difficulties are relative, so every interval is a
-factor ``1 + sigma |q|`` below and above ``y_hat``: it scales with the estimate and never
-reaches 0 (:mod:`estimator.aggregate`).
+All three are calibrated on factor residuals ``max(y / y_hat, y_hat / y) - 1`` and their
+difficulties are relative, so every interval is ``[y_hat / (1 + q sigma), y_hat (1 + q
+sigma)]``: it scales with the estimate and never reaches 0 (:mod:`estimator.aggregate`).
 
 * CM_TV: variance-based difficulty, relative: the trees' spread plus a floor;
 * CM_LV: variance-based difficulty with an absolute floor in ms, relative to the estimate;

@@ -47,14 +47,14 @@ Confidence (crepes, out-of-bag calibration, no data split)
 ----------------------------------------------------------
 Calibration uses the forest's out-of-bag predictions of the training rows
 (``oob_prediction_``) and crepes ``DifficultyEstimator`` fitted with ``oob=True``; the
-residuals and difficulties go into crepes ``ConformalPredictiveSystem`` (its ``alphas`` are the
-calibration scores). Every metric scores a signed **factor residual** at the row's training
-point (below): ``y / y_hat - 1`` for a row measured above its prediction, ``1 - y_hat / y``
-below it, the same for ``t_op`` and for latency since ``ops`` is fixed; the difficulties are
-relative (:func:`estimator.conformal.sigmas`). A layer's interval is ``y_hat (1 + sigma
-q_hi)`` above and ``y_hat / (1 + sigma |q_lo|)`` below (``q_lo``, ``q_hi``: the scores at
-``(1 -+ c) / 2``; :mod:`estimator.aggregate`): its width scales with the estimate, its lower
-bound is never 0, and each side is calibrated on the rows that missed on that side. The assumption is that a
+residuals and difficulties go into crepes ``ConformalRegressor`` (its ``alphas`` are the
+calibration scores). Every metric scores a **factor residual**: a row's residual is
+``max(y / y_hat, y_hat / y) - 1`` at its training point (below), the same for ``t_op`` and
+for latency since ``ops`` is fixed, and the difficulties are relative
+(:func:`estimator.conformal.sigmas`), so a layer's interval is ``[y_hat / (1 + q sigma),
+y_hat (1 + q sigma)]``: its width scales with the estimate, its lower bound is never 0, and
+its upper bound is the additive ``y_hat + q sigma y_hat`` of the same score
+(:mod:`estimator.aggregate` says why not ``y_hat exp(+-q sigma)``). The assumption is that a
 layer's error is multiplicative: a kernel 30 % slower than the model says is 30 % slower
 whatever its size. Let ``s`` be the spread of the trees' log predictions (the square root of
 crepes' out-of-bag tree variance; by the delta method the relative spread of ``t_op``). Then:
@@ -129,7 +129,7 @@ layer costs less than its padding pair's noise, a latency with no factor to scor
 the forest at the floor and calibrates nothing (scored against the floor, two such rows of
 a 20-row profile made a network's CM_LV upper bound 10^4 times its estimate). The interval's width is a property of the measurement; where it is wide the
 training point is uncertain too, which the forest's spread (CM_TV, CM_LV) sees. The scores
-are crepes ``ConformalPredictiveSystem`` alphas; per-layer intervals and the predictive
+are crepes ``ConformalRegressor`` alphas; per-layer intervals and the predictive
 distributions used for aggregation are built from them in :mod:`estimator.aggregate`.
 
 Which rows calibrate
@@ -591,7 +591,7 @@ class ReferenceModel:
     forest: Any  # sklearn RandomForestRegressor
     var_de: Any  # crepes DifficultyEstimator (variance, oob)
     knn_de: Any  # crepes DifficultyEstimator (k-NN, oob / leave-one-out)
-    regressors: dict[str, Any]  # metric -> crepes ConformalPredictiveSystem
+    regressors: dict[str, Any]  # metric -> crepes ConformalRegressor
 
 
 @dataclass
@@ -636,7 +636,7 @@ class TypeModel:
     forest = property(lambda self: self.reference.forest, doc="scikit-learn's forest (reference path)")
     var_de = property(lambda self: self.reference.var_de, doc="crepes' variance difficulty estimator")
     knn_de = property(lambda self: self.reference.knn_de, doc="crepes' k-NN difficulty estimator")
-    regressors = property(lambda self: self.reference.regressors, doc="metric -> crepes ConformalPredictiveSystem")
+    regressors = property(lambda self: self.reference.regressors, doc="metric -> crepes ConformalRegressor")
 
     _SCALARS = ("feature_names", "n_rows", "t_scale", "hyperparams", "grid", "betas", "knn_threshold", "report")
 
@@ -716,7 +716,7 @@ class TypeModel:
         """Train one type's model. The hyperparameters are the best cell of ``grid``, by default
         :meth:`grid_search` over the type's first :func:`grid_rows` rows; a ``grid`` given (the
         cached search of those rows) skips the search and gives the same model."""
-        from crepes import ConformalPredictiveSystem  # noqa: PLC0415
+        from crepes import ConformalRegressor  # noqa: PLC0415
         from crepes.extras import DifficultyEstimator  # noqa: PLC0415
 
         t = data.layer_type
@@ -759,17 +759,15 @@ class TypeModel:
         betas = {"CM_TV": beta_tv, "CM_LV": beta_lv, "CM_O": beta_o}
         sig = sigmas(betas, oob, rel_sd, d_loo, t_scale, ops)
 
-        # signed factor residual at the training point (floored as the forest's target; see the
-        # module docstring): y / y_hat - 1 above the prediction, 1 - y_hat / y below it, the same
-        # for t_op and for latency
-        d_log = y_fit - oob_log
-        r_fac = np.sign(d_log) * np.expm1(np.abs(d_log))
+        # factor residual at the training point (floored as the forest's target; see the module
+        # docstring): max(y / y_hat, y_hat / y) - 1, the same for t_op and for latency
+        r_fac = np.expm1(np.abs(y_fit - oob_log))
         # a row timed at or below 0 ms (its whole Eq. 4 interval) measured no latency: it trains
         # the forest at the floor but has no log residual to score (see the module docstring)
         scored = cal & (data.hi > 0)
         if scored.sum() < 2:
             scored = cal
-        regressors = {m: ConformalPredictiveSystem().fit(r_fac[scored], sigmas=sig[m][scored]) for m in METRICS}
+        regressors = {m: ConformalRegressor().fit(r_fac[scored], sigmas=sig[m][scored]) for m in METRICS}
         families = {m: Family("log", np.asarray(cr.alphas, dtype=float), name=f"{t}:{m}")
                     for m, cr in regressors.items()}
 
@@ -797,8 +795,8 @@ class TypeModel:
         for c in (0.9,):
             cov: dict[str, float] = {}
             for m in METRICS:  # each interval against the row's training point (see the module docstring)
-                lo, hi = self.crepes_intervals(m, pred_ms, sigmas[m], c)
-                cov[m] = float(np.mean((lo <= data.mid * (1 + 1e-12)) & (data.mid <= hi * (1 + 1e-12))))
+                f = 1.0 + self.regressors[m].predict_int(np.zeros_like(pred_ms), sigmas=sigmas[m], confidence=c)[:, 1]
+                cov[m] = float(np.mean((pred_ms / f <= data.mid * (1 + 1e-12)) & (data.mid <= pred_ms * f * (1 + 1e-12))))
             rep["coverage"][str(c)] = cov
         return rep
 
@@ -835,18 +833,19 @@ class TypeModel:
 
     def crepes_intervals(self, metric: str, center: np.ndarray, scale: np.ndarray,
                          confidence: float) -> tuple[np.ndarray, np.ndarray]:
-        """Per-layer ``confidence`` intervals from the metric's crepes
-        ``ConformalPredictiveSystem`` scores (``alphas``) at ``(1 -+ c) / 2``, each a factor of
-        ``1 + scale * |score|`` below or above ``center`` (the reference path, one type at a
-        time; :func:`estimator.aggregate.layer_intervals` computes the same vectorised).
-        ``center``/``scale``: this type's rows of the metric's
-        :class:`~estimator.aggregate.DistBatch`."""
-        a = np.asarray(self.regressors[metric].alphas, dtype=float)
-        out = []
-        for p in ((1.0 - confidence) / 2.0, (1.0 + confidence) / 2.0):
-            r = float(a[conformal_index(a.size, p)]) * np.asarray(scale, dtype=float)
-            out.append(np.where(r >= 0, center * (1.0 + r), center / (1.0 - r)))
-        return out[0], out[1]
+        """Per-layer ``confidence`` intervals from crepes' ``ConformalRegressor.predict_int``:
+        its half-width ``q * scale`` around 0 is the factor ``1 + q * scale`` below and above
+        ``center`` (the reference path; :func:`estimator.aggregate.layer_intervals` computes the
+        same vectorised). ``center``/``scale``: this type's rows of the metric's
+        :class:`~estimator.aggregate.DistBatch`. Where crepes cannot bound the value with the
+        calibration set (infinite interval), the largest score is used, as in
+        :mod:`estimator.aggregate`."""
+        cr = self.regressors[metric]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "too few calibration examples": handled below
+            half = cr.predict_int(np.zeros_like(center), sigmas=scale, confidence=confidence)[:, 1]
+        half = np.where(np.isinf(half), float(np.max(cr.alphas)) * scale, half)
+        return center / (1.0 + half), center * (1.0 + half)
 
 
 # ---------------------------------------------------------------------- fallback
@@ -1015,7 +1014,7 @@ class DeviceModels:
 
     def crepes_layer_intervals(self, layers: Sequence[Layer], dist: DistBatch, metric: str,
                                confidence: float) -> tuple[np.ndarray, np.ndarray]:
-        """Per-layer intervals of one metric on the reference path: crepes' scores
+        """Per-layer intervals of one metric on the reference path: crepes' ``predict_int``
         per modelled type (:meth:`TypeModel.crepes_intervals`), the fallback's predictive
         distribution (:func:`~estimator.aggregate.layer_intervals`) for the other layers."""
         lo, hi = np.empty(len(layers)), np.empty(len(layers))

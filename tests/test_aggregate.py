@@ -6,14 +6,14 @@ import math
 
 import numpy as np
 import pytest
-from crepes import ConformalPredictiveSystem
+from crepes import ConformalRegressor
 
 from estimator.aggregate import DistBatch, Family, aggregate, conformal_index, layer_intervals
 
 
 def _uniform_family(n: int = 2000) -> Family:
-    # U ~ Uniform[-1, 1]: scores (2k - 1) / n - 1, k = 1..n
-    return Family("log", (2 * np.arange(1, n + 1) - 1) / n - 1)
+    # |U| for U ~ Uniform[-1, 1]: scores (k - 0.5) / n, k = 1..n
+    return Family("log", (np.arange(1, n + 1) - 0.5) / n)
 
 
 def _batch(n_layers: int, fam: Family, center: float = 10.0, scale: float = 1.0) -> DistBatch:
@@ -22,7 +22,6 @@ def _batch(n_layers: int, fam: Family, center: float = 10.0, scale: float = 1.0)
 
 def test_one_layer_is_a_factor_and_two_layers_of_one_type_move_together():
     # Y = 10 (1 + 0.5 |U|)^sign(U), U ~ U[-1, 1]: the c interval is [10 / (1 + 0.5 c), 10 (1 + 0.5 c)]
-    # (U's (1 -+ c) / 2 quantiles are -+c)
     res, _ = aggregate(_batch(1, _uniform_family(), scale=0.5), [0.5, 0.9], n_samples=200_000, seed=1)
     for c in (0.5, 0.9):
         assert res[c].lower == pytest.approx(10 / (1 + 0.5 * c), rel=2e-3)
@@ -62,12 +61,12 @@ def _support(fam: Family, center: float, scale: float) -> tuple[np.ndarray, np.n
     w[-1] = 2.0 / (n + 1)  # P(K <= k) = k / (n+1) for k < n; the top score takes the rest
     if fam.kind == "mult":
         return scale * fam.scores, w
-    r = scale * fam.scores
-    return np.where(r >= 0, center * (1 + r), center / (1 - r)), w
+    vals = np.concatenate([center / (1 + scale * fam.scores), center * (1 + scale * fam.scores)])
+    return vals, np.concatenate([w, w]) / 2
 
 
 def test_mixed_families_match_an_exact_discrete_convolution():
-    log = Family("log", [-0.8, -0.1, 0.4, 0.5, 1.3])
+    log = Family("log", [0.1, 0.4, 0.5, 1.3])
     mult = Family("mult", [0.8, 1.0, 1.1, 2.5, 3.0])
     dist = DistBatch([5.0, 2.0, 3.0], [0.5, 0.25, 2.0], [0, 0, 1], [log, mult])
     _, samples = aggregate(dist, [0.9], n_samples=200_000, seed=7, return_samples=True)
@@ -89,7 +88,7 @@ def test_single_layer_network_reproduces_the_layer_interval(kind, confidence):
     n = max(range(40, 90), key=lambda m: _far_from_jumps(m, confidence))
     assert _far_from_jumps(n, confidence) > 0.002
     rng = np.random.default_rng(0)
-    scores = rng.standard_normal(n) if kind == "log" else np.exp(rng.standard_normal(n) * 0.3)
+    scores = np.abs(rng.standard_normal(n)) if kind == "log" else np.exp(rng.standard_normal(n) * 0.3)
     fam = Family(kind, scores)
     dist = DistBatch([3.0], [0.7], [0], [fam])
     lo, hi = layer_intervals(dist, confidence)
@@ -99,26 +98,22 @@ def test_single_layer_network_reproduces_the_layer_interval(kind, confidence):
 
 
 @pytest.mark.parametrize("confidence", [0.5, 0.8, 0.9, 0.95])
-def test_layer_intervals_take_the_signed_scores_at_both_tails(confidence):
+def test_layer_intervals_equal_crepes_predict_int(confidence):
     rng = np.random.default_rng(4)
-    residuals = rng.standard_normal(99) * 3 + 1  # more misses above than below
+    residuals = rng.standard_normal(99) * 3
     sigmas = rng.random(99) + 0.1
-    cps = ConformalPredictiveSystem().fit(residuals, sigmas=sigmas)
-    np.testing.assert_allclose(cps.alphas, np.sort(residuals / sigmas))
+    cr = ConformalRegressor().fit(residuals, sigmas=sigmas)
     y_hat = rng.random(20) * 10 + 1e-3
     s_test = rng.random(20) + 0.1
-    a = np.sort(residuals / sigmas)
-    k_lo, k_hi = (99 - int((1 - p) * 100) for p in ((1 - confidence) / 2, (1 + confidence) / 2))
-    r_lo, r_hi = a[max(k_lo, 0)] * s_test, a[min(k_hi, 98)] * s_test
-    dist = DistBatch(y_hat, s_test, np.zeros(20, dtype=int), [Family("log", cps.alphas)])
+    half = cr.predict_int(np.zeros(20), sigmas=s_test, confidence=confidence)[:, 1]  # q * sigma
+    dist = DistBatch(y_hat, s_test, np.zeros(20, dtype=int), [Family("log", cr.alphas)])
     lo, hi = layer_intervals(dist, confidence)
-    np.testing.assert_allclose(lo, np.where(r_lo >= 0, y_hat * (1 + r_lo), y_hat / (1 - r_lo)))
-    np.testing.assert_allclose(hi, np.where(r_hi >= 0, y_hat * (1 + r_hi), y_hat / (1 - r_hi)))
-    assert np.all(lo > 0) and np.all(hi > lo)
+    np.testing.assert_allclose(lo, y_hat / (1 + half))
+    np.testing.assert_allclose(hi, y_hat * (1 + half))
 
 
 def test_more_layers_narrow_the_relative_width():
-    fam = Family("log", np.random.default_rng(1).standard_normal(200))
+    fam = Family("log", np.abs(np.random.default_rng(1).standard_normal(200)))
     widths = []
     for n in (1, 4, 16, 64):
         res, _ = aggregate(_batch(n, fam, center=10.0, scale=0.2), [0.9], n_samples=20_000, seed=5)
@@ -129,7 +124,7 @@ def test_more_layers_narrow_the_relative_width():
 
 
 def test_deterministic_for_a_fixed_seed():
-    fam = Family("log", [-2.0, -0.5, 1.0, 2.0, 4.0])
+    fam = Family("log", [0.5, 1.0, 2.0, 4.0])
     dist = DistBatch([1.0, 0.5], [1.0, 1.0], [0, 0], [fam])
     a, sa = aggregate(dist, [0.9], seed=3, return_samples=True)
     b, sb = aggregate(dist, [0.9], seed=3, return_samples=True)
@@ -142,12 +137,12 @@ def test_deterministic_for_a_fixed_seed():
 def test_a_positive_estimate_never_gets_a_lower_bound_of_zero(coupling):
     """Scores a hundred times wider than any type's: the additive band would reach far
     below 0 (10 - 3.3 x 2 x 10 per layer); the band of factors stays positive, layer and network."""
-    fam = Family("log", np.linspace(-10.0, 10.0, 101))
+    fam = Family("log", np.linspace(0.0, 10.0, 101))
     dist = DistBatch([10.0, 1e-4, 3.0], [2.0, 2.0, 0.5], [0, 0, 0], [fam])
     for c in (0.5, 0.9, 0.99):
         lo, hi = layer_intervals(dist, c)
         assert np.all(lo > 0) and np.all(hi > dist.center)
-        assert np.all(lo < dist.center)
+        assert np.allclose(lo * hi, dist.center ** 2)  # log-symmetric around the estimate
         res, samples = aggregate(dist, [c], seed=1, coupling=coupling, return_samples=True)
         assert samples.min() > 0 and 0 < res[c].lower < res[c].upper
 
@@ -177,17 +172,17 @@ def test_empty_network_is_zero_and_bad_inputs_raise():
 
 
 def test_concat_and_take_keep_families_aligned():
-    f1, f2 = Family("log", [-1.0, 1.0]), Family("mult", [2.0])
+    f1, f2 = Family("log", [1.0]), Family("mult", [2.0])
     a = DistBatch([1.0, 2.0], [1.0, 0.5], [0, 0], [f1])
     b = DistBatch([3.0], [1.5], [0], [f2])
     c = DistBatch.concat([a, b]).take([2, 0, 1])
-    lo, hi = layer_intervals(c, 0.5)  # two scores: (1 -+ 0.5) / 2 take the first and the last
+    lo, hi = layer_intervals(c, 0.5)
     np.testing.assert_allclose(lo, [3.0, 1 / 2.0, 2.0 / 1.5])
     np.testing.assert_allclose(hi, [3.0, 2.0, 2.0 * 1.5])
 
 
 def test_unknown_coupling_is_refused():
-    dist = _batch(16, Family("log", np.random.default_rng(2).standard_normal(99)))
+    dist = _batch(16, Family("log", np.abs(np.random.default_rng(2).standard_normal(99))))
     with pytest.raises(ValueError, match="coupling"):
         aggregate(dist, [0.9], coupling="sometimes")
 
@@ -195,8 +190,8 @@ def test_unknown_coupling_is_refused():
 def test_type_coupling_is_comonotone_within_a_type_and_independent_across_types():
     from estimator.aggregate import SampleBank
 
-    fam_a = Family("log", np.random.default_rng(3).standard_normal(199), name="conv2d:CM_LV")
-    fam_b = Family("log", np.random.default_rng(4).standard_normal(199), name="dwconv2d:CM_LV")
+    fam_a = Family("log", np.abs(np.random.default_rng(3).standard_normal(199)), name="conv2d:CM_LV")
+    fam_b = Family("log", np.abs(np.random.default_rng(4).standard_normal(199)), name="dwconv2d:CM_LV")
     one_type = _batch(16, fam_a, center=10.0, scale=0.3)
     typ, samples = aggregate(one_type, [0.8], coupling="type", return_samples=True, n_samples=20_000)
     lo, hi = layer_intervals(one_type, 0.8)

@@ -120,10 +120,10 @@ def _zero_width(rs):
 
 
 def test_scores_are_log_residuals_at_the_training_point():
-    """Each calibration score is the signed factor residual over sigma at the row's training
-    point (the forest's floored target), with the three relative difficulties of
+    """Each calibration score is ``(max(y / y_hat, y_hat / y) - 1) / sigma`` at the row's
+    training point (the forest's floored target), with the three relative difficulties of
     estimator.conformal, computed here by hand; the measured interval's width does not enter,
-    and every layer interval takes the scores at (1 -+ c) / 2 as factors, positive."""
+    and every layer interval is ``[y_hat / (1 + q sigma), y_hat (1 + q sigma)]``, positive."""
     base = synthetic.rows(200, seed=5, rel_width=0.3)
     point = _zero_width(base)
     m_int = train_models(base, profile_name="a", options=OPTS)
@@ -134,8 +134,7 @@ def test_scores_are_log_residuals_at_the_training_point():
     d = data["conv2d"]
     oob_log = ti.forest.oob_prediction_
     floor = 0.5 * d.mid[d.mid > 0].min()
-    dl = np.log(np.maximum(d.mid, floor) / d.ops / ti.t_scale) - oob_log
-    r = np.sign(dl) * np.expm1(np.abs(dl))  # y / y_hat - 1 above, 1 - y_hat / y below
+    r = np.expm1(np.abs(np.log(np.maximum(d.mid, floor) / d.ops / ti.t_scale) - oob_log))
     scored = d.hi > 0
     s_rel = np.sqrt(ti.var_de.apply())
     y_hat_ms = np.exp(oob_log) * ti.t_scale * d.ops
@@ -150,12 +149,10 @@ def test_scores_are_log_residuals_at_the_training_point():
     pred = m_int.predict_layers(lay)
     for m in sig:
         lo, hi = layer_intervals(pred.dists[m], 0.9)
-        f = ti.families[m]
-        q_lo, q_hi = (f.scores[conformal_index(f.n, p)] for p in (0.05, 0.95))
+        q = ti.families[m].scores[conformal_index(ti.families[m].n, 0.9)]
         s = pred.dists[m].scale[0]
-        assert q_lo < 0 < q_hi
-        assert lo[0] == pytest.approx(pred.pred_ms[0] / (1 - q_lo * s), rel=1e-12)
-        assert hi[0] == pytest.approx(pred.pred_ms[0] * (1 + q_hi * s), rel=1e-12)
+        assert lo[0] == pytest.approx(pred.pred_ms[0] / (1 + q * s), rel=1e-12)
+        assert hi[0] == pytest.approx(pred.pred_ms[0] * (1 + q * s), rel=1e-12)
         assert 0 < lo[0] < pred.pred_ms[0] < hi[0]
 
 

@@ -60,7 +60,7 @@ def test_general_split_and_rows_without_padding_pairs():
 
 
 def test_split_moves_the_target_and_the_scores_with_it():
-    """alpha = 1 trains on T_c - T_b1, and the scores are the signed factor residuals at that point."""
+    """alpha = 1 trains on T_c - T_b1, and the scores are the factor residuals at that point."""
     rs = synthetic.rows(120, seed=6, rel_width=0.4)
     m = train_models(rs, profile_name="a1", options=TrainingOptions(padding_split_by_type=(("conv2d", 1.0),), **OPTS))
     tm = m.types["conv2d"]
@@ -68,8 +68,7 @@ def test_split_moves_the_target_and_the_scores_with_it():
     mid = (d.lo + d.hi) / 2
     assert not np.allclose(d.mid, mid)
     floor = 0.5 * d.mid[d.mid > 0].min()
-    dl = np.log(np.maximum(d.mid, floor) / d.ops / tm.t_scale) - tm.forest.oob_prediction_
-    r = np.sign(dl) * np.expm1(np.abs(dl))
+    r = np.expm1(np.abs(np.log(np.maximum(d.mid, floor) / d.ops / tm.t_scale) - tm.forest.oob_prediction_))
     y_hat = np.exp(tm.forest.oob_prediction_) * tm.t_scale * d.ops
     sig_lv = (np.sqrt(tm.var_de.apply()) * y_hat + tm.betas["CM_LV"]) / y_hat
     expect = np.sort((r / sig_lv)[d.hi > 0])
