@@ -23,16 +23,15 @@ from onnx import TensorProto, helper
 from estimator import fastpath, onnx_import, zoo
 from estimator.aggregate import SLOT_BLOCK, DistBatch, Family, SampleBank, aggregate
 from estimator.fastpath import FastKNN, FlatForests
-from estimator.models import METRICS, DeviceModels, TrainingOptions, train_models
+from estimator.models import METRICS, DeviceModels
 from estimator.onnx_import import ImpossibleShapeError, OnnxImportError, load_network
 from estimator.onnx_shapes import propagate_shapes
 from estimator.predict import Estimator, make_layer
-from estimator.profile import load_profile
+from tests.shipped import small_models
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "perf"))
 from service_common import mbv2_like_onnx, random_layer_specs  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
 CONFS = [0.8, 0.9, 0.95]
 REL = 1e-9
 
@@ -49,14 +48,7 @@ def _close(a, b, what: str) -> None:
 @pytest.fixture(scope="module")
 def est() -> Estimator:
     """Real measurements (200 rows per type of the host-cpu profile), small forests."""
-    prof = load_profile("host-cpu", root=REPO / "profiles")
-    by: dict[str, list] = {}
-    for r in prof.rows():
-        by.setdefault(r["layer_type"], []).append(r)
-    rng = np.random.default_rng(0)
-    rows = [rs[i] for t, rs in sorted(by.items()) for i in rng.choice(len(rs), min(len(rs), 200), replace=False)]
-    opts = TrainingOptions(n_estimators=30, grid_estimators=20, grid_max_features=(0.6,), grid_min_samples_leaf=(1,))
-    trained = train_models(rows, profile_name=prof.name, precision=prof.precision, options=opts)
+    prof, trained = small_models("host-cpu", 200)
     assert {"conv2d", "dwconv2d", "add", "fc", "globalpool", "maxpool", "concat", "resize"} <= set(trained.types)
     # as the model cache stores and loads them: the arrays through an .npz, read without
     # unpickling; the scikit-learn/crepes objects (the reference path) handed over when asked

@@ -7,21 +7,13 @@ so that training takes seconds; the profiles' network calibration applies where 
 one (``host-cpu``)."""
 from __future__ import annotations
 
-import io
-import warnings
-from pathlib import Path
-
-import numpy as np
 import pytest
-import torch
 
 from bench.sampling import SAMPLED_TYPES, sample_type
 from estimator import zoo
-from estimator.models import TrainingOptions, train_models
 from estimator.predict import Estimator, make_layer
-from estimator.profile import load_profile
+from tests.shipped import small_models
 
-REPO = Path(__file__).resolve().parents[1]
 CONFS = (0.5, 0.9, 0.99)
 #: resolutions small enough to export quickly, large enough for each network's downsampling
 RESOLUTION = {"deit_tiny": 224, "mobilevit_xs": 256, "efficientformer_l1": 224, "mobilenet_v4_conv_small": 224,
@@ -30,14 +22,7 @@ RESOLUTION = {"deit_tiny": 224, "mobilevit_xs": 256, "efficientformer_l1": 224, 
 
 @pytest.fixture(scope="module", params=["host-cpu", "imx93"])
 def est(request) -> Estimator:
-    prof = load_profile(request.param, root=REPO / "profiles")
-    by: dict[str, list] = {}
-    for r in prof.rows():
-        by.setdefault(r["layer_type"], []).append(r)
-    rng = np.random.default_rng(0)
-    rows = [rs[i] for t, rs in sorted(by.items()) for i in rng.choice(len(rs), min(len(rs), 300), replace=False)]
-    opts = TrainingOptions(n_estimators=30, grid_estimators=20, grid_max_features=(0.6,), grid_min_samples_leaf=(1,))
-    models = train_models(rows, profile_name=prof.name, precision=prof.precision, options=opts)
+    prof, models = small_models(request.param, 300)
     return Estimator(prof, models, n_samples=2000)
 
 
@@ -46,13 +31,7 @@ def networks() -> dict[str, bytes]:
     out = {}
     for name in zoo.names():
         res = RESOLUTION.get(name, 64)
-        buf = io.BytesIO()
-        with warnings.catch_warnings(), torch.no_grad():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(zoo.build(name, res).eval(), (torch.zeros(1, 3, res, res),), buf, dynamo=False,
-                              opset_version=17, do_constant_folding=True, input_names=["input"],
-                              output_names=["output"])
-        out[f"{name}@{res}"] = buf.getvalue()
+        out[f"{name}@{res}"] = zoo.export_onnx(name, res)
     return out
 
 
