@@ -388,11 +388,12 @@ class SampleBank:
             rows = order[s0:e0]
             table = fam.table()
             if fam.kind == "log":
-                # each layer's value of every outcome
-                per_outcome = _factor(dist.center[rows, None], np.outer(dist.scale[rows], table))
-                if shared:
-                    total += np.take(per_outcome.sum(axis=0), self._slots(fam, seed, keys[fi], 1, n_samples)[0])
+                if shared:  # the family's total for every outcome, then one gather
+                    g = _shared_log_total(fam, dist.center[rows], dist.scale[rows])
+                    total += np.take(g, self._slots(fam, seed, keys[fi], 1, n_samples)[0])
                 else:
+                    # each layer's value of every outcome
+                    per_outcome = _factor(dist.center[rows, None], np.outer(dist.scale[rows], table))
                     v = self._slots(fam, seed, keys[fi], e0 - s0, n_samples)
                     total += np.take_along_axis(per_outcome, v, axis=1).sum(axis=0)
             elif shared:
@@ -400,6 +401,23 @@ class SampleBank:
             else:
                 total += dist.scale[rows] @ np.take(table, self._slots(fam, seed, keys[fi], e0 - s0, n_samples))
         return total
+
+
+def _shared_log_total(fam: Family, center: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """``sum(center * factor(scale * u))`` over a ``log`` family's layers for every outcome ``u``
+    of its table: above the estimate the factor is linear, ``sum(center) + u * center @ scale``;
+    below it ``center @ (1 / (1 + scale * |u|))``, a matrix only over the outcomes below."""
+    t = fam.table()
+    neg = fam.__dict__.get("_neg")
+    if neg is None:
+        neg = np.flatnonzero(t < 0)
+        object.__setattr__(fam, "_neg", neg)
+    g = float(center.sum()) + t * float(center @ scale)
+    m = np.outer(scale, -t[neg])
+    m += 1.0
+    np.reciprocal(m, out=m)
+    g[neg] = center @ m
+    return g
 
 
 def layer_intervals(dist: DistBatch, confidence: float, clip_min: float | None = 0.0) -> tuple[np.ndarray, np.ndarray]:
