@@ -244,14 +244,12 @@ class DistBatch:
         lim = np.array([f.max_certified_confidence() for f in self.families]) if self.families else np.zeros(0)
         return lim[self.family] < confidence if self.family.size else np.zeros(0, dtype=bool)
 
-    def sample(self, n_samples: int, seed: int = DEFAULT_SEED, clip_min: float | None = None) -> np.ndarray:
+    def sample(self, n_samples: int, seed: int = DEFAULT_SEED) -> np.ndarray:
         """Per-layer draws, shape ``(N, n_samples)`` (memory: N x n_samples floats); the same
         draws whose per-sample sums :meth:`sum_samples` returns."""
         out = np.empty((len(self), n_samples))
         for rows, b, v in self._slot_draws(n_samples, seed):
             out[rows] = self._scaled(rows, v)
-        if clip_min is not None:
-            np.maximum(out, clip_min, out=out)
         return out
 
     def _slot_draws(self, n_samples: int, seed: int):
@@ -272,7 +270,7 @@ class DistBatch:
             _factor(self.center[rows, None], a)
         return a
 
-    def sum_samples(self, n_samples: int, seed: int = DEFAULT_SEED, clip_min: float | None = None,
+    def sum_samples(self, n_samples: int, seed: int = DEFAULT_SEED,
                     shared: bool = False) -> np.ndarray:
         """Draws of the network total, shape ``(n_samples,)``, block by block (the reference
         implementation; :class:`SampleBank` gives the same totals from kept blocks).
@@ -291,8 +289,6 @@ class DistBatch:
             return total
         for rows, _, v in self._slot_draws(n_samples, seed):
             d = self._scaled(rows, v)
-            if clip_min is not None:
-                np.maximum(d, clip_min, out=d)
             total += d.sum(axis=0)
         return total
 
@@ -420,7 +416,7 @@ def _shared_log_total(fam: Family, center: np.ndarray, scale: np.ndarray) -> np.
     return g
 
 
-def layer_intervals(dist: DistBatch, confidence: float, clip_min: float | None = 0.0) -> tuple[np.ndarray, np.ndarray]:
+def layer_intervals(dist: DistBatch, confidence: float) -> tuple[np.ndarray, np.ndarray]:
     """Per-layer ``confidence`` intervals ``(lo, hi)`` (arrays of length N), exact."""
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
@@ -440,9 +436,6 @@ def layer_intervals(dist: DistBatch, confidence: float, clip_min: float | None =
     s, a, b = log[fi], q_lo[fi], q_hi[fi]
     lo = np.where(s, dist.center / (1.0 + a * dist.scale), dist.scale * a)
     hi = np.where(s, dist.center * (1.0 + b * dist.scale), dist.scale * b)
-    if clip_min is not None:
-        np.maximum(lo, clip_min, out=lo)
-        np.maximum(hi, clip_min, out=hi)
     return lo, hi
 
 
@@ -465,7 +458,7 @@ DEFAULT_COUPLING = "type"
 
 
 def aggregate(dist: DistBatch, confidences: Sequence[float], *, n_samples: int = DEFAULT_SAMPLES,
-              seed: int = DEFAULT_SEED, clip_min: float | None = 0.0, coupling: str = "independent",
+              seed: int = DEFAULT_SEED, coupling: str = "independent",
               return_samples: bool = False, bank: SampleBank | None = None
               ) -> tuple[dict[float, NetworkInterval], np.ndarray | None]:
     """Network-level intervals of one metric.
@@ -493,7 +486,7 @@ def aggregate(dist: DistBatch, confidences: Sequence[float], *, n_samples: int =
     shared = coupling == "type"
     total = (bank.sum_samples(dist, n_samples, seed, shared=shared) if bank is not None
              else dist.sum_samples(n_samples, seed, shared=shared))
-    return intervals_from_samples(total, confidences, clip_min), (total if return_samples else None)
+    return intervals_from_samples(total, confidences), (total if return_samples else None)
 
 
 def _inverted_cdf_index(n: int, p: float) -> int:
@@ -546,7 +539,7 @@ def _quantiles(total: np.ndarray, levels: Sequence[float]) -> list[float]:
     return [_kth_smallest(total, _inverted_cdf_index(n, float(p))) for p in levels]
 
 
-def intervals_from_samples(total: np.ndarray, confidences: Sequence[float], clip_min: float | None = 0.0
+def intervals_from_samples(total: np.ndarray, confidences: Sequence[float]
                            ) -> dict[float, NetworkInterval]:
     """Equal-tailed ``inverted_cdf`` quantile intervals of Monte Carlo totals."""
     levels = [p for c in confidences for p in ((1.0 - c) / 2.0, (1.0 + c) / 2.0)]
@@ -554,7 +547,5 @@ def intervals_from_samples(total: np.ndarray, confidences: Sequence[float], clip
     out: dict[float, NetworkInterval] = {}
     for i, c in enumerate(confidences):
         lo, hi = float(q[2 * i]), float(q[2 * i + 1])
-        if clip_min is not None:
-            lo, hi = max(lo, clip_min), max(hi, clip_min)
         out[float(c)] = NetworkInterval(float(c), lo, hi)
     return out
