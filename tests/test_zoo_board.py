@@ -5,10 +5,8 @@ ONNX with every node accounted for by the importer, and estimate through the Pyt
 Built at small resolutions to stay fast; the parameter counts do not depend on it."""
 from __future__ import annotations
 
-import collections
 import functools
 import math
-import time
 
 import pytest
 
@@ -16,7 +14,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("onnx")
 
 from estimator import zoo  # noqa: E402
-from estimator.onnx_import import load_network  # noqa: E402
+from tests.zoo_checks import import_every_node  # noqa: E402
 
 from . import synthetic  # noqa: E402
 
@@ -87,17 +85,7 @@ def test_rejects_an_impossible_resolution(name, res, match):
 @pytest.mark.parametrize("name", list(BOARD))
 def test_exports_and_imports_every_node(name):
     res = BOARD[name][1]
-    t0 = time.perf_counter()
-    data = _onnx(name)
-    t1 = time.perf_counter()
-    net = load_network(data)
-    t2 = time.perf_counter()
-    assert net.inputs == {"input": (1, 3, res, res)}
-    covered = net.covered_nodes()
-    assert len(covered) == len(set(covered)), "a node is counted twice"
-    assert sorted(covered) == sorted(n.name for n in net.model.graph.node)
-    types = collections.Counter(la.type for la in net.layers)
-    others = collections.Counter(la.op_type for la in net.other_layers)
+    net, types, others = import_every_node(name, res, lambda: _onnx(name))
     if name.startswith("yolov5"):
         assert dict(others) == {"Pow": 3}  # the anchor decode's (wh * 2) ** 2
     else:
@@ -106,8 +94,6 @@ def test_exports_and_imports_every_node(name):
         assert types["softmax"] == 1  # the DFL
     if name == "inception_v4":
         assert types["avgpool"] == 14 and types["conv2d"] == 149
-    print(f"\n{name}@{res}: export {t1 - t0:.2f} s, import {t2 - t1:.2f} s, {len(net.layers)} layers, "
-          f"{len(net.free_nodes)} free nodes\n  types {dict(sorted(types.items()))}\n  other {dict(others)}")
 
 
 @pytest.fixture(scope="module")

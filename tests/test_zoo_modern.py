@@ -2,8 +2,6 @@
 parameter counts, export to ONNX and import with every node accounted for."""
 from __future__ import annotations
 
-import collections
-import time
 
 import pytest
 
@@ -11,7 +9,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("onnx")
 
 from estimator import zoo  # noqa: E402
-from estimator.onnx_import import load_network  # noqa: E402
+from tests.zoo_checks import import_every_node  # noqa: E402
 
 # name -> (default resolution, parameter count the paper reports)
 MODERN: dict[str, tuple[int, float]] = {
@@ -39,19 +37,7 @@ def test_builds_runs_and_matches_the_paper(name):
 @pytest.mark.parametrize("name", list(MODERN))
 def test_exports_and_imports_every_node(name):
     res = MODERN[name][0]
-    t0 = time.perf_counter()
-    data = zoo.export_onnx(name)
-    t1 = time.perf_counter()
-    net = load_network(data)
-    t2 = time.perf_counter()
-    assert net.inputs == {"input": (1, 3, res, res)}
-    covered = net.covered_nodes()
-    assert len(covered) == len(set(covered)), "a node is counted twice"
-    assert sorted(covered) == sorted(n.name for n in net.model.graph.node)
-    types = collections.Counter(la.type for la in net.layers)
-    others = collections.Counter(la.op_type for la in net.other_layers)
-    print(f"\n{name}@{res}: export {t1 - t0:.2f} s, import {t2 - t1:.2f} s, {len(net.layers)} layers, "
-          f"{len(net.free_nodes)} free nodes\n  types {dict(sorted(types.items()))}\n  other {dict(others)}")
+    import_every_node(name, res, lambda: zoo.export_onnx(name))
 
 
 @pytest.mark.parametrize("name,res", [("deit_tiny", 160), ("mobilevit_xs", 224), ("efficientformer_l1", 160)])
