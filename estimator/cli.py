@@ -6,7 +6,7 @@ from typing import Sequence
 from .cliutil import run
 
 #: Subcommand modules; each exposes ``register(subparsers)``.
-COMMANDS = ["estimator.cmd_layers", "estimator.cmd_model"]
+COMMANDS = ["estimator.cmd_layers", "estimator.cmd_model", "estimator.cmd_lut"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -404,6 +404,17 @@ class Estimator:
                                     flags=[*l.flags, "weights_cold"])
                 if l.type in cold_types and weight_bound(l.counts) else l for l in layers]
 
+    def context_layers(self, layers: Sequence[Layer]) -> list[Layer | None]:
+        """``layers`` (a network's, in order) as this device estimates them inside that network:
+        ``None`` for a layer it runs for free (``op_mapping.free_ops``), weight-bound layers
+        marked cold when the network's weights exceed :meth:`cold_weight_bytes`. The layers a
+        network estimate sums are exactly the ones that are not ``None``."""
+        layers = list(layers)
+        kept, _, _ = self._split_free(layers)
+        cold = iter(self._mark_cold(kept))
+        ids = {id(l) for l in kept}
+        return [next(cold) if id(l) in ids else None for l in layers]
+
     def cpu_layers(self, layers: Sequence[Layer]) -> list[int]:
         """The indices of the layers the target runs on its CPU: their ONNX op is in
         ``op_mapping.cpu_fallback_ops``."""

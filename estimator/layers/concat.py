@@ -43,6 +43,23 @@ class Concat(LayerTypeSpec):
     sampled = True
     onnx_ops = ("Concat",)
 
+    def channel_flow(self, p: Mapping[str, Any]) -> str:
+        return "concat"
+
+    def channels_at(self, p: Mapping[str, Any], port: str | int) -> int:
+        if not isinstance(port, int):
+            return super().channels_at(p, port)
+        return input_channels(p)[port]
+
+    def with_channels(self, p: Mapping[str, Any], port: str | int, n: int) -> dict[str, Any]:
+        if not isinstance(port, int):
+            return super().with_channels(p, port, n)
+        chans = input_channels(p)
+        chans[port] = int(n)
+        q = {k: v for k, v in p.items() if not (k.startswith("c_in") or k == "n_inputs")}
+        q["channels"] = chans
+        return q
+
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         n, h, w = positive(p, "n", 1), positive(p, "h"), positive(p, "w")
         chans = input_channels(p)

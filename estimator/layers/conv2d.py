@@ -35,6 +35,10 @@ class Conv2d(LayerTypeSpec):
     #: ladder (:func:`space.off_ladder`).
     off_ladder_share = 0.15
 
+    def channel_flow(self, p: Mapping[str, Any]) -> str:
+        """A dense conv mixes channels; a grouped one ties them to its groups."""
+        return "mix" if opt_int(p, "groups", 1) == 1 else ""
+
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         n = positive(p, "n", 1)
         h, w, k_h, k_w, s_h, s_w, h_out, w_out = window(p, dilated=True)

@@ -18,6 +18,7 @@ class DwConv2d(LayerTypeSpec):
     order = 20
     features = ("h", "w", "c", "k_h", "k_w", "s_h", "s_w", "dilation", "flops", "params", "act", "c_align")
     ops_unit = "flops"
+    channel_param = "c"
     summary = ("depthwise 2D convolution (groups = channels; c_align: the power-of-two alignment of c, at most 16) "
                "(+ fused activation)")
     required = ("h", "w", "c", "k_h", "k_w")
@@ -30,6 +31,10 @@ class DwConv2d(LayerTypeSpec):
     #: Network prior: the share of depthwise convolutions whose channel count leaves the
     #: multiple-of-8 ladder (:func:`space.off_ladder`).
     off_ladder_share = 0.25
+
+    def channel_flow(self, p: Mapping[str, Any]) -> str:
+        """Depthwise keeps its input's channels (a channel multiplier ties them to groups)."""
+        return "through" if opt_int(p, "multiplier", 1) == 1 else ""
 
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         n = positive(p, "n", 1)

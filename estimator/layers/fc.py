@@ -29,6 +29,9 @@ class Fc(LayerTypeSpec):
     onnx_ops = ("Gemm", "MatMul")
     examples = (dict(m=197, c_in=192, c_out=576), dict(m=49, c_in=64, c_out=32, bias=0))
 
+    def channel_flow(self, p: Mapping[str, Any]) -> str:
+        return "mix"
+
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         m = positive(p, "m", 1)  # rows (batch x tokens)
         c_in, c_out = positive(p, "c_in"), positive(p, "c_out")

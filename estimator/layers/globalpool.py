@@ -18,6 +18,7 @@ class GlobalPool(LayerTypeSpec):
     order = 70
     features = ("h", "w", "c")
     ops_unit = "elements"
+    channel_param = "c"
     summary = "global average/max pooling"
     required = ("h", "w", "c")
     benchable = True

@@ -1,7 +1,7 @@
 """pad: explicit padding (not benchmarked: a roofline fallback, flagged)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from .importing import attrs
 from .params import io_bytes, positive
@@ -17,6 +17,16 @@ class Pad(LayerTypeSpec):
     summary = "explicit padding"
     required = ("h", "w", "c")
     onnx_ops = ("Pad",)
+
+    channel_param = "c"
+
+    def channel_flow(self, p: Mapping[str, Any]) -> str:
+        """Spatial padding keeps channels; padding along channels is not followed."""
+        return "through" if int(p.get("c_out", p["c"])) == int(p["c"]) else ""
+
+    def with_channels(self, p: Mapping[str, Any], port: str | int, n: int) -> dict[str, Any]:
+        return {**super().with_channels(p, port, n), "c_out": int(n)} if "c_out" in p else \
+            super().with_channels(p, port, n)
 
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         n, h, w, c = positive(p, "n", 1), positive(p, "h"), positive(p, "w"), positive(p, "c")

@@ -181,6 +181,36 @@ class LayerTypeSpec:
         """Whether the LUM reads the network's input (its padded model has no input side)."""
         return False
 
+    # --------------------------------------------------------- channel pruning
+
+    #: The raw parameter holding the channels of a layer that keeps its input's channels
+    #: (``"c"``: depthwise convs, pools, element-wise ops, activations); ``""``: none.
+    channel_param: ClassVar[str] = ""
+
+    def channel_flow(self, p: Mapping[str, Any]) -> str:
+        """How this configuration carries channels that a pruner removes
+        (:mod:`estimator.pruning`): ``"mix"`` reads every input channel and writes channels of
+        its own (ports ``"in"`` and ``"out"``: a dense conv, an fc), ``"through"`` keeps its
+        input's channels (port ``"through"``), ``"concat"`` joins its inputs' (ports 0, 1, ...),
+        ``"flatten"`` folds channels into features; ``""``: it reads channels in a way pruning
+        cannot follow (attention, grouped convs), which keeps their group whole."""
+        return "through" if self.channel_param else ""
+
+    def _channel_key(self, port: str | int) -> str:
+        key = {"in": "c_in", "out": "c_out", "through": self.channel_param, "flatten": self.channel_param}.get(
+            port) if isinstance(port, str) else None
+        if not key:
+            raise LayerSpecError(f"layer type {self.name!r} has no channel port {port!r}")
+        return key
+
+    def channels_at(self, p: Mapping[str, Any], port: str | int) -> int:
+        """The channel count at ``port`` (see :meth:`channel_flow`)."""
+        return int(p[self._channel_key(port)])
+
+    def with_channels(self, p: Mapping[str, Any], port: str | int, n: int) -> dict[str, Any]:
+        """A copy of raw parameters ``p`` with ``n`` channels at ``port``."""
+        return {**p, self._channel_key(port): int(n)}
+
     # ------------------------------------------------------------------- ONNX
 
     #: ONNX operators (default domain) whose nodes :meth:`from_onnx` turns into layers.

@@ -31,6 +31,13 @@ class Reshape(MemoryBound):
     sampled = True
     examples = (dict(h=14, w=14, c=192), dict(h=1, w=192, c=197))
 
+    channel_param = "c"
+
+    def channel_flow(self, p: Mapping[str, Any]) -> str:
+        """A flatten folds ``c x h x w`` into features (:mod:`estimator.pruning` checks the
+        output shape is that)."""
+        return "flatten"
+
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         n, h, w, c = positive(p, "n", 1), positive(p, "h"), positive(p, "w"), positive(p, "c")
         el = n * h * w * c

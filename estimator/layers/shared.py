@@ -21,6 +21,7 @@ class WindowPool(LayerTypeSpec):
 
     features = ("h", "w", "c", "k_h", "k_w", "s_h", "s_w")
     ops_unit = "window-ops"
+    channel_param = "c"
     required = ("h", "w", "c", "k_h", "k_w")
     benchable = True
     sampled = True
@@ -100,6 +101,7 @@ class BinaryEltwise(LayerTypeSpec):
 
     features = ("h", "w", "c", "broadcast", "act")
     ops_unit = "elements"
+    channel_param = "c"
     required = ("h", "w", "c")
     benchable = True
     takes_act = True
@@ -116,6 +118,13 @@ class BinaryEltwise(LayerTypeSpec):
         cp = nonneg(p, "const_params", 0)
         return LayerCounts(dict(h=h, w=w, c=c, broadcast=float(bc > 0), act=act_code(p)), 0, cp, float(out),
                            io_bytes(out + second, out, cp, eb), (n, c, h, w))
+
+    def with_channels(self, p: Mapping[str, Any], port: str | int, n: int) -> dict[str, Any]:
+        """A broadcast operand of ``c`` elements (an SE scale) follows the channels."""
+        q = super().with_channels(p, port, n)
+        if opt_int(p, "broadcast", 0) and opt_int(p, "elems_b", int(p["c"])) == int(p["c"]) and "elems_b" in p:
+            q["elems_b"] = int(n)
+        return q
 
     def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts,
                    model_format: str = "onnx") -> tuple[NCHW, ...]:

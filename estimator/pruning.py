@@ -1,0 +1,654 @@
+"""Latency for channel pruning: every prunable layer of a network, in the network's context.
+
+A pruner removes output channels of a dense convolution (or an fc); every layer that reads
+those channels shrinks with it: a depthwise conv, a pool, a residual add, and the next
+convolution's input channels. Layers whose outputs meet in an add (the residual stages of a
+ResNet) lose the same channels together. :func:`channel_groups` finds these *channel groups*
+by walking the imported network's ONNX graph; each layer type says how it carries channels
+(:meth:`~estimator.layers.registry.LayerTypeSpec.channel_flow`). A group is kept whole
+(``blocked``) where a layer reads channels in a way pruning cannot follow (attention, a
+grouped conv, a token layout) and where its channels leave the network (the classifier).
+
+:class:`LatencyModel` answers a pruner's questions in that context: a layer's latency at
+given channel counts (:meth:`~LatencyModel.layer`, cached), a group's latency at a kept count
+(:meth:`~LatencyModel.group_ms`), and the whole pruned network's estimate with its calibrated
+intervals (:meth:`~LatencyModel.estimate`). The context is the network's own: fused
+activations, the stem that reads the network's input (``graph_input``), weights read from DRAM
+(``cold``), the layers the device runs for free. :meth:`~LatencyModel.table` (``estimator
+lut``) writes the table pruners read (HALP, NetAdapt): for each prunable group and kept
+count, every layer the cut touches, with its CM_LV and CM_O intervals.
+
+Every layer row carries the network's calibration factor (its calibrated total over its
+Eq. 7 total), so the full-width rows sum to ``estimator predict``'s total for the network.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from .errors import UserError
+from .layers import SPECS, Layer, describe
+from .predict import Estimator, LayerEstimate, NetworkEstimate, parse_confidence
+
+__all__ = ["Port", "ChannelGroup", "channel_groups", "module_name", "LayerLatency", "LatencyModel",
+           "LatencyTable", "latency_table", "estimate_module", "kept_counts", "TABLE_COLUMNS"]
+
+
+# ------------------------------------------------------------------ channel groups
+
+
+@dataclass(frozen=True)
+class Port:
+    """Where a channel group's channels are counted in one layer: ``port`` is ``"out"`` (a
+    producer's output channels), ``"in"`` (a consumer's input channels), ``"through"`` (a
+    layer that keeps them), ``"flatten"`` or a concat input's index; ``mult`` channels there
+    per channel of the group (a flatten's ``h x w``)."""
+
+    layer: int
+    port: str | int
+    mult: int = 1
+
+
+@dataclass
+class ChannelGroup:
+    """Channels that are pruned together (see the module docstring)."""
+
+    index: int
+    name: str
+    channels: int
+    ports: list[Port]
+    #: why the group is kept whole ([]: prunable)
+    blocked: list[str] = field(default_factory=list)
+
+    @property
+    def producers(self) -> list[int]:
+        return [p.layer for p in self.ports if p.port == "out"]
+
+    @property
+    def prunable(self) -> bool:
+        return not self.blocked and bool(self.producers)
+
+    @property
+    def layers(self) -> list[int]:
+        return sorted({p.layer for p in self.ports})
+
+    def to_dict(self, layers: Sequence[Layer]) -> dict[str, Any]:
+        return {"index": self.index, "name": self.name, "channels": self.channels, "prunable": self.prunable,
+                "blocked": list(self.blocked), "producers": [layers[i].name for i in self.producers],
+                "modules": [module_name(layers[i].name) for i in self.producers],
+                "ports": [{"layer": layers[p.layer].name, "index": p.layer, "port": p.port, "mult": p.mult}
+                          for p in self.ports]}
+
+
+def module_name(layer_name: str) -> str:
+    """The torch module path of a layer exported by torch's ONNX exporter:
+    ``/layer1/layer1.0/conv1/Conv`` -> ``layer1.0.conv1``,
+    ``/features/features.1/conv/conv.0/conv.0.0/Conv`` -> ``features.1.conv.0.0`` (the
+    exporter names each scope relative to the enclosing module)."""
+    stack: list[str] = []
+    for c in layer_name.strip("/").split("/")[:-1]:
+        if stack and c.startswith(stack[-1] + "."):
+            stack[-1] = c
+        else:
+            stack.append(c)
+    return ".".join(stack)
+
+
+class _Groups:
+    """Union-find over provisional groups while the graph is walked."""
+
+    def __init__(self) -> None:
+        self.parent: list[int] = []
+        self.channels: list[int] = []
+        self.ports: list[list[Port]] = []
+        self.blocked: list[list[str]] = []
+
+    def new(self, channels: int, why: str = "") -> int:
+        self.parent.append(len(self.parent))
+        self.channels.append(int(channels))
+        self.ports.append([])
+        self.blocked.append([why] if why else [])
+        return len(self.parent) - 1
+
+    def find(self, g: int) -> int:
+        while self.parent[g] != g:
+            self.parent[g] = self.parent[self.parent[g]]
+            g = self.parent[g]
+        return g
+
+    def union(self, a: int, b: int) -> None:
+        a, b = self.find(a), self.find(b)
+        if a == b:
+            return
+        if self.channels[a] != self.channels[b]:
+            why = f"element-wise layer joins {self.channels[a]} and {self.channels[b]} channels"
+            self.block(a, why)
+            self.block(b, why)
+        self.parent[b] = a
+        self.ports[a] += self.ports[b]
+        self.blocked[a] += [w for w in self.blocked[b] if w not in self.blocked[a]]
+
+    def block(self, g: int, why: str) -> None:
+        g = self.find(g)
+        if why not in self.blocked[g]:
+            self.blocked[g].append(why)
+
+    def add(self, g: int, port: Port) -> None:
+        self.ports[self.find(g)].append(port)
+
+
+Segments = list[tuple[int, int]]  # (group, channels of the tensor per channel of the group)
+
+
+def _channels(groups: _Groups, segs: Segments) -> int:
+    return sum(groups.channels[groups.find(g)] * m for g, m in segs)
+
+
+def channel_groups(network: Any) -> list[ChannelGroup]:
+    """The channel groups of an imported network (:class:`~estimator.onnx_import.Network`:
+    its ``layers`` and the ONNX ``model`` they came from), producers first in layer order."""
+    model = network.model
+    layers: list[Layer] = list(network.layers)
+    if model is None:
+        raise UserError("channel groups need the network's ONNX graph (import it with estimator.onnx_import)")
+    g = model.graph
+    node_layer: dict[str, int] = {}
+    for i, l in enumerate(layers):
+        for n in l.nodes or [l.name]:
+            node_layer[str(n)] = i
+    const = {t.name for t in g.initializer}
+    alias: dict[str, str] = {}
+    for n in g.node:  # nodes outside every layer: constants, or views such as Identity
+        if n.name in node_layer:
+            continue
+        data = [x for x in n.input if x and x not in const]
+        if not data:
+            const.update(n.output)
+        elif len(data) == 1 and len(n.output) == 1:
+            alias[n.output[0]] = data[0]
+
+    def canon(t: str) -> str:
+        while t in alias:
+            t = alias[t]
+        return t
+
+    nodes = {n.name: n for n in g.node}
+    groups = _Groups()
+    segs: dict[str, Segments] = {}
+    for inp in g.input:
+        if inp.name in const:
+            continue
+        dims = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+        segs[inp.name] = [(groups.new(dims[1] if len(dims) > 1 and dims[1] > 0 else 1, "the network's input"), 1)]
+
+    def of(t: str) -> Segments:
+        t = canon(t)
+        if t not in segs:  # produced by something this walk does not know: keep it whole
+            segs[t] = [(groups.new(1, f"tensor {t} comes from outside the layers"), 1)]
+        return segs[t]
+
+    for i, layer in enumerate(layers):
+        spec = SPECS.get(layer.type)
+        own = [nodes[str(n)] for n in (layer.nodes or [layer.name]) if str(n) in nodes]
+        produced = {o for n in own for o in n.output}
+        main = next((n for n in own if n.op_type == layer.op_type), own[0] if own else None)
+        data = [x for x in (main.input if main is not None else []) if x and x not in const and x not in produced]
+        flow = spec.channel_flow(layer.params) if spec is not None else ""
+        in_rank = [len(s) for s in layer.input_shapes] or [0]
+        out_rank = len(layer.output_shapes[0]) if layer.output_shapes else 0
+        if flow in ("mix", "through", "flatten") and data:
+            data = data[:1] if flow != "through" or layer.type not in ("add", "mul") else data
+        ins = [of(x) for x in data]
+        what = f"{layer.type} layer {layer.name}"
+        out: Segments
+        if flow == "mix" and ins and in_rank[0] in (2, 4) and out_rank in (2, 4):
+            for gid, m in ins[0]:
+                groups.add(gid, Port(i, "in", m))
+            out = [(groups.new(spec.channels_at(layer.params, "out")), 1)]
+            groups.add(out[0][0], Port(i, "out", 1))
+        elif flow == "through" and ins and in_rank[0] in (2, 4):
+            sizes = [_channels(groups, s) for s in ins]
+            main_segs = ins[0]
+            for s, c in zip(ins[1:], sizes[1:]):
+                if c == 1 and sizes[0] != 1:
+                    continue  # a broadcast operand of one channel
+                if c != sizes[0] or len(s) != len(main_segs) or [m for _, m in s] != [m for _, m in main_segs]:
+                    for gid, _ in s + main_segs:
+                        groups.block(gid, f"{what} joins tensors of different channel layouts")
+                    continue
+                for (a, _), (b, _) in zip(main_segs, s):
+                    groups.union(a, b)
+            for gid, m in main_segs:
+                groups.add(gid, Port(i, "through", m))
+            out = main_segs
+        elif flow == "concat" and ins and all(r == 4 for r in in_rank):
+            out = []
+            for k, s in enumerate(ins):
+                for gid, m in s:
+                    groups.add(gid, Port(i, k, m))
+                out += s
+        elif flow == "flatten" and ins and in_rank[0] == 4 and out_rank == 2 and len(layer.input_shapes[0]) == 4:
+            n_, c, h, w = (int(x) for x in layer.input_shapes[0])
+            if int(layer.output_shapes[0][1]) != c * h * w:
+                for gid, _ in ins[0]:
+                    groups.block(gid, f"{what} does not flatten c x h x w")
+                out = [(groups.new(int(layer.output_shapes[0][1]), f"output of {what}"), 1)]
+            else:
+                for gid, m in ins[0]:
+                    groups.add(gid, Port(i, "flatten", m))
+                out = [(gid, m * h * w) for gid, m in ins[0]]
+        else:
+            for s in ins:
+                for gid, _ in s:
+                    groups.block(gid, f"{what} reads its channels in a way pruning cannot follow")
+            shape = layer.output_shapes[0] if layer.output_shapes else ()
+            out = [(groups.new(int(shape[1]) if len(shape) > 1 else 1, f"output of {what}"), 1)]
+        for n in own:
+            for o in n.output:
+                segs[o] = out
+    for o in g.output:
+        for gid, _ in segs.get(canon(o.name), []):
+            groups.block(gid, "its channels are the network's output")
+    roots: dict[int, list[Port]] = {}
+    for gid in range(len(groups.parent)):
+        r = groups.find(gid)
+        if groups.ports[r]:
+            roots[r] = groups.ports[r]
+    ordered = sorted(roots, key=lambda r: min(p.layer for p in roots[r] if p.port == "out")
+                     if any(p.port == "out" for p in roots[r]) else -1)
+    out_groups = []
+    for k, r in enumerate(ordered):
+        ports = sorted(set(roots[r]), key=lambda p: (p.layer, str(p.port)))
+        prod = [p.layer for p in ports if p.port == "out"]
+        name = module_name(layers[prod[0]].name) or layers[prod[0]].name if prod else f"group{k}"
+        out_groups.append(ChannelGroup(k, name, groups.channels[r], ports, list(groups.blocked[r])))
+    return out_groups
+
+
+def kept_counts(channels: int, *, step: int | None = None, ratios: Sequence[float] | None = None) -> list[int]:
+    """The kept channel counts of a table, largest first, the full width included: every
+    ``step`` down from ``channels`` (at least 1 kept), or ``channels - floor(channels * r)``
+    for each pruning ratio ``r`` in [0, 1)."""
+    if (step is None) == (ratios is None):
+        raise UserError("give a step or pruning ratios, not both")
+    if step is not None:
+        if step < 1:
+            raise UserError(f"step must be >= 1, got {step}")
+        out = list(range(channels, 0, -int(step)))
+    else:
+        bad = [r for r in ratios or () if not 0 <= r < 1]
+        if bad:
+            raise UserError(f"pruning ratios must be in [0, 1), got {bad[0]}")
+        out = [channels - int(math.floor(channels * r)) for r in [0.0, *ratios]]
+    return sorted({max(1, k) for k in out}, reverse=True)
+
+
+# ---------------------------------------------------------------------- the model
+
+
+@dataclass(frozen=True)
+class LayerLatency:
+    """One layer's latency in its network (milliseconds, calibration factor applied)."""
+
+    ms: float
+    #: metric -> (lower_ms, upper_ms) at the model's confidence
+    intervals: dict[str, tuple[float, float]]
+    c_in: int
+    c_out: int
+    out_of_design_space: bool
+    flags: tuple[str, ...] = ()
+
+
+#: The CSV columns of :meth:`LatencyTable.to_csv`.
+TABLE_COLUMNS = ("group", "group_name", "channels", "kept", "layer_index", "layer", "module", "type", "port",
+                 "c_in", "c_out", "ms", "cm_lv_lo", "cm_lv_hi", "cm_o_lo", "cm_o_hi", "out_of_design_space", "flags")
+
+
+class LatencyModel:
+    """A pruner's latency oracle for one network on one device (see the module docstring).
+
+    ``network`` is an ONNX model (path, bytes, ``ModelProto``) imported with the device's
+    fusion rules, or an already imported :class:`~estimator.onnx_import.Network`."""
+
+    def __init__(self, estimator: Estimator, network: Any, *, confidence: float = 0.9, input_shapes: Any = None,
+                 name: str = "") -> None:
+        self.estimator = estimator
+        self.net = network if hasattr(network, "layers") else estimator.load_network(network, input_shapes)
+        self.name = name or str(getattr(self.net, "name", "") or "")
+        self.confidence = parse_confidence(confidence)[0]
+        self.layers: list[Layer] = list(self.net.layers)
+        self.groups = channel_groups(self.net)
+        self.context = estimator.context_layers(self.layers)
+        self.base = estimator.estimate_network(self.net, self.confidence, per_layer=False)
+        unc = self.base.uncalibrated
+        #: calibrated total over the Eq. 7 total of the full network (1 when not calibrated)
+        self.factor = float(self.base.total_ms / unc["total_ms"]) if unc and unc["total_ms"] > 0 else 1.0
+        self._cache: dict[tuple[int, tuple[tuple[str, int], ...]], LayerLatency] = {}
+        self._by_name: dict[str, int] = {}
+        for i, l in enumerate(self.layers):
+            self._by_name.setdefault(l.name, i)
+            self._by_name.setdefault(module_name(l.name), i)
+        self._ports: dict[int, list[tuple[int, Port]]] = {}
+        for gr in self.groups:
+            for p in gr.ports:
+                self._ports.setdefault(p.layer, []).append((gr.index, p))
+
+    # ------------------------------------------------------------------ lookup
+    def index(self, layer: int | str) -> int:
+        """A layer's index from its index, ONNX node name or torch module name."""
+        if isinstance(layer, int):
+            if not 0 <= layer < len(self.layers):
+                raise UserError(f"layer index {layer} out of range (0..{len(self.layers) - 1})")
+            return layer
+        if layer not in self._by_name:
+            raise UserError(f"no layer {layer!r} in {self.name or 'the network'} (give an index, an ONNX node name "
+                            f"or a module name such as {module_name(self.layers[0].name)!r})")
+        return self._by_name[layer]
+
+    def group(self, key: int | str) -> ChannelGroup:
+        """A group by index, name (its first producer's module) or any producer layer."""
+        if isinstance(key, int) and 0 <= key < len(self.groups):
+            return self.groups[key]
+        for gr in self.groups:
+            if gr.name == key:
+                return gr
+        i = self.index(key)
+        for gr in self.groups:
+            if i in gr.producers:
+                return gr
+        raise UserError(f"layer {key!r} produces no channel group")
+
+    # ------------------------------------------------------------------ layers
+    def layer(self, layer: int | str, *, c_in: int | None = None, c_out: int | None = None) -> LayerLatency:
+        """One layer's latency in the network with ``c_in`` input and ``c_out`` output channels
+        (a layer that keeps its channels takes either); others as in the network. Cached."""
+        i = self.index(layer)
+        ctx = self.context[i]
+        if ctx is None:
+            return LayerLatency(0.0, {m: (0.0, 0.0) for m in ("CM_TV", "CM_LV", "CM_O")}, 0, 0, False,
+                                ("free_on_device",))
+        return self._rows([(i, self._at(i, c_in, c_out))])[0]
+
+    __call__ = layer
+
+    def _at(self, i: int, c_in: int | None, c_out: int | None) -> dict[str, int]:
+        spec = SPECS[self.layers[i].type]
+        flow = spec.channel_flow(self.layers[i].params)
+        if flow == "mix":
+            want = {"in": c_in, "out": c_out}
+        elif flow in ("through", "flatten"):
+            if c_in is not None and c_out is not None and c_in != c_out:
+                raise UserError(f"{self.layers[i].type} layer {self.layers[i].name} keeps its channels: "
+                                f"c_in {c_in} != c_out {c_out}")
+            want = {flow: c_in if c_in is not None else c_out}
+        elif c_in is None and c_out is None:
+            want = {}
+        else:
+            raise UserError(f"{self.layers[i].type} layer {self.layers[i].name} has no channel counts to set")
+        return {k: int(v) for k, v in want.items() if v is not None}
+
+    def _layer_with(self, i: int, channels: Mapping[str | int, int]) -> Layer:
+        """The context layer ``i`` with ``channels`` at its ports."""
+        ctx = self.context[i]
+        assert ctx is not None
+        spec = SPECS[ctx.type]
+        p = dict(ctx.params)
+        for port, n in channels.items():
+            if n < 1:
+                raise UserError(f"{ctx.type} layer {ctx.name}: {n} channels at {port!r}")
+            p = spec.with_channels(p, port, n)
+        if ctx.features.get("cold") == 1.0:
+            p["cold"] = 1
+        return dataclasses.replace(ctx, params=p, counts=describe(ctx.type, p))
+
+    def _rows(self, todo: Sequence[tuple[int, Mapping[str | int, int]]]) -> list[LayerLatency]:
+        """Latencies of layers ``i`` with channels at ports, cached, uncached ones in one batch."""
+        keys = [(i, tuple(sorted((str(k), int(v)) for k, v in ch.items()))) for i, ch in todo]
+        miss = [(k, i, ch) for k, (i, ch) in zip(keys, todo) if k not in self._cache]
+        if miss:
+            uniq = {k: (i, ch) for k, i, ch in miss}
+            layers = [self._layer_with(i, ch) for i, ch in uniq.values()]
+            rows = self.estimator.estimate_layers(layers, self.confidence)
+            for k, l, r in zip(uniq, layers, rows):
+                self._cache[k] = self._latency(l, r)
+        return [self._cache[k] for k in keys]
+
+    def _latency(self, layer: Layer, row: LayerEstimate) -> LayerLatency:
+        f = self.factor
+        c = self.confidence
+        iv = {m: (per[c][0] * f, per[c][1] * f) for m, per in row.intervals.items()}
+        feats = layer.features
+        c_in = int(feats.get("c_in", feats.get("c", 0)))
+        c_out = int(feats.get("c_out", feats.get("c", 0)))
+        return LayerLatency(float(row.prediction_ms) * f, iv, c_in, c_out, bool(row.out_of_design_space),
+                            tuple(row.flags))
+
+    # ----------------------------------------------------------------- pruning
+    def _deltas(self, kept: Mapping[int | str, int]) -> dict[int, dict[str | int, int]]:
+        """Each touched layer's channels per port when groups keep ``kept`` channels."""
+        delta: dict[int, dict[str | int, int]] = {}
+        for key, k in kept.items():
+            gr = self.group(key)
+            if not gr.prunable:
+                raise UserError(f"channel group {gr.name} cannot be pruned: {'; '.join(gr.blocked) or 'no producer'}")
+            if not 1 <= int(k) <= gr.channels:
+                raise UserError(f"channel group {gr.name} keeps 1..{gr.channels} channels, got {k}")
+            d = gr.channels - int(k)
+            for p in gr.ports:
+                per = delta.setdefault(p.layer, {})
+                per[p.port] = per.get(p.port, 0) + d * p.mult
+        out: dict[int, dict[str | int, int]] = {}
+        for i, per in delta.items():
+            spec = SPECS[self.layers[i].type]
+            out[i] = {port: spec.channels_at(self.layers[i].params, port) - d for port, d in per.items()}
+        return out
+
+    def group_ms(self, group: int | str, kept: int, state: Mapping[int | str, int] | None = None) -> float:
+        """The summed latency of the layers ``group`` touches when it keeps ``kept`` channels
+        and the other groups keep what ``state`` says (default: all)."""
+        gr = self.group(group)
+        full = dict(state or {})
+        full[gr.index] = kept
+        ch = self._deltas({**{self.group(k).index: v for k, v in full.items()}})
+        todo = [(i, ch.get(i, {})) for i in gr.layers if self.context[i] is not None]
+        return float(sum(r.ms for r in self._rows(todo)))
+
+    def pruned_layers(self, kept: Mapping[int | str, int]) -> list[Layer]:
+        """The network's layers (as imported, before the device's context) when groups keep
+        ``kept`` channels."""
+        out = list(self.layers)
+        for i, ch in self._deltas(kept).items():
+            spec = SPECS[out[i].type]
+            p = dict(out[i].params)
+            for port, n in ch.items():
+                p = spec.with_channels(p, port, n)
+            out[i] = dataclasses.replace(out[i], params=p, counts=describe(out[i].type, p))
+        return out
+
+    def estimate(self, kept: Mapping[int | str, int] | None = None, confidence: Any = None) -> NetworkEstimate:
+        """The pruned network's estimate, calibrated as ``estimator predict`` calibrates it."""
+        net = SimpleNamespace(layers=self.pruned_layers(kept or {}), warnings=list(getattr(self.net, "warnings", [])),
+                              free_nodes=dict(getattr(self.net, "free_nodes", {}) or {}), name=self.name)
+        return self.estimator.estimate_network(net, self.confidence if confidence is None else confidence,
+                                               per_layer=False)
+
+    # ------------------------------------------------------------------- table
+    def table(self, *, step: int | None = None, ratios: Sequence[float] | None = None, monotone: bool = False,
+              progress: Callable[[int, int], None] | None = None) -> "LatencyTable":
+        """The latency table (see :class:`LatencyTable`)."""
+        base_todo = [(i, {}) for i in range(len(self.layers)) if self.context[i] is not None]
+        base = dict(zip([i for i, _ in base_todo], self._rows(base_todo)))
+        prunable = [gr for gr in self.groups if gr.prunable]
+        todo: list[tuple[ChannelGroup, int, int, dict[str | int, int]]] = []
+        for gr in prunable:
+            for k in kept_counts(gr.channels, step=step, ratios=ratios):
+                ch = self._deltas({gr.index: k})
+                todo += [(gr, k, i, ch.get(i, {})) for i in gr.layers if self.context[i] is not None]
+        rows: list[LayerLatency] = []
+        chunk = 2048
+        for s in range(0, len(todo), chunk):
+            rows += self._rows([(i, ch) for _, _, i, ch in todo[s:s + chunk]])
+            if progress is not None:
+                progress(min(s + chunk, len(todo)), len(todo))
+        entries: dict[tuple[int, int], list[tuple[int, LayerLatency]]] = {}
+        for (gr, k, i, _), r in zip(todo, rows):
+            entries.setdefault((gr.index, k), []).append((i, r))
+        if monotone:
+            _make_monotone(entries)
+        return LatencyTable(self, base, entries, step=step, ratios=list(ratios) if ratios is not None else None,
+                            monotone=monotone)
+
+
+def _make_monotone(entries: dict[tuple[int, int], list[tuple[int, LayerLatency]]]) -> None:
+    """Each layer's latency made non-increasing as its group keeps fewer channels: the running
+    minimum from the full width down (point and interval ends alike)."""
+    by_layer: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for (g, k), rows in entries.items():
+        for j, (i, _) in enumerate(rows):
+            by_layer.setdefault((g, i), []).append((k, j))
+    for (g, _), ks in by_layer.items():
+        best: LayerLatency | None = None
+        for k, j in sorted(ks, reverse=True):
+            i, r = entries[(g, k)][j]
+            if best is not None and (r.ms > best.ms or any(r.intervals[m][1] > best.intervals[m][1]
+                                                           for m in r.intervals)):
+                iv = {m: (min(r.intervals[m][0], best.intervals[m][0]), min(r.intervals[m][1], best.intervals[m][1]))
+                      for m in r.intervals}
+                r = dataclasses.replace(r, ms=min(r.ms, best.ms), intervals=iv, flags=(*r.flags, "monotone"))
+                entries[(g, k)][j] = (i, r)
+            best = r
+
+
+# ---------------------------------------------------------------------- the table
+
+
+@dataclass
+class LatencyTable:
+    """A network's latency table on one device (milliseconds).
+
+    ``base``: every layer the device estimates, at full width (their ``ms`` sum to the
+    network's estimate). ``entries[(group, kept)]``: the layers group ``group`` touches when it
+    keeps ``kept`` channels (the others at full width), each with ``c_in``/``c_out`` there."""
+
+    model: LatencyModel
+    base: dict[int, LayerLatency]
+    entries: dict[tuple[int, int], list[tuple[int, LayerLatency]]]
+    step: int | None = None
+    ratios: list[float] | None = None
+    monotone: bool = False
+
+    @property
+    def total_ms(self) -> float:
+        return float(sum(r.ms for r in self.base.values()))
+
+    def group_ms(self, group: int, kept: int) -> float:
+        return float(sum(r.ms for _, r in self.entries[(group, kept)]))
+
+    def saved_ms(self, group: int, kept: int) -> float:
+        """Latency saved when ``group`` keeps ``kept`` channels (the others at full width)."""
+        full = self.model.groups[group].channels
+        return self.group_ms(group, full) - self.group_ms(group, kept)
+
+    def _row(self, g: ChannelGroup | None, kept: int | None, i: int, r: LayerLatency, port: Any) -> dict[str, Any]:
+        l = self.model.layers[i]
+        return {"group": "" if g is None else g.index, "group_name": "" if g is None else g.name,
+                "channels": "" if g is None else g.channels, "kept": "" if kept is None else kept,
+                "layer_index": i, "layer": l.name, "module": module_name(l.name), "type": l.type, "port": port,
+                "c_in": r.c_in, "c_out": r.c_out, "ms": r.ms,
+                "cm_lv_lo": r.intervals["CM_LV"][0], "cm_lv_hi": r.intervals["CM_LV"][1],
+                "cm_o_lo": r.intervals["CM_O"][0], "cm_o_hi": r.intervals["CM_O"][1],
+                "out_of_design_space": int(r.out_of_design_space), "flags": ";".join(r.flags)}
+
+    def rows(self) -> Iterable[dict[str, Any]]:
+        """The CSV rows (:data:`TABLE_COLUMNS`): the full-width layers (empty ``group``), then
+        each group's kept counts, largest first."""
+        for i, r in self.base.items():
+            yield self._row(None, None, i, r, "")
+        for (g, k), rows in self.entries.items():
+            gr = self.model.groups[g]
+            ports = {p.layer: p.port for p in gr.ports}
+            for i, r in rows:
+                yield self._row(gr, k, i, r, ports.get(i, ""))
+
+    def to_csv(self, out: str | Path | io.TextIOBase) -> None:
+        def write(f: Any) -> None:
+            w = csv.DictWriter(f, fieldnames=TABLE_COLUMNS)
+            w.writeheader()
+            for row in self.rows():
+                w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
+
+        if isinstance(out, (str, Path)):
+            with open(out, "w", newline="") as f:
+                write(f)
+        else:
+            write(out)
+
+    def to_dict(self) -> dict[str, Any]:
+        m = self.model
+        est = m.estimator
+        groups = []
+        for gr in m.groups:
+            d = gr.to_dict(m.layers)
+            if gr.prunable:
+                ks = sorted({k for g, k in self.entries if g == gr.index}, reverse=True)
+                d["entries"] = [{"kept": k, "ms": self.group_ms(gr.index, k), "saved_ms": self.saved_ms(gr.index, k),
+                                 "layers": [{kk: v for kk, v in self._row(gr, k, i, r, "").items()
+                                             if kk not in ("group", "group_name", "channels", "kept", "port")}
+                                            for i, r in self.entries[(gr.index, k)]]} for k in ks]
+            groups.append(d)
+        return {"network": m.name, "device": est.device, "confidence": m.confidence,
+                "calibration_factor": m.factor, "total_ms": self.total_ms,
+                "estimate": {"total_ms": m.base.total_ms,
+                             "intervals": {k: list(v[m.confidence]) for k, v in m.base.intervals.items()}},
+                "step": self.step, "ratios": self.ratios, "monotone": self.monotone,
+                "layers": [{kk: v for kk, v in self._row(None, None, i, r, "").items()
+                            if kk not in ("group", "group_name", "channels", "kept", "port")}
+                           for i, r in self.base.items()],
+                "groups": groups}
+
+    def to_json(self, out: str | Path | io.TextIOBase) -> None:
+        text = json.dumps(self.to_dict(), indent=1)
+        if isinstance(out, (str, Path)):
+            Path(out).write_text(text + "\n")
+        else:
+            out.write(text + "\n")
+
+
+# ------------------------------------------------------------------- entry points
+
+
+def latency_table(model: Any, device: str | Estimator, *, step: int | None = None,
+                  ratios: Sequence[float] | None = None, monotone: bool = False, confidence: float = 0.9,
+                  input_shapes: Any = None, profiles: str | Path | None = None,
+                  progress: Callable[[int, int], None] | None = None) -> LatencyTable:
+    """The latency table of ``model`` (an ONNX path, bytes or ``ModelProto``, or an imported
+    network) on ``device`` (a profile name or an :class:`Estimator`): what ``estimator lut``
+    writes. ``step`` defaults to 8 when no ``ratios`` are given."""
+    est = device if isinstance(device, Estimator) else Estimator.from_profile(device, root=profiles)
+    if step is None and ratios is None:
+        step = 8
+    name = Path(model).stem if isinstance(model, (str, Path)) else ""
+    lm = LatencyModel(est, model, confidence=confidence, input_shapes=input_shapes, name=name)
+    return lm.table(step=step, ratios=ratios, monotone=monotone, progress=progress)
+
+
+def estimate_module(module: Any, input_shape: Sequence[int], device: str | Estimator = "host-cpu", *,
+                    confidence: Any = 0.9, profiles: str | Path | None = None) -> NetworkEstimate:
+    """Estimate a ``torch.nn.Module`` on ``device``: exported to ONNX (eval mode, batch norm
+    folded by the exporter) for ``input_shape``, then estimated as ``estimator predict`` does."""
+    from .zoo import export_onnx  # noqa: PLC0415 (torch only when a module is given)
+
+    est = device if isinstance(device, Estimator) else Estimator.from_profile(device, root=profiles)
+    was = module.training
+    try:
+        data = export_onnx(module, input_shape=input_shape)
+    finally:
+        module.train(was)
+    return est.estimate_network(data, confidence, name=type(module).__name__)
