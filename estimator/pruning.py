@@ -151,6 +151,14 @@ def _channels(groups: _Groups, segs: Segments) -> int:
     return sum(groups.channels[groups.find(g)] * m for g, m in segs)
 
 
+def _count(spec: Any, p: Mapping[str, Any], port: str | int) -> int:
+    """A layer's channels at ``port``, -1 where it has none."""
+    try:
+        return spec.channels_at(p, port)
+    except (KeyError, IndexError, TypeError, ValueError):
+        return -1
+
+
 def channel_groups(network: Any) -> list[ChannelGroup]:
     """The channel groups of an imported network (:class:`~estimator.onnx_import.Network`:
     its ``layers`` and the ONNX ``model`` they came from), producers first in layer order."""
@@ -208,13 +216,23 @@ def channel_groups(network: Any) -> list[ChannelGroup]:
         ins = [of(x) for x in data]
         what = f"{layer.type} layer {layer.name}"
         out: Segments
-        if flow == "mix" and ins and in_rank[0] in (2, 4) and out_rank in (2, 4):
+        sizes = [_channels(groups, s) for s in ins]
+        port = flow
+        if flow == "mix" and not (ins and _count(spec, layer.params, "in") == sizes[0]):
+            flow = ""  # reads its input's channels on another axis
+        elif flow == "through" and ins:
+            if _count(spec, layer.params, "through") != sizes[0]:
+                # token rows (1, rows, 1, channels): the channels are the layer's w
+                flow = "" if (layer.params.get("h", 1), layer.params.get("w")) != (1, sizes[0]) else flow
+                port = "w"
+        elif flow == "concat" and not (ins and all(_count(spec, layer.params, k) == c for k, c in enumerate(sizes))):
+            flow = ""
+        if flow == "mix":
             for gid, m in ins[0]:
                 groups.add(gid, Port(i, "in", m))
             out = [(groups.new(spec.channels_at(layer.params, "out")), 1)]
             groups.add(out[0][0], Port(i, "out", 1))
-        elif flow == "through" and ins and in_rank[0] in (2, 4):
-            sizes = [_channels(groups, s) for s in ins]
+        elif flow == "through" and ins:
             main_segs = ins[0]
             for s, c in zip(ins[1:], sizes[1:]):
                 if c == 1 and sizes[0] != 1:
@@ -226,9 +244,9 @@ def channel_groups(network: Any) -> list[ChannelGroup]:
                 for (a, _), (b, _) in zip(main_segs, s):
                     groups.union(a, b)
             for gid, m in main_segs:
-                groups.add(gid, Port(i, "through", m))
+                groups.add(gid, Port(i, port, m))
             out = main_segs
-        elif flow == "concat" and ins and all(r == 4 for r in in_rank):
+        elif flow == "concat":
             out = []
             for k, s in enumerate(ins):
                 for gid, m in s:

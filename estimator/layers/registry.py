@@ -191,13 +191,15 @@ class LayerTypeSpec:
         """How this configuration carries channels that a pruner removes
         (:mod:`estimator.pruning`): ``"mix"`` reads every input channel and writes channels of
         its own (ports ``"in"`` and ``"out"``: a dense conv, an fc), ``"through"`` keeps its
-        input's channels (port ``"through"``), ``"concat"`` joins its inputs' (ports 0, 1, ...),
+        input's channels (port ``"through"``, or ``"w"`` for token rows ``(1, rows, 1,
+        channels)``), ``"concat"`` joins its inputs' (ports 0, 1, ...),
         ``"flatten"`` folds channels into features; ``""``: it reads channels in a way pruning
         cannot follow (attention, grouped convs), which keeps their group whole."""
         return "through" if self.channel_param else ""
 
     def _channel_key(self, port: str | int) -> str:
-        key = {"in": "c_in", "out": "c_out", "through": self.channel_param, "flatten": self.channel_param}.get(
+        key = {"in": "c_in", "out": "c_out", "through": self.channel_param, "flatten": self.channel_param,
+               "w": "w" if self.channel_param else ""}.get(
             port) if isinstance(port, str) else None
         if not key:
             raise LayerSpecError(f"layer type {self.name!r} has no channel port {port!r}")

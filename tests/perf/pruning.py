@@ -1,0 +1,184 @@
+"""Pruned networks, timed and estimated; the latency table's speed and consistency (a script,
+not a test: prints figures).
+
+    taskset -c 0 python tests/perf/pruning.py --device host-cpu --affinity 1
+
+1. **Table build time**: ResNet-18 (224) at step 8, from ONNX bytes to the finished table
+   (import with the device's fusion rules, channel groups, every entry), the profile's models
+   already loaded; best of ``--repeat``.
+2. **Table = predict**: the full-width rows of each zoo network's table against
+   ``estimator predict``'s total for the same network (both shipped profiles).
+3. **Pruned networks**: ResNet-18 and MobileNetV2 (224, random weights) pruned by Torch-Pruning
+   (L1 magnitude, uniform ratio, classifier kept) at 0 and each ``--ratios``, once with any
+   channel count and once rounded to multiples of 8 (``round_to=8``), plus ResNet-18 pruned
+   to ``--budget`` by ``examples/prune_resnet18.py``'s latency-aware pruner. All are timed
+   here with ONNX Runtime (1 thread, pinned to ``--affinity``) in ``--rounds`` randomised
+   interleaved rounds (the median of the rounds' medians) and estimated on ``--device``
+   (calibrated, and the Eq. 7/8 values beside). The noise floor is each network's
+   ``|median(odd rounds) / median(even rounds) - 1|``.
+4. **Slowdowns in sign**: within each family and rounding, each step to the next ratio: a
+   measured slowdown beyond the floor must be predicted as a slowdown.
+
+These figures hold only where the profile holds: run ``bench check --device host-cpu`` first.
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+
+import torch  # noqa: E402
+import torch_pruning as tp  # noqa: E402
+
+from bench.runners.base import get_runner  # noqa: E402
+from estimator import zoo  # noqa: E402
+from estimator.predict import Estimator  # noqa: E402
+from estimator.pruning import LatencyModel  # noqa: E402
+from prune_resnet18 import interval, prune_to_budget  # noqa: E402
+
+CLASSIFIER = {"resnet18": "fc", "mobilenet_v2": "classifier.1"}
+SUM_NETWORKS = ("resnet18", "mobilenet_v2", "resnet50", "mnasnet", "efficientnet_b0", "densenet121", "mobilenet_v3", "shufflenet_v2", "googlenet", "yolov8n", "deit_tiny")
+
+
+def uniform(name: str, ratio: float, round_to: int | None, res: int) -> torch.nn.Module:
+    torch.manual_seed(0)
+    m = zoo.build(name, res).eval()
+    if ratio > 0:
+        x = torch.zeros(1, 3, res, res)
+        tp.pruner.MagnitudePruner(m, x, importance=tp.importance.MagnitudeImportance(p=1), pruning_ratio=ratio,
+                                  ignored_layers=[m.get_submodule(CLASSIFIER[name])], round_to=round_to).step()
+    return m
+
+
+def time_interleaved(models: dict[str, bytes], affinity: str, rounds: int, seed: int = 0) -> dict[str, list[float]]:
+    runner = get_runner("onnxruntime", threads=1, affinity=affinity)
+    prepared = {k: runner.prepare(v) for k, v in models.items()}
+    per: dict[str, list[float]] = {k: [] for k in models}
+    rng = random.Random(seed)
+    for r in range(rounds):
+        order = list(prepared)
+        rng.shuffle(order)
+        for k in order:
+            per[k].append(runner.time(prepared[k], warmup=5, runs=20).median_ms)
+        print(f"  round {r + 1}/{rounds} done", file=sys.stderr)
+    return per
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", default="host-cpu")
+    ap.add_argument("--ratios", default="0.3,0.5,0.7", help="uniform pruning ratios (default 0.3,0.5,0.7)")
+    ap.add_argument("--budget", type=float, default=15.0, help="ms budget of the latency-aware pruner (default 15)")
+    ap.add_argument("--resolution", type=int, default=224)
+    ap.add_argument("--rounds", type=int, default=8, help="interleaved timing rounds (default 8)")
+    ap.add_argument("--affinity", default="1", help="CPU(s) the timing is pinned to (default 1)")
+    ap.add_argument("--repeat", type=int, default=3, help="table builds to take the best of (default 3)")
+    ap.add_argument("--confidence", type=float, default=0.9)
+    a = ap.parse_args(argv)
+    res, conf = a.resolution, a.confidence
+    est = Estimator.from_profile(a.device)
+    est.warm_up()
+
+    # 1. table build time
+    data = zoo.export_onnx("resnet18", 224)
+    times, rows = [], 0
+    for _ in range(a.repeat):
+        t0 = time.perf_counter()
+        table = LatencyModel(est, data, confidence=conf, name="resnet18").table(step=8)
+        times.append(time.perf_counter() - t0)
+        rows = sum(len(v) for v in table.entries.values())
+    print(f"table build, ResNet-18 (224) at step 8 on {a.device}: {min(times):.2f} s best of {a.repeat} "
+          f"({', '.join(f'{t:.2f}' for t in times)} s); {rows} rows over {sum(g.prunable for g in table.model.groups)} "
+          f"channel groups")
+
+    # 2. table = predict
+    print("\ntable full-width rows vs estimator predict:")
+    for dev in dict.fromkeys([a.device, "imx93"]):
+        e = est if dev == a.device else Estimator.from_profile(dev)
+        for name in SUM_NETWORKS:
+            d = zoo.export_onnx(name)
+            t = LatencyModel(e, d, confidence=conf, name=name).table(step=64)
+            p = e.estimate_network(d, conf, per_layer=False).total_ms
+            print(f"  {dev:10s} {name:16s} table {t.total_ms:9.4f} ms  predict {p:9.4f} ms  "
+                  f"{100 * (t.total_ms / p - 1):+.4f} %")
+
+    # 3. pruned networks
+    ratios = [float(r) for r in a.ratios.split(",")]
+    nets: dict[str, tuple[str, int | None, float, bytes]] = {}
+    for name in CLASSIFIER:
+        for rt in (None, 8):
+            for r in [0.0, *ratios]:
+                if r == 0 and rt is not None:
+                    continue
+                label = f"{name}{'/r8' if rt else ''}@{r:g}"
+                nets[label] = (name, rt, r, zoo.export_onnx(uniform(name, r, rt, res), input_shape=(1, 3, res, res)))
+    torch.manual_seed(0)
+    m = zoo.build("resnet18", res).eval()
+    lm = LatencyModel(est, zoo.export_onnx(m, input_shape=(1, 3, res, res)), confidence=conf, name="resnet18")
+    state, steps = prune_to_budget(m, lm, (1, 3, res, res), a.budget, confidence=conf)
+    nets[f"resnet18/budget{a.budget:g}"] = ("resnet18", None, -1.0, zoo.export_onnx(m, input_shape=(1, 3, res, res)))
+    print(f"\nlatency-aware pruner: {steps} steps to a {a.budget:g} ms budget; timing {len(nets)} networks in "
+          f"{a.rounds} interleaved rounds on CPU {a.affinity}", file=sys.stderr)
+    per = time_interleaved({k: v[3] for k, v in nets.items()}, a.affinity, a.rounds)
+    print(f"\npruned networks on {a.device} (measured: ONNX Runtime, 1 thread, CPU {a.affinity}, {a.rounds} rounds)")
+    print(f"{'network':24s} {'measured':>9s} {'floor%':>7s} {'estimate':>9s} {'err%':>7s} {'CM_LV 90':>20s} "
+          f"{'in':>3s} {'uncal':>8s} {'err%':>7s} {'in':>3s}")
+    res_rows = {}
+    for k, (name, rt, r, d) in nets.items():
+        v = per[k]
+        meas = statistics.median(v)
+        floor = abs(statistics.median(v[0::2]) / statistics.median(v[1::2]) - 1) * 100
+        e = est.estimate_network(d, conf, per_layer=False)
+        lo, hi = interval(e, "CM_LV", conf)
+        unc = e.uncalibrated or {"total_ms": e.total_ms, "intervals": e.intervals}
+        ulo, uhi = unc["intervals"]["CM_LV"][conf]
+        res_rows[k] = dict(meas=meas, floor=floor, est=e.total_ms, lo=lo, hi=hi, unc=unc["total_ms"], ulo=ulo,
+                           uhi=uhi)
+        print(f"{k:24s} {meas:9.3f} {floor:7.2f} {e.total_ms:9.3f} {100 * (e.total_ms / meas - 1):+7.1f} "
+              f"[{lo:8.3f}, {hi:8.3f}] {'y' if lo <= meas <= hi else 'N':>3s} {unc['total_ms']:8.3f} "
+              f"{100 * (unc['total_ms'] / meas - 1):+7.1f} {'y' if ulo <= meas <= uhi else 'N':>3s}")
+    rs = list(res_rows.values())
+    n = len(rs)
+    floor_mean = statistics.mean(r["floor"] for r in rs)
+    print(f"\nsummary over {n} networks: noise floor mean {floor_mean:.2f} % (max {max(r['floor'] for r in rs):.2f} %)")
+    print(f"  calibrated:   mean |error| {statistics.mean(abs(r['est'] / r['meas'] - 1) for r in rs) * 100:.2f} %, "
+          f"CM_LV {conf:g} covers {sum(r['lo'] <= r['meas'] <= r['hi'] for r in rs)}/{n}, mean width "
+          f"{statistics.mean((r['hi'] - r['lo']) / r['est'] for r in rs) * 100:.0f} %")
+    print(f"  uncalibrated: mean |error| {statistics.mean(abs(r['unc'] / r['meas'] - 1) for r in rs) * 100:.2f} %, "
+          f"CM_LV {conf:g} covers {sum(r['ulo'] <= r['meas'] <= r['uhi'] for r in rs)}/{n}, mean width "
+          f"{statistics.mean((r['uhi'] - r['ulo']) / r['unc'] for r in rs) * 100:.0f} %")
+    b = res_rows[f"resnet18/budget{a.budget:g}"]
+    print(f"  latency-aware pruner to {a.budget:g} ms: measured {b['meas']:.3f} ms, CM_LV [{b['lo']:.3f}, {b['hi']:.3f}]: "
+          f"{'inside' if b['lo'] <= b['meas'] <= b['hi'] else 'OUTSIDE'} the interval, "
+          f"{'under' if b['meas'] <= a.budget else 'OVER'} the budget")
+
+    # 4. slowdowns in sign
+    print("\nsteps between ratios (measured change, predicted change; a measured slowdown beyond the pair's floor "
+          "must be predicted):")
+    missed = slow = 0
+    for name in CLASSIFIER:
+        for rt in (None, 8):
+            chain = [f"{name}@0"] + [f"{name}{'/r8' if rt else ''}@{r:g}" for r in ratios]
+            for x, y in zip(chain, chain[1:]):
+                mx, my = res_rows[x], res_rows[y]
+                dm = my["meas"] / mx["meas"] - 1
+                dp = my["est"] / mx["est"] - 1
+                fl = (mx["floor"] + my["floor"]) / 100
+                tag = ""
+                if dm > fl:
+                    slow += 1
+                    tag = "slowdown, predicted" if dp > 0 else "slowdown, MISSED"
+                    missed += dp <= 0
+                print(f"  {x:20s} -> {y:22s} measured {100 * dm:+6.1f} %  predicted {100 * dp:+6.1f} %  {tag}")
+    print(f"  measured slowdowns beyond the floor: {slow}, predicted in sign: {slow - missed}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
