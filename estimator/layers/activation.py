@@ -75,7 +75,7 @@ class Activation(LayerTypeSpec):
     order = 110
     features = ("h", "w", "c", "kind")
     ops_unit = "elements"
-    channel_param = "c"
+    through_channels = "c"
     summary = "standalone activation (kind coded by ACTIVATION_KINDS)"
     required = ("h", "w", "c")
     benchable = True

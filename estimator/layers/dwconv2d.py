@@ -18,7 +18,7 @@ class DwConv2d(LayerTypeSpec):
     order = 20
     features = ("h", "w", "c", "k_h", "k_w", "s_h", "s_w", "dilation", "flops", "params", "act", "c_align")
     ops_unit = "flops"
-    channel_param = "c"
+    through_channels = "c"
     summary = ("depthwise 2D convolution (groups = channels; c_align: the power-of-two alignment of c, at most 16) "
                "(+ fused activation)")
     required = ("h", "w", "c", "k_h", "k_w")

@@ -18,7 +18,7 @@ class GlobalPool(LayerTypeSpec):
     order = 70
     features = ("h", "w", "c")
     ops_unit = "elements"
-    channel_param = "c"
+    through_channels = "c"
     summary = "global average/max pooling"
     required = ("h", "w", "c")
     benchable = True

@@ -18,7 +18,7 @@ class Pad(LayerTypeSpec):
     required = ("h", "w", "c")
     onnx_ops = ("Pad",)
 
-    channel_param = "c"
+    through_channels = "c"
 
     def channel_flow(self, p: Mapping[str, Any]) -> str:
         """Spatial padding keeps channels; padding along channels is not followed."""

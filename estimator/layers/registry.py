@@ -185,7 +185,7 @@ class LayerTypeSpec:
 
     #: The raw parameter holding the channels of a layer that keeps its input's channels
     #: (``"c"``: depthwise convs, pools, element-wise ops, activations); ``""``: none.
-    channel_param: ClassVar[str] = ""
+    through_channels: ClassVar[str] = ""
 
     def channel_flow(self, p: Mapping[str, Any]) -> str:
         """How this configuration carries channels that a pruner removes
@@ -195,11 +195,11 @@ class LayerTypeSpec:
         channels)``), ``"concat"`` joins its inputs' (ports 0, 1, ...),
         ``"flatten"`` folds channels into features; ``""``: it reads channels in a way pruning
         cannot follow (attention, grouped convs), which keeps their group whole."""
-        return "through" if self.channel_param else ""
+        return "through" if self.through_channels else ""
 
     def _channel_key(self, port: str | int) -> str:
-        key = {"in": "c_in", "out": "c_out", "through": self.channel_param, "flatten": self.channel_param,
-               "w": "w" if self.channel_param else ""}.get(
+        key = {"in": "c_in", "out": "c_out", "through": self.through_channels, "flatten": self.through_channels,
+               "w": "w" if self.through_channels else ""}.get(
             port) if isinstance(port, str) else None
         if not key:
             raise LayerSpecError(f"layer type {self.name!r} has no channel port {port!r}")

@@ -31,7 +31,7 @@ class Reshape(MemoryBound):
     sampled = True
     examples = (dict(h=14, w=14, c=192), dict(h=1, w=192, c=197))
 
-    channel_param = "c"
+    through_channels = "c"
 
     def channel_flow(self, p: Mapping[str, Any]) -> str:
         """A flatten folds ``c x h x w`` into features (:mod:`estimator.pruning` checks the

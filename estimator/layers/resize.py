@@ -29,7 +29,7 @@ class Resize(LayerTypeSpec):
     order = 120
     features = ("h", "w", "c", "h_out", "w_out", "mode")
     ops_unit = "elements"
-    channel_param = "c"
+    through_channels = "c"
     summary = "spatial resize / upsample (mode coded by RESIZE_MODES)"
     required = ("h", "w", "c", "h_out", "w_out")
     benchable = True

@@ -21,7 +21,7 @@ class WindowPool(LayerTypeSpec):
 
     features = ("h", "w", "c", "k_h", "k_w", "s_h", "s_w")
     ops_unit = "window-ops"
-    channel_param = "c"
+    through_channels = "c"
     required = ("h", "w", "c", "k_h", "k_w")
     benchable = True
     sampled = True
@@ -101,7 +101,7 @@ class BinaryEltwise(LayerTypeSpec):
 
     features = ("h", "w", "c", "broadcast", "act")
     ops_unit = "elements"
-    channel_param = "c"
+    through_channels = "c"
     required = ("h", "w", "c")
     benchable = True
     takes_act = True
