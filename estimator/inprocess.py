@@ -11,6 +11,9 @@ serialisation of the answer, no network round trip. ``nas search`` uses it unles
 * :func:`device_record`: the ``list_devices`` dict of a device;
 * :func:`layers_from_parts`, :func:`check_ranges`, :func:`check_input_shapes`: the
   validation of bare layer configurations, counts and input shapes;
+* :func:`batch_items` and :func:`estimate_batch`: a batch of bare configurations
+  (``estimate_layers``, ``EstimateLayers``) answered item by item: a bad one gets its own
+  error, one with 0 channels 0 ms;
 * :func:`layer_record` and :func:`pair_layers`: a per-layer row with its imported layer's
   ONNX nodes and fused activation.
 
@@ -36,13 +39,13 @@ import numpy as np
 from .errors import NotFoundError, UserError
 from .interface import (Estimation, EstimationError, LayerResult, NetworkResult, calibration_record,
                         cm_o_driver_record, refinement_record, spec_parts)
-from .layers import LAYER_TYPES, LayerSpecError
+from .layers import LAYER_TYPES, SPECS, LayerSpecError
 from .predict import METRICS, Estimator, LayerEstimate, NetworkEstimate, make_layer, parse_confidence
 from .profile import default_root, list_profiles, load_profile
 
 __all__ = ["InProcessEstimation", "LoadedDevice", "load_device", "load_devices", "model_version", "device_record",
-           "layers_from_parts", "check_ranges", "check_input_shapes", "layer_record", "pair_layers", "freeze_gc",
-           "release_gc", "MAX_FEATURE", "MAX_DIM"]
+           "layers_from_parts", "check_ranges", "check_input_shapes", "BatchItem", "batch_items", "estimate_batch",
+           "ZERO_CHANNELS", "layer_record", "pair_layers", "freeze_gc", "release_gc", "MAX_FEATURE", "MAX_DIM"]
 
 #: Largest feature value the models evaluate (the forests compare in float32).
 MAX_FEATURE = float(np.finfo(np.float32).max) / 16
@@ -161,44 +164,119 @@ def _number(v: float) -> int | float:
     return int(v) if v.is_integer() and abs(v) < 2**63 else v
 
 
-def layers_from_parts(parts: Iterable[tuple[str, str, Mapping[str, float], Mapping[str, str]]], where: str
-                      ) -> list[Any]:
+Part = tuple[str, str, Mapping[str, float], Mapping[str, str]]
+
+
+def layers_from_parts(parts: Iterable[Part], where: str) -> list[Any]:
     """Layers from bare configurations ``(type, name, numbers, options)``
     (:func:`estimator.interface.spec_parts`; the service's ``LayerSpec``): integral numbers
     become ints, options join them; a bad one raises :class:`LayerSpecError` naming it."""
-    out = []
-    for i, (typ, name, numbers, options) in enumerate(parts):
-        label = f"{where}[{i}] ({typ or '?'}{' ' + repr(name) if name else ''})"
-        params: dict[str, Any] = {k: _number(v) for k, v in numbers.items()}
-        if options:
-            clash = sorted(set(params) & set(options))
-            if clash:
-                raise LayerSpecError(f"{label}: {', '.join(clash)} given both as a number and as an option")
-            params.update(dict(options))
-        try:
-            out.append(make_layer(typ, params, name))
-        except UserError as e:
-            raise LayerSpecError(f"{label}: {e}") from None
-        except (TypeError, ValueError, OverflowError) as e:
-            raise LayerSpecError(f"{label}: {type(e).__name__}: {e}") from None
+    out = [_layer_of(i, part, where) for i, part in enumerate(parts)]
     check_ranges(out, where)
     return out
 
 
+def _layer_of(i: int, part: Part, where: str, *, zero_ok: bool = False) -> Any:
+    """The layer of configuration ``i`` (None: it has 0 channels and ``zero_ok``)."""
+    typ, name, numbers, options = part
+    label = f"{where}[{i}] ({typ or '?'}{' ' + repr(name) if name else ''})"
+    params: dict[str, Any] = {k: _number(v) for k, v in numbers.items()}
+    if options:
+        clash = sorted(set(params) & set(options))
+        if clash:
+            raise LayerSpecError(f"{label}: {', '.join(clash)} given both as a number and as an option")
+        params.update(dict(options))
+    try:
+        if zero_ok and typ in SPECS and SPECS[typ].zero_channels(params):
+            return None
+        return make_layer(typ, params, name)
+    except UserError as e:
+        raise LayerSpecError(f"{label}: {e}") from None
+    except (TypeError, ValueError, OverflowError) as e:
+        raise LayerSpecError(f"{label}: {type(e).__name__}: {e}") from None
+
+
 def check_ranges(layers: Sequence[Any], where: str) -> None:
     """Refuse a layer whose counts cannot be evaluated (non-finite or beyond float32)."""
-    lim = MAX_FEATURE
     for i, layer in enumerate(layers):
-        ops = float(layer.ops)
-        feats = layer.features
-        # quick test: a sum of magnitudes within the limit bounds each one (NaN and inf fail it,
-        # and so does a large sum of small values, which the exact test below then lets through)
-        if abs(ops) <= lim and sum(map(abs, feats.values())) <= lim:
+        _check_range(i, layer, where)
+
+
+def _check_range(i: int, layer: Any, where: str) -> None:
+    lim = MAX_FEATURE
+    ops = float(layer.ops)
+    feats = layer.features
+    # quick test: a sum of magnitudes within the limit bounds each one (NaN and inf fail it,
+    # and so does a large sum of small values, which the exact test below then lets through)
+    if abs(ops) <= lim and sum(map(abs, feats.values())) <= lim:
+        return
+    for k, v in [("ops", ops)] + [(k, float(v)) for k, v in feats.items()]:
+        if not math.isfinite(v) or abs(v) > lim:
+            raise UserError(f"impossible shapes: {where}[{i}] ({layer.type} {layer.name!r}): {k} = {v:.3g} is "
+                            f"beyond what the latency models can evaluate (at most {lim:.3g})")
+
+
+#: The flag of a layer with 0 channels (:meth:`estimator.layers.LayerTypeSpec.zero_channels`).
+ZERO_CHANNELS = "zero_channels"
+
+
+@dataclass(frozen=True)
+class BatchItem:
+    """One configuration of a batch: its layer to estimate, or none (0 channels, or
+    ``error``). ``name`` is echoed as a layer's name is (default: the type)."""
+
+    name: str
+    type: str
+    layer: Any = None
+    error: EstimationError | None = None
+
+
+def batch_items(parts: Iterable[Part], where: str) -> list[BatchItem]:
+    """A batch's configurations checked one by one, as :func:`layers_from_parts` checks a
+    layer list, except that a bad one gets its own error (the message names it) instead
+    of refusing the batch, and one with 0 channels no layer (it costs 0 ms)."""
+    out = []
+    for i, part in enumerate(parts):
+        typ, name = part[0], part[1]
+        try:
+            layer = _layer_of(i, part, where, zero_ok=True)
+            if layer is not None:
+                _check_range(i, layer, where)
+        except UserError as e:
+            out.append(BatchItem(name or typ, typ, error=EstimationError.from_user_error(e)))
             continue
-        for k, v in [("ops", ops)] + [(k, float(v)) for k, v in feats.items()]:
-            if not math.isfinite(v) or abs(v) > lim:
-                raise UserError(f"impossible shapes: {where}[{i}] ({layer.type} {layer.name!r}): {k} = {v:.3g} is "
-                                f"beyond what the latency models can evaluate (at most {lim:.3g})")
+        out.append(BatchItem(name or typ, typ, layer))
+    return out
+
+
+def estimate_batch(est: Estimator, items: Sequence[BatchItem], confs: Sequence[float]
+                   ) -> tuple[list[LayerEstimate | None], list[str]]:
+    """One row per item, in order, and the warnings: the estimator's rows for the layers
+    (all in one call), a 0 ms row with every interval ``(0, 0)`` flagged
+    :data:`ZERO_CHANNELS` for a layer with 0 channels, and None for an item with an error."""
+    layers = [it.layer for it in items if it.layer is not None]
+    rows, warns = est.estimate_layers_with_warnings(layers, confs) if layers else ([], [])
+    it_rows = iter(rows)
+    out: list[LayerEstimate | None] = []
+    n_zero = 0
+    for it in items:
+        if it.error is not None:
+            out.append(None)
+        elif it.layer is not None:
+            out.append(next(it_rows))
+        else:
+            n_zero += 1
+            out.append(LayerEstimate(name=it.name, type=it.type, op_type="", features={}, ops=0.0, prediction_ms=0.0,
+                                     t_op_ms=None, intervals={m: {c: (0.0, 0.0) for c in confs} for m in METRICS},
+                                     out_of_design_space=False, ood_reasons=[], fallback=False,
+                                     flags=[ZERO_CHANNELS]))
+    bad = [it.error.message for it in items if it.error is not None]
+    if n_zero:
+        warns = warns + [f"{n_zero} layer(s) have 0 channels: 0 ms, flagged {ZERO_CHANNELS}"]
+    if bad:
+        warns = warns + [f"{len(bad)} of {len(items)} layer(s) not estimated (see their error): {bad[0]}"
+                         + (f"; and {len(bad) - 1} more" if len(bad) > 1 else "")]
+    return out, warns
 
 
 def check_input_shapes(shapes: Mapping[str, Sequence[int]]) -> Any:
@@ -400,8 +478,12 @@ class InProcessEstimation(Estimation):
             confs = parse_confidence(confidence)
             if not parts:
                 raise UserError("no layers given")
-            rows, _ = dev.estimator.estimate_layers_with_warnings(layers_from_parts(parts, "layers"), confs)
-            return [LayerResult(**layer_record(r)) for r in rows]
+            items = batch_items(parts, "layers")
+            rows, _ = estimate_batch(dev.estimator, items, confs)
+            return [LayerResult(**layer_record(r)) if r is not None else
+                    LayerResult(name=it.name, type=it.type, op_type="", features={}, prediction_ms=0.0, intervals={},
+                                out_of_design_space=False, fallback=False, error=it.error)
+                    for it, r in zip(items, rows)]
 
         return _answer(run)
 

@@ -49,6 +49,16 @@ class EstimationError(UserError):
         """The error the service answers ``e`` with (its ``grpc_status``, its message)."""
         return cls(getattr(e, "grpc_status", "INVALID_ARGUMENT"), str(e))
 
+    def __eq__(self, other: object) -> bool:
+        """Equal status and message (the request id is the wire's), so that results
+        carrying an error compare equal from either implementation."""
+        if not isinstance(other, EstimationError):
+            return NotImplemented
+        return (self.code, self.message) == (other.code, other.message)
+
+    def __hash__(self) -> int:
+        return hash((self.code, self.message))
+
 
 # --------------------------------------------------------------------------- results
 
@@ -65,7 +75,13 @@ def _pick(intervals: Intervals, metric: str, confidence: float | None) -> tuple[
 
 @dataclass
 class LayerResult:
-    """One layer's estimate (milliseconds)."""
+    """One layer's estimate (milliseconds).
+
+    In a batch (:meth:`Estimation.estimate_layers`), a configuration that cannot be
+    estimated has ``error`` set (its name and type echoed, zeros elsewhere): check
+    :attr:`ok` or call :meth:`raise_for_error`. A layer with 0 channels
+    (:meth:`~estimator.layers.LayerTypeSpec.zero_channels`) is no error: 0 ms, every
+    interval ``(0, 0)``, flagged ``zero_channels``."""
 
     name: str
     type: str
@@ -81,17 +97,34 @@ class LayerResult:
     ops: float = 0.0
     nodes: list[str] = field(default_factory=list)
     activation: str = ""
+    error: EstimationError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def raise_for_error(self) -> "LayerResult":
+        if self.error is not None:
+            raise self.error
+        return self
 
     def interval(self, metric: str = "CM_LV", confidence: float | None = None) -> tuple[float, float]:
+        """``(lower_ms, upper_ms)`` of ``metric`` at ``confidence`` (default: the lowest
+        level); an item that failed raises its error."""
+        self.raise_for_error()
         return _pick(self.intervals, metric, confidence)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "type": self.type, "op_type": self.op_type, "features": dict(self.features),
-                "prediction_ms": self.prediction_ms,
-                "intervals": {m: dict(per) for m, per in self.intervals.items()},
-                "out_of_design_space": self.out_of_design_space, "fallback": self.fallback,
-                "flags": list(self.flags), "ood_reasons": list(self.ood_reasons), "t_op_ms": self.t_op_ms,
-                "ops": self.ops, "nodes": list(self.nodes), "activation": self.activation}
+        """The fields as plain data; ``error`` (``{code, message}``) only when set."""
+        out = {"name": self.name, "type": self.type, "op_type": self.op_type, "features": dict(self.features),
+               "prediction_ms": self.prediction_ms,
+               "intervals": {m: dict(per) for m, per in self.intervals.items()},
+               "out_of_design_space": self.out_of_design_space, "fallback": self.fallback,
+               "flags": list(self.flags), "ood_reasons": list(self.ood_reasons), "t_op_ms": self.t_op_ms,
+               "ops": self.ops, "nodes": list(self.nodes), "activation": self.activation}
+        if self.error is not None:
+            out["error"] = {"code": self.error.code, "message": self.error.message}
+        return out
 
 
 @dataclass
@@ -317,7 +350,12 @@ class Estimation(ABC):
     @abstractmethod
     def estimate_layers(self, specs: Iterable[Any], device: str,
                         confidence: float | Iterable[float] | None = (0.9,)) -> list[LayerResult]:
-        """Estimate bare layer configurations (pruning tools); one result per spec, in order."""
+        """Estimate bare layer configurations (pruning tools); one result per spec, in order.
+
+        A configuration that cannot be estimated gets a result with ``error`` set (its
+        message names it: ``layers[3] (conv2d 'x'): ...``) and the others are answered; a
+        layer with 0 channels gets 0 ms, flagged ``zero_channels``. What concerns the whole
+        request (unknown device, no layers, a bad confidence, too many layers) raises."""
 
     def close(self) -> None:
         """Release what the implementation holds (a channel, loaded models)."""

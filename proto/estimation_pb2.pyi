@@ -57,7 +57,7 @@ class Interval(_message.Message):
     def __init__(self, metric: _Optional[str] = ..., confidence: _Optional[float] = ..., lower_ms: _Optional[float] = ..., upper_ms: _Optional[float] = ...) -> None: ...
 
 class LayerEstimate(_message.Message):
-    __slots__ = ("name", "type", "op_type", "features", "prediction_ms", "intervals", "out_of_design_space", "fallback", "flags", "nodes", "ops", "activation", "ood_reasons", "t_op_ms")
+    __slots__ = ("name", "type", "op_type", "features", "prediction_ms", "intervals", "out_of_design_space", "fallback", "flags", "nodes", "ops", "activation", "ood_reasons", "t_op_ms", "error")
     class FeaturesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -79,6 +79,7 @@ class LayerEstimate(_message.Message):
     ACTIVATION_FIELD_NUMBER: _ClassVar[int]
     OOD_REASONS_FIELD_NUMBER: _ClassVar[int]
     T_OP_MS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
     name: str
     type: str
     op_type: str
@@ -93,7 +94,8 @@ class LayerEstimate(_message.Message):
     activation: str
     ood_reasons: _containers.RepeatedScalarFieldContainer[str]
     t_op_ms: float
-    def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., op_type: _Optional[str] = ..., features: _Optional[_Mapping[str, float]] = ..., prediction_ms: _Optional[float] = ..., intervals: _Optional[_Iterable[_Union[Interval, _Mapping]]] = ..., out_of_design_space: _Optional[bool] = ..., fallback: _Optional[bool] = ..., flags: _Optional[_Iterable[str]] = ..., nodes: _Optional[_Iterable[str]] = ..., ops: _Optional[float] = ..., activation: _Optional[str] = ..., ood_reasons: _Optional[_Iterable[str]] = ..., t_op_ms: _Optional[float] = ...) -> None: ...
+    error: Error
+    def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., op_type: _Optional[str] = ..., features: _Optional[_Mapping[str, float]] = ..., prediction_ms: _Optional[float] = ..., intervals: _Optional[_Iterable[_Union[Interval, _Mapping]]] = ..., out_of_design_space: _Optional[bool] = ..., fallback: _Optional[bool] = ..., flags: _Optional[_Iterable[str]] = ..., nodes: _Optional[_Iterable[str]] = ..., ops: _Optional[float] = ..., activation: _Optional[str] = ..., ood_reasons: _Optional[_Iterable[str]] = ..., t_op_ms: _Optional[float] = ..., error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
 
 class Error(_message.Message):
     __slots__ = ("code", "message")

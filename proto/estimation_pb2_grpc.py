@@ -88,6 +88,8 @@ class EstimationServicer:
 
     def EstimateLayers(self, request, context):
         """A batch of bare layer configurations (pruning tools) -> per-layer predictions, in order.
+        A bad configuration gets a row with `error` set and the others are answered; what
+        concerns the whole request (device, confidence, no layers, too many) fails it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -29,7 +29,8 @@ definition of a weightless model).
   deadline. A broken stream is resumed: the requests not yet answered are sent again.
 * Every other failure raises :class:`EstimationError` with the gRPC status name
   (``code``) and the server's message; on a stream, a bad item yields a
-  :class:`NetworkResult` whose ``error`` is set and the stream goes on.
+  :class:`NetworkResult` whose ``error`` is set and the stream goes on, and in a batch of
+  layers a bad configuration a :class:`LayerResult` whose ``error`` is set.
 """
 from __future__ import annotations
 
@@ -81,11 +82,14 @@ def _intervals(items: Iterable[pb2.Interval]) -> Intervals:
 
 
 def layer_result(m: pb2.LayerEstimate) -> LayerResult:
+    err = None
+    if m.HasField("error") and (m.error.code or m.error.message):
+        err = EstimationError(m.error.code, m.error.message)
     return LayerResult(name=m.name, type=m.type, op_type=m.op_type, features=dict(m.features),
                        prediction_ms=m.prediction_ms, intervals=_intervals(m.intervals),
                        out_of_design_space=m.out_of_design_space, fallback=m.fallback, flags=list(m.flags),
                        ood_reasons=list(m.ood_reasons), t_op_ms=m.t_op_ms if m.HasField("t_op_ms") else None,
-                       ops=m.ops, nodes=list(m.nodes), activation=m.activation)
+                       ops=m.ops, nodes=list(m.nodes), activation=m.activation, error=err)
 
 
 def calibration_dict(m: pb2.Calibration) -> dict[str, Any]:
@@ -436,7 +440,9 @@ class EstimationClient(Estimation):
 
         A spec is a dict ``{type, params, name?}`` or a tuple ``(type, params[, name])``;
         numeric parameters go as numbers, strings (``kind="relu6"``, ``mode="linear"``) and
-        integer lists (concat ``channels=[16, 32]``) as options.
+        integer lists (concat ``channels=[16, 32]``) as options. A spec the server cannot
+        estimate gets a result with ``error`` set (:meth:`LayerResult.raise_for_error`); one
+        with 0 channels 0 ms, flagged ``zero_channels``.
         """
         req = pb2.EstimateLayersRequest(device=device, confidence=_confidences(confidence),
                                         layers=[_spec_pb(s, i) for i, s in enumerate(specs)])

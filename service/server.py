@@ -64,8 +64,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import grpc
 
 from estimator.errors import NotFoundError, TooLargeError, UserError
-from estimator.inprocess import (check_input_shapes, check_ranges, freeze_gc, layers_from_parts, load_devices,
-                                 pair_layers, release_gc)
+from estimator.inprocess import (batch_items, check_input_shapes, check_ranges, estimate_batch, freeze_gc,
+                                 layers_from_parts, load_devices, pair_layers, release_gc)
 from estimator.interface import calibration_record, cm_o_driver_record, refinement_record
 from estimator.predict import METRICS, Estimator, LayerEstimate, NetworkEstimate, parse_confidence
 from estimator.profile import default_root
@@ -535,7 +535,9 @@ class EstimationServicer(pb2_grpc.EstimationServicer):
     def EstimateLayers(self, request: pb2.EstimateLayersRequest, context: grpc.ServicerContext
                        ) -> pb2.EstimateLayersResponse:
         def body(rid: str) -> tuple[Any, dict[str, Any]]:
-            return self.estimate_layers(request, context), {"n_layers": len(request.layers)}
+            resp = self.estimate_layers(request, context)
+            n_err = sum(l.HasField("error") for l in resp.layers)
+            return resp, {"n_layers": len(request.layers), **({"n_errors": n_err} if n_err else {})}
 
         return self._unary("EstimateLayers", request, context, body)
 
@@ -697,15 +699,19 @@ class EstimationServicer(pb2_grpc.EstimationServicer):
         if len(request.layers) > self.limits.max_layers:
             raise TooLargeError(f"{len(request.layers)} layers; this server estimates at most "
                                 f"{self.limits.max_layers} per request")
-        layers = _layers_from_specs(request.layers, "layers")
+        items = batch_items(((s.type, s.name, s.params, s.options) for s in request.layers), "layers")
         _check_deadline(context, "before the prediction")
-        rows, warns = entry.estimator.estimate_layers_with_warnings(layers, confs)
+        rows, warns = estimate_batch(entry.estimator, items, confs)
         _check_deadline(context, "after the prediction")
         resp = pb2.EstimateLayersResponse(model_version=entry.model_version, warnings=[str(w) for w in warns],
                                           device=entry.name)
         add = resp.layers.add
-        for r in rows:
-            _fill_layer_pb(add(), r)
+        for it, r in zip(items, rows):
+            if r is not None:
+                _fill_layer_pb(add(), r)
+            else:
+                assert it.error is not None
+                add(name=it.name, type=it.type, error=pb2.Error(code=it.error.code, message=it.error.message))
         resp.server_time_ms = (time.perf_counter() - t0) * 1e3
         return resp
 

@@ -209,9 +209,11 @@ def test_stream_of_networks_in_order_with_a_bad_item(client: EstimationClient, m
 
 
 def test_errors_are_estimation_errors(client: EstimationClient) -> None:
+    bad, good = client.estimate_layers([("conv2d", {"h": 8}), ("conv2d", CONV)], DEVICE)  # a bad item, not a bad call
+    assert not bad.ok and good.ok and good.prediction_ms > 0
     with pytest.raises(EstimationError) as ei:
-        client.estimate_layers([("conv2d", {"h": 8})], DEVICE)
-    assert ei.value.code == "INVALID_ARGUMENT" and "missing parameter" in ei.value.message
+        bad.raise_for_error()
+    assert ei.value.code == "INVALID_ARGUMENT" and ei.value.message.startswith("layers[0] (conv2d): missing parameter")
     assert isinstance(ei.value, UserError) and ei.value.grpc_status == "INVALID_ARGUMENT"
     with pytest.raises(EstimationError) as ei:
         client.estimate_network(b"\x00\x01\x02", DEVICE)

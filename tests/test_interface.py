@@ -103,8 +103,38 @@ def test_layer_batches_and_layer_lists_get_equal_answers(both) -> None:
                                                             "k_w": 3, "act": "relu"}} for c in (16, 48)]
     specs.append(("concat", {"h": 8, "w": 8, "channels": [16, 32]}))
     a, b = local.estimate_layers(specs, DEVICE, 0.9), client.estimate_layers(specs, DEVICE, 0.9)
-    assert a == b and all(isinstance(x, LayerResult) for x in a)
+    assert a == b and all(isinstance(x, LayerResult) and x.ok for x in a)
     assert _fields(local.estimate_network(specs, DEVICE)) == _fields(client.estimate_network(specs, DEVICE))
+
+
+def test_a_batch_with_0_channel_and_bad_layers_gets_equal_answers(both) -> None:
+    """A layer pruned to 0 channels costs 0 ms; a bad configuration gets its own error; the
+    others are answered as without them, by both implementations alike."""
+    local, client = both
+    conv = {"h": 28, "w": 28, "c_in": 16, "c_out": 32, "k_h": 3, "k_w": 3}
+    specs = [("conv2d", conv, "kept"), ("conv2d", dict(conv, c_out=0), "pruned"), ("nope", {"h": 8}, "x"),
+             ("conv2d", dict(conv, groups=3), "g3"), ("concat", {"h": 8, "w": 8, "channels": [0, 0]}),
+             ("fc", {"c_in": 1e300, "c_out": 1e300}), ("add", {"h": 14, "w": 14, "c": 32})]
+    a, b = local.estimate_layers(specs, DEVICE, (0.8, 0.9)), client.estimate_layers(specs, DEVICE, (0.8, 0.9))
+    assert a == b and [r.ok for r in a] == [True, True, False, False, True, False, True]
+    assert [r.name for r in a] == ["kept", "pruned", "x", "g3", "concat", "fc", "add"]
+    assert [a[0], a[6]] == local.estimate_layers([specs[0], specs[6]], DEVICE, (0.8, 0.9))  # as without the others
+    assert a[0].prediction_ms > 0
+    for r in (a[1], a[4]):
+        assert r.prediction_ms == 0 and r.flags == ["zero_channels"] and r.error is None
+        assert r.intervals == {m: {0.8: (0.0, 0.0), 0.9: (0.0, 0.0)} for m in ("CM_TV", "CM_LV", "CM_O")}
+    assert a[2].error.code == "INVALID_ARGUMENT" and a[2].error.message.startswith("layers[2] (nope 'x'): unknown "
+                                                                                    "layer type 'nope'")
+    assert a[3].error.message == "layers[3] (conv2d 'g3'): groups=3 must divide c_in=16 and c_out=32"
+    assert a[5].error.message.startswith("layers[5] (fc): ")
+    for r in (a[2], a[3], a[5]):
+        assert r.type == specs[a.index(r)][0] and r.prediction_ms == 0 and r.intervals == {}
+        with pytest.raises(EstimationError) as ei:
+            r.raise_for_error()
+        assert ei.value is r.error and r.to_dict()["error"] == {"code": r.error.code, "message": r.error.message}
+        with pytest.raises(EstimationError):
+            r.interval("CM_LV", 0.9)
+    assert a[0].raise_for_error() is a[0] and "error" not in a[0].to_dict()
 
 
 def test_devices_and_reloads_are_reported_alike(both) -> None:
@@ -119,10 +149,12 @@ def test_refusals_carry_the_same_status_and_message(both) -> None:
     local, client = both
     for call in (lambda e: e.estimate_network(b"not onnx", DEVICE),
                  lambda e: e.estimate_network([("conv2d", {"h": 8})], DEVICE),
-                 lambda e: e.estimate_layers([("nope", {"h": 8})], DEVICE),
+                 lambda e: e.estimate_network([("nope", {"h": 8})], DEVICE),
+                 lambda e: e.estimate_network([("fc", {"c_in": 1e300, "c_out": 1e300})], DEVICE),
                  lambda e: e.estimate_layers([("conv2d", {"h": 8, "w": 8, "c_in": 4, "c_out": 4, "k_h": 3,
                                                           "k_w": 3})], DEVICE, confidence=1.5),
-                 lambda e: e.estimate_layers([("fc", {"c_in": 1e300, "c_out": 1e300})], DEVICE),
+                 lambda e: e.estimate_layers([], DEVICE),
+                 lambda e: e.estimate_layers([("nope", {"h": 8})], "no-such-device"),
                  lambda e: e.estimate_network(b"", "no-such-device")):
         a, b = _error(lambda: call(local)), _error(lambda: call(client))
         assert (a.code, a.message) == (b.code, b.message)

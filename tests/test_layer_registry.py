@@ -80,3 +80,45 @@ def test_a_type_module_alone_teaches_the_importer_a_new_operator(monkeypatch):
     monkeypatch.setitem(registry.ONNX_OPS, "Erf", (spec,))
     after = load_network(data, fast=False).layers
     assert [(l.type, l.features) for l in after] == [("erf_test", {"h": 4, "w": 4, "c": 8})]
+
+
+def _valid_config(spec):
+    configs = list(spec.examples) + [dict(h=4, w=8, c=8)]
+    if spec.sampled:
+        r = np.random.default_rng(1)
+        configs += [spec.draw(r, False) for _ in range(10)]
+    for p in configs:
+        try:
+            describe(spec.name, p)
+            return dict(p)
+        except LayerSpecError:
+            continue
+    return None
+
+
+@pytest.mark.parametrize("layer_type", LAYER_TYPES)
+def test_a_channel_count_of_0_is_the_one_zero_channel_rule(layer_type):
+    """A layer with a 0 channel count (a pruned one) is told by its type's
+    ``zero_channels``; a negative count stays the count's error."""
+    spec = SPECS[layer_type]
+    p = _valid_config(spec)
+    assert p is not None, layer_type
+    assert not spec.zero_channels(p)
+    if layer_type == "concat":  # every input empty; one empty input beside others is still an error
+        hw = {"h": 8, "w": 8}
+        assert spec.zero_channels(dict(hw, channels=[0, 0])) and spec.zero_channels(dict(hw, channels="0,0,0"))
+        assert spec.zero_channels(dict(hw, c_in1=0, c_in2=0)) and not spec.zero_channels(dict(hw, channels=[0, 8]))
+        with pytest.raises(LayerSpecError, match=">= 1 channel"):
+            describe(layer_type, dict(hw, channels=[0, 8]))
+        return
+    keys = [k for k in spec.channel_params if k in p]
+    assert keys or layer_type == "matmul", layer_type
+    for k in keys:
+        zero, neg = dict(p, **{k: 0}), dict(p, **{k: -1})
+        assert spec.zero_channels(zero), (layer_type, k)
+        assert not spec.zero_channels(neg) and not any(spec.zero_channels(dict(neg, **{o: 0})) for o in keys if o != k)
+        with pytest.raises(LayerSpecError, match=">= 1"):
+            describe(layer_type, neg)
+        for req in spec.required:  # a missing parameter stays the count's error
+            if req not in keys:
+                assert not spec.zero_channels({a: v for a, v in zero.items() if a != req}), (layer_type, req)

@@ -70,6 +70,25 @@ def _layers_req(*specs: pb2.LayerSpec, confidence: tuple[float, ...] = (0.9,)) -
     return pb2.EstimateLayersRequest(device=DEVICE, layers=list(specs), confidence=list(confidence))
 
 
+def _list_req(*specs: pb2.LayerSpec) -> pb2.EstimateNetworkRequest:
+    return pb2.EstimateNetworkRequest(device=DEVICE, layers=pb2.LayerList(layers=list(specs)))
+
+
+#: bad layer specs: a layer list refuses the request, a batch answers each with its own error
+BAD_SPECS = [
+    ("unknown layer type", pb2.LayerSpec(type="conv9d", params=CONV)),
+    ("missing param", pb2.LayerSpec(type="conv2d", params=dict(h=8, w=8, c_in=4))),
+    ("window too big", pb2.LayerSpec(type="conv2d", params=dict(CONV, k_h=99, p_t=0, p_b=0))),
+    ("non-integer param", pb2.LayerSpec(type="conv2d", params=dict(CONV, h=2.5))),
+    ("nan param", pb2.LayerSpec(type="conv2d", params=dict(CONV, h=float("nan")))),
+    ("negative channels", pb2.LayerSpec(type="conv2d", params=dict(CONV, c_out=-8))),
+    ("groups not dividing c_in", pb2.LayerSpec(type="conv2d", params=dict(CONV, groups=3), name="g3")),
+    ("a number and an option", pb2.LayerSpec(type="activation", params=dict(h=8, w=8, c=16, kind=1),
+                                             options={"kind": "relu"})),
+    ("beyond the models' range", pb2.LayerSpec(type="fc", params=dict(c_in=2**45, c_out=2**45, m=2**45))),
+]
+
+
 # --------------------------------------------------------------------------- basics
 
 
@@ -198,6 +217,57 @@ def test_estimate_layers_matches_the_estimator(stub, profiles: ProfileSet) -> No
     assert r.model_version and r.device == DEVICE
 
 
+ZERO_SPECS = [
+    pb2.LayerSpec(type="conv2d", params=dict(CONV, c_out=0), name="pruned"),
+    pb2.LayerSpec(type="conv2d", params=dict(CONV, c_in=0, groups=4)),
+    pb2.LayerSpec(type="dwconv2d", params=dict(h=14, w=14, c=0, k_h=3, k_w=3)),
+    pb2.LayerSpec(type="fc", params=dict(c_in=64, c_out=0)),
+    pb2.LayerSpec(type="add", params=dict(h=14, w=14, c=0)),
+    pb2.LayerSpec(type="globalpool", params=dict(h=7, w=7, c=0)),
+    pb2.LayerSpec(type="concat", params=dict(h=8, w=8), options={"channels": "0,0"}),
+    pb2.LayerSpec(type="concat", params=dict(h=8, w=8, c_in1=0, c_in2=0)),
+]
+
+
+def test_a_batch_answers_each_item_alone(stub) -> None:
+    """One bad configuration gets its own error (the message a layer list is refused with,
+    naming its index) and the others are answered as in a batch without it; a layer with
+    0 channels costs 0 ms at every metric and confidence."""
+    good = [pb2.LayerSpec(type="conv2d", params=CONV, name="c1"), pb2.LayerSpec(type="add", params=dict(h=14, w=14, c=32))]
+    bad = [spec for _, spec in BAD_SPECS]
+    specs = [good[0], *bad, *ZERO_SPECS, good[1]]
+    r = stub.EstimateLayers(_layers_req(*specs, confidence=(0.8, 0.9)), timeout=60)
+    assert len(r.layers) == len(specs) and r.device == DEVICE and r.model_version
+    assert [l.name for l in r.layers] == [s.name or s.type for s in specs]
+    assert [l.type for l in r.layers] == [s.type for s in specs]
+    alone = stub.EstimateLayers(_layers_req(*good, confidence=(0.8, 0.9)), timeout=60).layers
+    assert [r.layers[0], r.layers[-1]] == list(alone)
+    for i, (spec, row) in enumerate(zip(specs, r.layers)):
+        if spec in bad:
+            assert row.HasField("error") and row.error.code == "INVALID_ARGUMENT", i
+            assert row.prediction_ms == 0 and not row.intervals and not row.features and not row.flags
+            with pytest.raises(grpc.RpcError) as ei:  # the same message a layer list is refused with
+                stub.EstimateNetwork(_list_req(spec), timeout=30)
+            assert f"layers[{i}] ({spec.type}" in row.error.message and "\n" not in row.error.message
+            assert row.error.message.replace(f"layers[{i}]", "layers[0]") == ei.value.details()
+        else:
+            assert not row.HasField("error"), (i, row.error.message)
+    for row in r.layers[1 + len(bad):-1]:
+        assert row.prediction_ms == 0 and list(row.flags) == ["zero_channels"] and not row.out_of_design_space
+        assert {(i.metric, round(i.confidence, 6)) for i in row.intervals} == {
+            (m, c) for m in ("CM_TV", "CM_LV", "CM_O") for c in (0.8, 0.9)}
+        assert all(i.lower_ms == i.upper_ms == 0 for i in row.intervals)
+    assert any(f"{len(ZERO_SPECS)} layer(s) have 0 channels" in w for w in r.warnings)
+    assert any(f"{len(bad)} of {len(specs)} layer(s) not estimated" in w for w in r.warnings)
+    # a batch of nothing but bad and 0-channel items is answered too
+    only = stub.EstimateLayers(_layers_req(bad[0], ZERO_SPECS[0]), timeout=30).layers
+    assert only[0].HasField("error") and list(only[1].flags) == ["zero_channels"]
+    # a partly empty concat is no 0-channel layer
+    part = stub.EstimateLayers(_layers_req(pb2.LayerSpec(type="concat", params=dict(h=8, w=8),
+                                                         options={"channels": "0,16"})), timeout=30).layers[0]
+    assert part.HasField("error") and "concat needs >= 1 input with >= 1 channel" in part.error.message
+
+
 def test_estimate_network_onnx_and_layer_list(stub, net_bytes: bytes) -> None:
     r = stub.EstimateNetwork(pb2.EstimateNetworkRequest(device=DEVICE, onnx=net_bytes, confidence=[0.9],
                                                         per_layer=True, request_id="abc"), timeout=60)
@@ -285,11 +355,8 @@ def _bad_cases(net_bytes: bytes) -> list[tuple[str, str, Any]]:
          pb2.EstimateNetworkRequest(device=DEVICE, onnx=_with_input_dims(net_bytes, 2**62))),
         ("confidence 1.5", "INVALID_ARGUMENT", pb2.EstimateNetworkRequest(device=DEVICE, onnx=net_bytes, confidence=[1.5])),
         ("confidence 0", "INVALID_ARGUMENT", _layers_req(pb2.LayerSpec(type="conv2d", params=CONV), confidence=(0.0,))),
-        ("unknown layer type", "INVALID_ARGUMENT", _layers_req(pb2.LayerSpec(type="conv9d", params=CONV))),
-        ("missing param", "INVALID_ARGUMENT", _layers_req(pb2.LayerSpec(type="conv2d", params=dict(h=8, w=8, c_in=4)))),
-        ("window too big", "INVALID_ARGUMENT", _layers_req(pb2.LayerSpec(type="conv2d", params=dict(CONV, k_h=99, p_t=0, p_b=0)))),
-        ("non-integer param", "INVALID_ARGUMENT", _layers_req(pb2.LayerSpec(type="conv2d", params=dict(CONV, h=2.5)))),
-        ("nan param", "INVALID_ARGUMENT", _layers_req(pb2.LayerSpec(type="conv2d", params=dict(CONV, h=float("nan"))))),
+        *((f"{what} (layer list)", "INVALID_ARGUMENT", _list_req(spec)) for what, spec in BAD_SPECS),
+        ("0 channels in a layer list", "INVALID_ARGUMENT", _list_req(pb2.LayerSpec(type="conv2d", params=dict(CONV, c_in=0)))),
         ("no layers", "INVALID_ARGUMENT", _layers_req()),
         ("unknown device", "NOT_FOUND", pb2.EstimateNetworkRequest(device="imx93", onnx=net_bytes)),
         ("unknown device (layers)", "NOT_FOUND", pb2.EstimateLayersRequest(device="imx93", layers=[pb2.LayerSpec(type="conv2d", params=CONV)])),

@@ -10,7 +10,7 @@ import numpy as np
 from . import space
 from .importing import attrs
 from .ir import Op
-from .params import LayerSpecError, io_bytes, positive
+from .params import LayerSpecError, integer, io_bytes, positive
 from .registry import NCHW, LayerCounts, LayerTypeSpec, register
 
 
@@ -20,12 +20,16 @@ def input_channels(p: Mapping[str, Any]) -> list[int]:
     if chans is None:
         k = positive(p, "n_inputs", 2)
         chans = [positive(p, f"c_in{i + 1}") for i in range(k)]
-    if isinstance(chans, str):
-        chans = [int(x) for x in chans.replace(",", " ").split()]
-    chans = [int(c) for c in chans]
+    chans = _listed(chans)
     if len(chans) < 1 or min(chans) < 1:
         raise LayerSpecError(f"concat needs >= 1 input with >= 1 channel, got {chans}")
     return chans
+
+
+def _listed(chans: Any) -> list[int]:
+    if isinstance(chans, str):
+        chans = [int(x) for x in chans.replace(",", " ").split()]
+    return [int(c) for c in chans]
 
 
 @register
@@ -59,6 +63,14 @@ class Concat(LayerTypeSpec):
         q = {k: v for k, v in p.items() if not (k.startswith("c_in") or k == "n_inputs")}
         q["channels"] = chans
         return q
+
+    def zero_channels(self, p: Mapping[str, Any]) -> bool:
+        """Every input has 0 channels (a concat with some inputs empty stays an error)."""
+        chans = p.get("channels")
+        if chans is None:
+            chans = [integer(p, f"c_in{i + 1}") for i in range(positive(p, "n_inputs", 2))]
+        chans = _listed(chans)
+        return bool(chans) and not any(chans) and all(p.get(k) is not None for k in self.required)
 
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         n, h, w = positive(p, "n", 1), positive(p, "h"), positive(p, "w")

@@ -24,6 +24,7 @@ class Conv2d(LayerTypeSpec):
                "alignment, at most 16) and dilated (+ fused activation; graph_input=1: a stem reading the network's "
                "input; cold=1: weights read from DRAM)")
     required = ("h", "w", "c_in", "c_out", "k_h", "k_w")
+    channel_params = ("c_in", "c_out")
     benchable = True
     takes_act = True
     lum_default_act = "relu"

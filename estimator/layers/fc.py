@@ -21,6 +21,7 @@ class Fc(LayerTypeSpec):
     ops_unit = "flops"
     summary = "fully connected / Gemm / MatMul with constant weights (+ fused activation; cold=1: weights read from DRAM)"
     required = ("c_in", "c_out")
+    channel_params = ("c_in", "c_out")
     benchable = True
     takes_act = True
     lum_default_act = None

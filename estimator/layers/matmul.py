@@ -31,6 +31,7 @@ class MatMul(LayerTypeSpec):
     ops_unit = "flops"
     summary = "MatMul of two activations: (b, m, k) x (b, k, n_cols)"
     required = ("m", "k", "n_cols")
+    channel_params = ()
     takes_act = True
     onnx_ops = ("Gemm", "MatMul")
     benchable = True

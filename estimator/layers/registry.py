@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 import numpy as np
 
 from .ir import Op
-from .params import LayerSpecError
+from .params import LayerSpecError, integer
 from .space import SPACE_MAX, UnitHash
 
 __all__ = [
@@ -100,6 +100,8 @@ class LayerTypeSpec:
     summary: ClassVar[str]
     #: Raw parameters that must be given (others have defaults).
     required: ClassVar[tuple[str, ...]] = ()
+    #: Raw parameters that count channels (:meth:`zero_channels`).
+    channel_params: ClassVar[tuple[str, ...]] = ("c",)
     #: Whether smart padding can measure the type (its inputs and output are NCHW tensors a
     #: 1x1 padding conv can feed and consume): then :meth:`lum_ops` builds it.
     benchable: ClassVar[bool] = False
@@ -125,6 +127,15 @@ class LayerTypeSpec:
         """Features, MACs, parameters, ops, bytes and output shape from raw parameters;
         :class:`LayerSpecError` for a missing parameter or an impossible configuration."""
         raise NotImplementedError
+
+    def zero_channels(self, p: Mapping[str, Any]) -> bool:
+        """Whether the configuration has no channels: one of its :attr:`channel_params` is
+        0, none is negative and every :attr:`required` parameter is given. Such a layer (one
+        a pruning tool pruned away) does no work: a batch of layer configurations answers it
+        with 0 ms, flagged ``zero_channels`` (``estimator.inprocess.batch_items``). Negative
+        channels, missing parameters and whatever else :meth:`count` refuses stay its errors."""
+        chans = [integer(p, k) for k in self.channel_params if p.get(k) is not None]
+        return 0 in chans and min(chans) >= 0 and all(p.get(k) is not None for k in self.required)
 
     # ----------------------------------------------------------- smart padding
 

@@ -86,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
                             r = c.estimate_network(payload, device, per_layer=False, strip=False)
                             hit = r.cached
                         else:
-                            c.estimate_layers(payload, device)  # type: ignore[arg-type]
+                            for row in c.estimate_layers(payload, device):  # type: ignore[arg-type]
+                                row.raise_for_error()
                             hit = False
                         status = "OK"
                     except EstimationError as e:

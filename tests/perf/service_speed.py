@@ -226,8 +226,9 @@ def section_layers(client: EstimationClient, device: str, args: argparse.Namespa
     resp = client.estimate_layers_response(specs, device, confidence=(args.confidence,), timeout_s=600)
     dt = time.perf_counter() - t0
     n_fb = sum(r.fallback for r in resp["layers"])
+    n_err = sum(not r.ok for r in resp["layers"])
     print(f"{label}EstimateLayers: {len(resp['layers'])} layer variants in one request: {dt:.3f} s round trip, "
-          f"{resp['server_time_ms'] / 1e3:.3f} s server ({n_fb} fallback)")
+          f"{resp['server_time_ms'] / 1e3:.3f} s server ({n_fb} fallback, {n_err} refused)")
     return resp["server_time_ms"] / 1e3
 
 
