@@ -213,7 +213,10 @@ def channel_groups(network: Any) -> list[ChannelGroup]:
                 groups.add(gid, Port(i, "in", m))
             out = [(groups.new(spec.channels_at(layer.params, "out")), 1)]
             groups.add(out[0][0], Port(i, "out", 1))
-        elif flow == "through" and ins and in_rank[0] in (2, 4):
+        elif flow == "through" and ins and in_rank[0] in (2, 4) \
+                and spec.channels_at(layer.params, "through") == _channels(groups, ins[0]):
+            # a layer whose channel parameter is not its input's channel axis (an activation
+            # on a [tokens, features] tensor counts tokens in "c") is one pruning cannot follow
             sizes = [_channels(groups, s) for s in ins]
             main_segs = ins[0]
             for s, c in zip(ins[1:], sizes[1:]):
@@ -434,8 +437,14 @@ class LatencyModel:
     def _deltas(self, kept: Mapping[int | str, int]) -> dict[int, dict[str | int, int]]:
         """Each touched layer's channels per port when groups keep ``kept`` channels."""
         delta: dict[int, dict[str | int, int]] = {}
+        seen: dict[int, int] = {}
         for key, k in kept.items():
             gr = self.group(key)
+            if gr.index in seen:  # one group under two keys (an index and a name): count it once
+                if seen[gr.index] != int(k):
+                    raise UserError(f"channel group {gr.name} is given twice: {seen[gr.index]} and {k} kept")
+                continue
+            seen[gr.index] = int(k)
             if not gr.prunable:
                 raise UserError(f"channel group {gr.name} cannot be pruned: {'; '.join(gr.blocked) or 'no producer'}")
             if not 1 <= int(k) <= gr.channels:
@@ -517,8 +526,8 @@ def _make_monotone(entries: dict[tuple[int, int], list[tuple[int, LayerLatency]]
         best: LayerLatency | None = None
         for k, j in sorted(ks, reverse=True):
             i, r = entries[(g, k)][j]
-            if best is not None and (r.ms > best.ms or any(r.intervals[m][1] > best.intervals[m][1]
-                                                           for m in r.intervals)):
+            if best is not None and (r.ms > best.ms or any(r.intervals[m][e] > best.intervals[m][e]
+                                                           for m in r.intervals for e in (0, 1))):
                 iv = {m: (min(r.intervals[m][0], best.intervals[m][0]), min(r.intervals[m][1], best.intervals[m][1]))
                       for m in r.intervals}
                 r = dataclasses.replace(r, ms=min(r.ms, best.ms), intervals=iv, flags=(*r.flags, "monotone"))
