@@ -371,8 +371,11 @@ class LatencyModel:
         return self._by_name[layer]
 
     def group(self, key: int | str) -> ChannelGroup:
-        """A group by index, name (its first producer's module) or any producer layer."""
-        if isinstance(key, int) and 0 <= key < len(self.groups):
+        """A group by its index, its name (its first producer's module) or the ONNX node or
+        module name of any of its producers."""
+        if isinstance(key, int):
+            if not 0 <= key < len(self.groups):
+                raise UserError(f"channel group index {key} out of range (0..{len(self.groups) - 1})")
             return self.groups[key]
         for gr in self.groups:
             if gr.name == key:
@@ -452,8 +455,14 @@ class LatencyModel:
     def _deltas(self, kept: Mapping[int | str, int]) -> dict[int, dict[str | int, int]]:
         """Each touched layer's channels per port when groups keep ``kept`` channels."""
         delta: dict[int, dict[str | int, int]] = {}
+        seen: dict[int, int] = {}
         for key, k in kept.items():
             gr = self.group(key)
+            if gr.index in seen:  # one group under two keys (an index and a name): count it once
+                if seen[gr.index] != int(k):
+                    raise UserError(f"channel group {gr.name} is given twice: {seen[gr.index]} and {k} kept")
+                continue
+            seen[gr.index] = int(k)
             if not gr.prunable:
                 raise UserError(f"channel group {gr.name} cannot be pruned: {'; '.join(gr.blocked) or 'no producer'}")
             if not 1 <= int(k) <= gr.channels:
@@ -526,25 +535,28 @@ class LatencyModel:
 
 def _make_monotone(entries: dict[tuple[int, int], list[tuple[int, LayerLatency]]]) -> None:
     """Each layer's latency made non-increasing as its group keeps fewer channels: the running
-    minimum from the full width down (point and interval ends alike). A changed row takes the
-    numbers of the wider count it came from and the flag ``monotone_from:K``: a configuration
-    that has them, so a pruner can round up to ``K``. Isotonic regression was not taken: it
-    averages a depthwise conv's measured 7x step into values no channel count has."""
+    minimum from the full width down, of the point and of each interval end apart. A row whose
+    point would cost more than a wider row's takes that point and the flag ``monotone_from:K``
+    (``monotone`` where only an interval end changed): ``K`` is a channel count that has the
+    point, so a pruner can round up to it. Isotonic regression was not taken: it averages a
+    depthwise conv's measured 7x step into values no channel count has."""
     by_layer: dict[tuple[int, int], list[tuple[int, int]]] = {}
     for (g, k), rows in entries.items():
         for j, (i, _) in enumerate(rows):
             by_layer.setdefault((g, i), []).append((k, j))
     for (g, _), ks in by_layer.items():
-        best: tuple[int, LayerLatency] | None = None
+        point: tuple[int, float] | None = None
+        ends: dict[str, tuple[float, float]] = {}
         for k, j in sorted(ks, reverse=True):
             i, r = entries[(g, k)][j]
-            if best is not None and r.ms > best[1].ms:
-                src = best[1]
-                entries[(g, k)][j] = (i, dataclasses.replace(
-                    r, ms=src.ms, intervals=dict(src.intervals),
-                    flags=(*[f for f in src.flags if not f.startswith("monotone_from:")], f"monotone_from:{best[0]}")))
-            else:
-                best = (k, r)
+            if point is None or r.ms <= point[1]:
+                point = (k, r.ms)
+            ends = {m: (min(lo, ends[m][0]), min(hi, ends[m][1])) if m in ends else (lo, hi)
+                    for m, (lo, hi) in r.intervals.items()}
+            if point[1] < r.ms or ends != r.intervals:
+                flag = f"monotone_from:{point[0]}" if point[1] < r.ms else "monotone"
+                entries[(g, k)][j] = (i, dataclasses.replace(r, ms=point[1], intervals=dict(ends),
+                                                             flags=(*r.flags, flag)))
 
 
 # ---------------------------------------------------------------------- the table
