@@ -10,7 +10,7 @@ from .cliargs import MODEL_HELP, input_shapes_from_args, model_source
 from .cliutil import Rule, integer, number
 from .cmd_model import _common, _estimator
 from .errors import UserError
-from .pruning import LatencyModel, LatencyTable
+from .pruning import DEFAULT_STEP, LatencyModel, LatencyTable
 
 
 def _parse_ratios(text: str) -> list[float]:
@@ -37,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _common(p)
     g = p.add_mutually_exclusive_group()
     g.add_argument("--step", type=integer(min=1), default=None, metavar="N",
-                   help="kept counts every N channels down from the full width (default 8)")
+                   help=f"kept counts every N channels down from the full width (default {DEFAULT_STEP})")
     g.add_argument("--ratios", type=RATIOS, default=None, metavar="R,R,...",
                    help="pruning ratios in [0, 1) instead of a step, e.g. 0.25,0.5,0.75 (kept = c - floor(c r))")
     p.add_argument("--out", metavar="FILE.csv|FILE.json", help="write the whole table (CSV or JSON by extension)")
@@ -60,7 +60,6 @@ def run(args: argparse.Namespace) -> int:
     src, name = model_source(args.model)
     lm = LatencyModel(est, src, confidence=args.confidence, input_shapes=input_shapes_from_args(args.input_shape),
                       name=name)
-    step = args.step if args.step is not None or args.ratios is not None else 8
     bar: dict[str, Any] = {}
 
     def progress(done: int, total: int) -> None:
@@ -73,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         bar["b"].update(done - bar["b"].n)
 
     try:
-        table = lm.table(step=step, ratios=args.ratios, monotone=args.monotone, progress=progress)
+        table = lm.table(step=args.step, ratios=args.ratios, monotone=args.monotone, progress=progress)
     finally:
         if "b" in bar:
             bar["b"].close()

@@ -38,7 +38,7 @@ from .layers import SPECS, Layer, describe
 from .predict import Estimator, LayerEstimate, NetworkEstimate, parse_confidence
 
 __all__ = ["Port", "ChannelGroup", "channel_groups", "module_name", "LayerLatency", "LatencyModel",
-           "LatencyTable", "latency_table", "estimate_module", "kept_counts", "TABLE_COLUMNS"]
+           "LatencyTable", "latency_table", "estimate_module", "kept_counts", "TABLE_COLUMNS", "DEFAULT_STEP"]
 
 
 # ------------------------------------------------------------------ channel groups
@@ -209,8 +209,6 @@ def channel_groups(network: Any) -> list[ChannelGroup]:
         main = next((n for n in own if n.op_type == layer.op_type), own[0] if own else None)
         data = [x for x in (main.input if main is not None else []) if x and x not in const and x not in produced]
         flow = spec.channel_flow(layer.params) if spec is not None else ""
-        in_rank = [len(s) for s in layer.input_shapes] or [0]
-        out_rank = len(layer.output_shapes[0]) if layer.output_shapes else 0
         if flow in ("mix", "through", "flatten") and data:
             data = data[:1] if flow != "through" or layer.type not in ("add", "mul") else data
         ins = [of(x) for x in data]
@@ -252,7 +250,8 @@ def channel_groups(network: Any) -> list[ChannelGroup]:
                 for gid, m in s:
                     groups.add(gid, Port(i, k, m))
                 out += s
-        elif flow == "flatten" and ins and in_rank[0] == 4 and out_rank == 2 and len(layer.input_shapes[0]) == 4:
+        elif flow == "flatten" and ins and layer.input_shapes and len(layer.input_shapes[0]) == 4 \
+                and layer.output_shapes and len(layer.output_shapes[0]) == 2:
             n_, c, h, w = (int(x) for x in layer.input_shapes[0])
             if int(layer.output_shapes[0][1]) != c * h * w:
                 for gid, _ in ins[0]:
@@ -324,6 +323,10 @@ class LayerLatency:
     flags: tuple[str, ...] = ()
 
 
+#: Kept counts every this many channels, unless a table is asked for at pruning ratios
+#: (NetAdapt's and HALP's grid: CPU kernels block channels by 4 to 16).
+DEFAULT_STEP = 8
+
 #: The CSV columns of :meth:`LatencyTable.to_csv`.
 TABLE_COLUMNS = ("group", "group_name", "channels", "kept", "layer_index", "layer", "module", "type", "port",
                  "c_in", "c_out", "ms", "cm_lv_lo", "cm_lv_hi", "cm_o_lo", "cm_o_hi", "out_of_design_space", "flags")
@@ -353,10 +356,9 @@ class LatencyModel:
         for i, l in enumerate(self.layers):
             self._by_name.setdefault(l.name, i)
             self._by_name.setdefault(module_name(l.name), i)
-        self._ports: dict[int, list[tuple[int, Port]]] = {}
-        for gr in self.groups:
-            for p in gr.ports:
-                self._ports.setdefault(p.layer, []).append((gr.index, p))
+        #: the port (``"through"`` or ``"w"``) of each layer that keeps a group's channels
+        self._through: dict[int, str] = {p.layer: str(p.port) for gr in self.groups for p in gr.ports
+                                         if p.port in ("through", "w")}
 
     # ------------------------------------------------------------------ lookup
     def index(self, layer: int | str) -> int:
@@ -437,17 +439,23 @@ class LatencyModel:
             uniq = {k: (i, ch) for k, i, ch in miss}
             layers = [self._layer_with(i, ch) for i, ch in uniq.values()]
             rows = self.estimator.estimate_layers(layers, self.confidence)
-            for k, l, r in zip(uniq, layers, rows):
-                self._cache[k] = self._latency(l, r)
+            for k, (i, _), l, r in zip(uniq, uniq.values(), layers, rows):
+                self._cache[k] = self._latency(i, l, r)
         return [self._cache[k] for k in keys]
 
-    def _latency(self, layer: Layer, row: LayerEstimate) -> LayerLatency:
+    def _latency(self, i: int, layer: Layer, row: LayerEstimate) -> LayerLatency:
         f = self.factor
         c = self.confidence
         iv = {m: (per[c][0] * f, per[c][1] * f) for m, per in row.intervals.items()}
-        feats = layer.features
-        c_in = int(feats.get("c_in", feats.get("c", 0)))
-        c_out = int(feats.get("c_out", feats.get("c", 0)))
+        spec, p = SPECS[layer.type], layer.params
+        if spec.channel_flow(p) == "mix":
+            c_in, c_out = spec.channels_at(p, "in"), spec.channels_at(p, "out")
+        elif i in self._through:
+            c_in = c_out = spec.channels_at(p, self._through[i])
+        else:
+            feats = layer.features
+            c_in = int(feats.get("c_in", feats.get("c", 0)))
+            c_out = int(feats.get("c_out", feats.get("c", 0)))
         return LayerLatency(float(row.prediction_ms) * f, iv, c_in, c_out, bool(row.out_of_design_space),
                             tuple(row.flags))
 
@@ -509,7 +517,10 @@ class LatencyModel:
     # ------------------------------------------------------------------- table
     def table(self, *, step: int | None = None, ratios: Sequence[float] | None = None, monotone: bool = False,
               progress: Callable[[int, int], None] | None = None) -> "LatencyTable":
-        """The latency table (see :class:`LatencyTable`)."""
+        """The latency table (see :class:`LatencyTable`): kept counts every ``step`` channels
+        (default :data:`DEFAULT_STEP`) or at pruning ``ratios``."""
+        if step is None and ratios is None:
+            step = DEFAULT_STEP
         base_todo = [(i, {}) for i in range(len(self.layers)) if self.context[i] is not None]
         base = dict(zip([i for i, _ in base_todo], self._rows(base_todo)))
         prunable = [gr for gr in self.groups if gr.prunable]
@@ -663,10 +674,8 @@ def latency_table(model: Any, device: str | Estimator, *, step: int | None = Non
                   progress: Callable[[int, int], None] | None = None) -> LatencyTable:
     """The latency table of ``model`` (an ONNX path, bytes or ``ModelProto``, or an imported
     network) on ``device`` (a profile name or an :class:`Estimator`): what ``estimator lut``
-    writes. ``step`` defaults to 8 when no ``ratios`` are given."""
+    writes."""
     est = device if isinstance(device, Estimator) else Estimator.from_profile(device, root=profiles)
-    if step is None and ratios is None:
-        step = 8
     name = Path(model).stem if isinstance(model, (str, Path)) else ""
     lm = LatencyModel(est, model, confidence=confidence, input_shapes=input_shapes, name=name)
     return lm.table(step=step, ratios=ratios, monotone=monotone, progress=progress)

@@ -38,24 +38,21 @@ from estimator.predict import Estimator
 from estimator.pruning import LatencyModel, estimate_module, module_name
 
 
-def interval(est, metric: str, confidence: float) -> tuple[float, float]:
-    return est.intervals[metric][min(est.intervals[metric], key=lambda c: abs(c - confidence))]
-
-
-def time_networks(onnx_models: dict[str, bytes], affinity: str, rounds: int) -> dict[str, tuple[float, float]]:
-    """name -> (median of the rounds' medians in ms, spread max/min - 1 in %), in interleaved rounds."""
+def time_interleaved(models: dict[str, bytes], affinity: str, rounds: int) -> dict[str, list[float]]:
+    """name -> each round's median (ms): ``rounds`` randomised interleaved rounds of 5 untimed
+    and 20 timed runs per network, with ONNX Runtime (1 thread) pinned to ``affinity``."""
     from bench.runners.base import get_runner  # noqa: PLC0415
 
     runner = get_runner("onnxruntime", threads=1, affinity=affinity)
-    prepared = {k: runner.prepare(v) for k, v in onnx_models.items()}
-    per: dict[str, list[float]] = {k: [] for k in onnx_models}
+    prepared = {k: runner.prepare(v) for k, v in models.items()}
+    per: dict[str, list[float]] = {k: [] for k in models}
     rng = random.Random(0)
     for _ in range(rounds):
         order = list(prepared)
         rng.shuffle(order)
         for k in order:
             per[k].append(runner.time(prepared[k], warmup=5, runs=20).median_ms)
-    return {k: (statistics.median(v), 100 * (max(v) / min(v) - 1)) for k, v in per.items()}
+    return per
 
 
 #: how many steps ahead a group's cut is looked at
@@ -72,7 +69,7 @@ def prune_to_budget(model: torch.nn.Module, lm: LatencyModel, shape: tuple[int, 
     modules = {g.index: model.get_submodule(module_name(lm.layers[g.producers[0]].name)) for g in groups}
     state = {g.index: g.channels for g in groups}
     steps = 0
-    while interval(lm.estimate(state), metric, confidence)[1] > budget:
+    while lm.estimate(state).interval(metric, confidence)[1] > budget:
         best = None
         for g in groups:
             k = state[g.index]
@@ -116,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     original = zoo.export_onnx(model, input_shape=shape)
     lm = LatencyModel(est, original, confidence=a.confidence, name="resnet18")
     e0 = lm.estimate()
-    lo, hi = interval(e0, a.metric, a.confidence)
+    lo, hi = e0.interval(a.metric, a.confidence)
     print(f"resnet18@{a.resolution} on {a.device}: {e0.total_ms:.3f} ms, {a.metric} {a.confidence:g} "
           f"[{lo:.3f}, {hi:.3f}] ms; budget {a.budget:g} ms; {sum(g.prunable for g in lm.groups)} channel groups")
     if a.out:
@@ -127,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     state, steps = prune_to_budget(model, lm, shape, a.budget, step=a.step, metric=a.metric, confidence=a.confidence)
     groups = [g for g in lm.groups if g.prunable]
     e1 = lm.estimate(state)
-    lo1, hi1 = interval(e1, a.metric, a.confidence)
+    lo1, hi1 = e1.interval(a.metric, a.confidence)
     widths = ", ".join(f"{g.name} {state[g.index]}/{g.channels}" for g in groups if state[g.index] != g.channels)
     print(f"pruned in {steps} steps ({time.perf_counter() - t0:.1f} s): {widths or 'nothing'}")
     print(f"pruned estimate: {e1.total_ms:.3f} ms, {a.metric} {a.confidence:g} [{lo1:.3f}, {hi1:.3f}] ms "
@@ -141,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         (a.out / "pruned.onnx").write_bytes(pruned)
         print(f"wrote {a.out / 'pruned.onnx'} and {a.out / 'table.csv'}")
     if a.time:
-        t = time_networks({"original": original, "pruned": pruned}, a.affinity, a.rounds)
+        per = time_interleaved({"original": original, "pruned": pruned}, a.affinity, a.rounds)
+        t = {k: (statistics.median(v), 100 * (max(v) / min(v) - 1)) for k, v in per.items()}
         for k, (ms, spread) in t.items():
             print(f"measured {k}: {ms:.3f} ms (rounds spread {spread:.1f} %)")
         m = t["pruned"][0]

@@ -24,7 +24,6 @@ These figures hold only where the profile holds: run ``bench check --device host
 from __future__ import annotations
 
 import argparse
-import random
 import statistics
 import sys
 import time
@@ -36,11 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import torch  # noqa: E402
 import torch_pruning as tp  # noqa: E402
 
-from bench.runners.base import get_runner  # noqa: E402
 from estimator import zoo  # noqa: E402
 from estimator.predict import Estimator  # noqa: E402
 from estimator.pruning import LatencyModel  # noqa: E402
-from prune_resnet18 import interval, prune_to_budget  # noqa: E402
+from prune_resnet18 import prune_to_budget, time_interleaved  # noqa: E402
 
 CLASSIFIER = {"resnet18": "fc", "mobilenet_v2": "classifier.1"}
 SUM_NETWORKS = ("resnet18", "mobilenet_v2", "resnet50", "mnasnet", "efficientnet_b0", "densenet121", "mobilenet_v3", "shufflenet_v2", "googlenet", "yolov8n", "deit_tiny")
@@ -54,20 +52,6 @@ def uniform(name: str, ratio: float, round_to: int | None, res: int) -> torch.nn
         tp.pruner.MagnitudePruner(m, x, importance=tp.importance.MagnitudeImportance(p=1), pruning_ratio=ratio,
                                   ignored_layers=[m.get_submodule(CLASSIFIER[name])], round_to=round_to).step()
     return m
-
-
-def time_interleaved(models: dict[str, bytes], affinity: str, rounds: int, seed: int = 0) -> dict[str, list[float]]:
-    runner = get_runner("onnxruntime", threads=1, affinity=affinity)
-    prepared = {k: runner.prepare(v) for k, v in models.items()}
-    per: dict[str, list[float]] = {k: [] for k in models}
-    rng = random.Random(seed)
-    for r in range(rounds):
-        order = list(prepared)
-        rng.shuffle(order)
-        for k in order:
-            per[k].append(runner.time(prepared[k], warmup=5, runs=20).median_ms)
-        print(f"  round {r + 1}/{rounds} done", file=sys.stderr)
-    return per
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         meas = statistics.median(v)
         floor = abs(statistics.median(v[0::2]) / statistics.median(v[1::2]) - 1) * 100
         e = est.estimate_network(d, conf, per_layer=False)
-        lo, hi = interval(e, "CM_LV", conf)
+        lo, hi = e.interval("CM_LV", conf)
         unc = e.uncalibrated or {"total_ms": e.total_ms, "intervals": e.intervals}
         ulo, uhi = unc["intervals"]["CM_LV"][conf]
         res_rows[k] = dict(meas=meas, floor=floor, est=e.total_ms, lo=lo, hi=hi, unc=unc["total_ms"], ulo=ulo,
