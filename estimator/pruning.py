@@ -392,12 +392,18 @@ class LatencyModel:
     def layer(self, layer: int | str, *, c_in: int | None = None, c_out: int | None = None) -> LayerLatency:
         """One layer's latency in the network with ``c_in`` input and ``c_out`` output channels
         (a layer that keeps its channels takes either); others as in the network. Cached."""
-        i = self.index(layer)
-        ctx = self.context[i]
-        if ctx is None:
-            return LayerLatency(0.0, {m: (0.0, 0.0) for m in ("CM_TV", "CM_LV", "CM_O")}, 0, 0, False,
-                                ("free_on_device",))
-        return self._rows([(i, self._at(i, c_in, c_out))])[0]
+        return self.layers_at([(layer, c_in, c_out)])[0]
+
+    def layers_at(self, queries: Iterable[tuple[int | str, int | None, int | None]]) -> list[LayerLatency]:
+        """:meth:`layer` for many ``(layer, c_in, c_out)`` at once: the uncached ones in one
+        batch (one estimator call costs about a millisecond however few layers it holds)."""
+        free = LayerLatency(0.0, {m: (0.0, 0.0) for m in ("CM_TV", "CM_LV", "CM_O")}, 0, 0, False, ("free_on_device",))
+        todo: list[tuple[int, dict[str, int]] | None] = []
+        for layer, c_in, c_out in queries:
+            i = self.index(layer)
+            todo.append(None if self.context[i] is None else (i, self._at(i, c_in, c_out)))
+        rows = iter(self._rows([t for t in todo if t is not None]))
+        return [free if t is None else next(rows) for t in todo]
 
     __call__ = layer
 

@@ -360,6 +360,18 @@ def test_layer_lookup_and_cache(r18):
         assert lm.layer(k).ms == 0 and "free_on_device" in lm.layer(k).flags
 
 
+def test_layers_at_is_layer_in_one_batch(r18):
+    lm = r18
+    conv, pool = lm.index("layer2.0.conv1"), lm.index("maxpool")
+    queries = [(conv, None, c) for c in (17, 33, 120)] + [(pool, 21, None), ("layer2.0.conv2", 99, None)]
+    batch = lm.layers_at(queries)  # uncached: answered together
+    assert [(r.c_in, r.c_out) for r in batch] == [(64, 17), (64, 33), (64, 120), (21, 21), (99, 128)]
+    for (layer, c_in, c_out), r in zip(queries, batch):
+        assert lm.layer(layer, c_in=c_in, c_out=c_out) is r
+    with pytest.raises(UserError, match="channels"):
+        lm.layers_at([(conv, None, 8), (conv, None, 0)])
+
+
 def test_group_ms(r18):
     lm = r18
     halves = lm.table(ratios=[0.5])

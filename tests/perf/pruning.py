@@ -57,6 +57,7 @@ def uniform(name: str, ratio: float, round_to: int | None, res: int) -> torch.nn
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="host-cpu")
+    ap.add_argument("--profiles", default=None, metavar="DIR", help="profiles directory (default: the shipped ones)")
     ap.add_argument("--ratios", default="0.3,0.5,0.7", help="uniform pruning ratios (default 0.3,0.5,0.7)")
     ap.add_argument("--budget", type=float, default=15.0, help="ms budget of the latency-aware pruner (default 15)")
     ap.add_argument("--resolution", type=int, default=224)
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--confidence", type=float, default=0.9)
     a = ap.parse_args(argv)
     res, conf = a.resolution, a.confidence
-    est = Estimator.from_profile(a.device)
+    est = Estimator.from_profile(a.device, root=a.profiles)
     est.warm_up()
 
     # 1. table build time
