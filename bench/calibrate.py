@@ -110,9 +110,11 @@ def measure(name: str, runner: Any, specs: Sequence[Any], *, fusion: Any, db: st
 
 
 def describe_sources(results: Sequence[Any]) -> str:
+    """How many networks of each family (``results``: network results or specs)."""
     counts: dict[str, int] = {}
     for r in results:
-        counts[r.spec.family] = counts.get(r.spec.family, 0) + 1
+        family = getattr(r, "spec", r).family
+        counts[family] = counts.get(family, 0) + 1
     return ", ".join(f"{n} {f}" for f, n in sorted(counts.items()))
 
 

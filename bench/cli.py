@@ -7,7 +7,7 @@ from estimator.cliutil import run
 
 #: Subcommand modules; each exposes ``register(subparsers)``. Adding a command is adding
 #: its module name here.
-COMMANDS = ["bench.cmd_run", "bench.cmd_calibrate", "bench.cmd_check", "bench.cmd_refine", "bench.cmd_agent",
+COMMANDS = ["bench.cmd_run", "bench.cmd_calibrate", "bench.cmd_adapt", "bench.cmd_check", "bench.cmd_refine", "bench.cmd_agent",
             "bench.cmd_profile", "bench.cmd_fusion"]
 
 

@@ -1,0 +1,299 @@
+"""Adapting a profile to this machine: the route that works, chosen from the evidence.
+
+The library behind ``bench adapt`` and ``nas search --adapt`` (the CLI is
+:mod:`bench.cmd_adapt`). A per-layer profile does not carry to another CPU
+microarchitecture or runtime through a network-level correction (an Intel-measured
+``host-cpu`` calibrated on an AMD VM went from 37 % to 40 % held-out error), while a small
+layer profile of the machine itself does (4-6 % after about 5 minutes). So:
+
+1. **networks** (:func:`bench.calibrate.measure`): the calibration networks (by default
+   :data:`bench.cmd_calibrate.DEFAULT_NETWORKS` samples of three NAS spaces) are timed here in
+   half of their interleaved rounds;
+2. **decision** (:func:`decide`): BASE carries when this target runs BASE's runner, precision
+   and threads, and BASE calibrated on those networks predicts them within
+   :data:`CARRY_ERROR` leave-family-out with families that agree
+   (:func:`estimator.calibration.family_warning`). Otherwise:
+3. **layers**: a layer profile of this machine is measured with smart padding
+   (:func:`bench.measure.measure_plan`, the sampling plan of ``bench run``, whose shuffled
+   order covers every type when it is cut short) until the budget leaves only what the last
+   steps need;
+4. **networks again**: the other half of the rounds, so that the network timings behind the
+   calibration span the measuring window and their drift enters the band
+   (:func:`estimator.calibration.drift_of`);
+5. **profile**: NEW is BASE's layer rows (route ``calibrate``) or the measured ones (route
+   ``profile``), calibrated on the networks (:func:`bench.calibrate.write_calibrated_profile`):
+   written whole, or not at all.
+
+Refinement (``bench refine``) is not part of it: toward 30 NAS samples it raised the held-out
+error of an own profile from 5.9 to 9.2 % (docs/results.md), and leave-family-out shows no
+case where it helped.
+
+Everything is durable and resumable: the network rounds and layer rows go to one benchmark
+database as they are taken, and the route, its reasons and the time spent go to a state file
+beside it (``<db>.adapt.json``), so a run started again with the same arguments continues
+the same budget instead of restarting it.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from estimator.errors import UserError
+
+__all__ = ["CARRY_ERROR", "DEFAULT_MINUTES", "DEFAULT_ROUNDS", "ROUTES", "FIT_RESERVE_S", "Adapted", "AdaptState",
+           "decide", "adapt", "state_path"]
+
+#: BASE carries when its calibration's leave-family-out mean |error| on this machine's networks
+#: is at most this: what a small own profile reaches held out (3.9-5.9 % on a 2-vCPU AMD VM)
+CARRY_ERROR = 0.06
+#: the default budget of the whole command, in minutes of wall time
+DEFAULT_MINUTES = 10.0
+#: interleaved rounds of the networks in all: half before the layers, half after
+DEFAULT_ROUNDS = 4
+#: what the route choice can be forced to (``auto``: the evidence decides)
+ROUTES = ("auto", "calibrate", "profile")
+#: seconds kept back for training the new profile's layer models and fitting the calibration
+#: (on a 2-vCPU VM: 20-60 s for 2,000-3,500 rows)
+FIT_RESERVE_S = 60.0
+#: the state is written at most this often while layers are measured
+_SAVE_EVERY_S = 5.0
+
+
+def _digest(names: Sequence[str]) -> str:
+    import hashlib  # noqa: PLC0415
+
+    return f"{len(names)} networks, sha256 {hashlib.sha256(chr(10).join(names).encode()).hexdigest()[:16]}"
+
+
+def state_path(db: str | Path) -> Path:
+    db = Path(db)
+    return db.with_name(db.name + ".adapt.json")
+
+
+@dataclass
+class AdaptState:
+    """What a run of ``bench adapt`` has done, kept beside its database: the arguments it was
+    started with (a resume must give the same), the seconds spent in earlier runs, the route."""
+
+    path: Path
+    key: dict[str, Any]
+    spent_s: float = 0.0
+    route: str = ""
+    why: str = ""
+    phases: dict[str, Any] = field(default_factory=dict)
+    _t0: float = field(default_factory=time.monotonic)
+    _saved: float = 0.0
+
+    @classmethod
+    def open(cls, path: Path, key: dict[str, Any]) -> "AdaptState":
+        if not path.exists():
+            return cls(path, key)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as e:
+            raise UserError(f"{path}: unreadable state of an earlier bench adapt ({e}); delete it to start over") from None
+        old = data.get("key") or {}
+        differ = sorted(k for k in set(old) | set(key) if old.get(k) != key.get(k))
+        if differ:
+            raise UserError(f"{path}: an earlier bench adapt into this database ran with other {', '.join(differ)} "
+                            f"({', '.join(f'{k} {old.get(k)!r}' for k in differ)}); give the same arguments to "
+                            f"resume it, or another --db")
+        return cls(path, key, float(data.get("spent_s", 0.0)), str(data.get("route", "")), str(data.get("why", "")),
+                   dict(data.get("phases") or {}))
+
+    def elapsed(self) -> float:
+        """Seconds spent in all runs so far, this one included."""
+        return self.spent_s + time.monotonic() - self._t0
+
+    def save(self, **phase: Any) -> None:
+        self.phases.update(phase)
+        data = {"key": self.key, "spent_s": round(self.elapsed(), 3), "route": self.route, "why": self.why,
+                "phases": self.phases}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+        os.replace(tmp, self.path)
+        self._saved = time.monotonic()
+
+    def save_now_and_then(self) -> None:
+        if time.monotonic() - self._saved >= _SAVE_EVERY_S:
+            self.save()
+
+
+@dataclass
+class Adapted:
+    path: Path  # the profile written
+    route: str
+    why: str
+    base_report: dict[str, Any] | None  # BASE calibrated on this machine's networks (None: not fitted)
+    report: dict[str, Any] | None  # NEW's calibration report
+    info: dict[str, Any]  # NEW's calibration info
+    layer_rows: int  # rows of the own profile (0 on route calibrate)
+    layer_seconds: float
+    networks: int
+    rounds: int
+    seconds: float  # all runs together
+    ratio: tuple[float, float, float]  # BASE's measured / predicted here: median, min, max
+
+
+def _setting(base: Any, runner: str, options: dict[str, Any], precision: str) -> list[str]:
+    """How this target's runner setting differs from BASE's: each a reason its layer rows
+    describe another runtime."""
+    out = []
+    if runner != base.runner:
+        out.append(f"runner {runner} here, {base.runner} in {base.name}")
+    if precision != base.precision:
+        out.append(f"precision {precision} here, {base.precision} in {base.name}")
+    threads = options.get("threads")
+    if runner == base.runner and threads is not None and base.threads is not None and int(threads) != int(base.threads):
+        out.append(f"{threads} thread(s) here, {base.threads} in {base.name}")
+    return out
+
+
+def decide(base: Any, report: dict[str, Any] | None, setting: Sequence[str]) -> tuple[str, str]:
+    """``(route, why)`` from the evidence (see the module docstring)."""
+    if setting:
+        return "profile", f"{base.name}'s layer rows were measured with another setting ({'; '.join(setting)})"
+    if report is None:
+        return "profile", f"{base.name} could not be calibrated on these networks"
+    err = float(report["cv_mean_abs_error_pct"][report["method"]])
+    if report.get("warning"):
+        return "profile", (f"{base.name}'s bias differs between the network families here (each predicted from the "
+                           f"others: " + ", ".join(f"{f} {100 * math.expm1(v['shift']):+.0f} %"
+                                                   for f, v in report["families"].items() if "shift" in v) +
+                           "): a network-level correction does not carry")
+    if err > 100 * CARRY_ERROR:
+        return "profile", (f"{base.name} calibrated here misses held-out families by {err:.1f} % "
+                           f"({report['validation']}, {report['method']}), more than {100 * CARRY_ERROR:.0f} %")
+    return "calibrate", (f"{base.name} calibrated here ({report['method']}) predicts held-out families within "
+                         f"{err:.1f} % ({report['validation']}; uncalibrated "
+                         f"{report['uncalibrated_mean_abs_error_pct']:.1f} %), and the families agree")
+
+
+def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: dict[str, Any],
+          precision: str | None, specs: Sequence[Any], db: str | Path, minutes: float = DEFAULT_MINUTES,
+          route: str = "auto", rounds: int = DEFAULT_ROUNDS, runs: int, warmup: int,
+          layer_plan: Callable[[Any], tuple[list[Any], str]], training: dict[str, Any] | None = None,
+          replace: bool = False, command: str = "bench adapt", progress: bool = False,
+          log: Callable[[str], None] = lambda text: None) -> Adapted:
+    """Make profile ``name`` under ``root`` hold here (see the module docstring). ``options``
+    are the runner's (threads, affinity, ...); ``layer_plan(runner)`` gives the layer plan and
+    its description for the ``profile`` route; ``log`` gets every progress line."""
+    from estimator.profile import load_profile  # noqa: PLC0415
+
+    from .calibrate import bias, describe_sources, measure, write_calibrated_profile  # noqa: PLC0415
+    from .cmd_profile import profile_from_db  # noqa: PLC0415
+    from .measure import make_runner, measure_plan  # noqa: PLC0415
+    from .smartpad import default_precision  # noqa: PLC0415
+
+    if route not in ROUTES:
+        raise UserError(f"--route {route!r}: choose one of {', '.join(ROUTES)}")
+    if rounds < 2:
+        raise UserError("--rounds must be >= 2: half of them are taken before the layers, half after")
+    root = Path(root)
+    if (root / name).exists() and not replace:
+        raise UserError(f"profile {name!r} exists in {root}; give --replace to overwrite it, or another --name")
+    runner = make_runner(runner_name, options)  # a runner that cannot run here: one line, before anything
+    precision = precision or ("int8" if runner_name == "vela" else default_precision(runner.model_format))
+    if runner.provenance == "estimated":
+        runner.close()
+        raise UserError(f"runner {runner_name!r} is a cost model: there is no machine to adapt to; use "
+                        f"`bench calibrate --device {base.name} --name {name}`")
+    db = Path(db)
+    state = AdaptState.open(state_path(db), {
+        "base": base.name, "name": name, "runner": runner_name, "options": {k: v for k, v in options.items()
+                                                                            if k != "token"},
+        "precision": precision, "networks": _digest([s.name for s in specs]), "rounds": rounds, "minutes": minutes,
+        "route": route})
+    if state.spent_s:
+        log(f"resuming: {state.spent_s:.0f} s of the {minutes:g}-minute budget spent by earlier runs"
+            + (f"; route {state.route}" if state.route else ""))
+    budget = 60.0 * minutes
+    half = rounds // 2
+
+    # 1. the networks, first half of the rounds
+    log(f"[1/4] timing {len(specs)} networks ({describe_sources(specs)}) in {half} of {rounds} interleaved rounds")
+    m = measure(name, runner, specs, fusion=base.fusion_rules(), db=db, rounds=half, runs=runs, warmup=warmup,
+                precision=precision, options=options, progress=progress, log=log)
+    first_s = float(state.phases.get("networks_first", {}).get("seconds") or m.seconds)  # the first run's, builds included
+    state.save(networks_first={"seconds": round(first_s, 1), "rounds": half})
+    med, lo, hi, n = bias(base, m.results)
+    off = f"{(med - 1) * 100:+.0f} %"
+    log(f"{base.name} here: measured / predicted {med:.3f} median ({lo:.2f}-{hi:.2f}) over {n} networks ({off})")
+
+    # 2. the decision
+    setting = _setting(base, runner_name, m.options, precision)
+    base_report: dict[str, Any] | None = None
+    if not setting:
+        with tempfile.TemporaryDirectory(prefix="bench-adapt-") as tmp:
+            base_report = write_calibrated_profile(base, name, tmp, m, command=command).report
+    if route != "auto":
+        state.route, state.why = route, f"--route {route}"
+    elif not state.route:
+        state.route, state.why = decide(base, base_report, setting)
+    state.save()
+    if base_report is not None:
+        cv = base_report["cv_mean_abs_error_pct"]
+        log(f"[2/4] {base.name} calibrated on them: {base_report['method']}, {base_report['validation']} mean |error| "
+            f"{cv[base_report['method']]:.1f} % (uncalibrated {base_report['uncalibrated_mean_abs_error_pct']:.1f} %)")
+    log(f"[2/4] route {state.route}: {state.why}")
+
+    # 3. the layers (route profile), until the budget leaves what steps 4 and 5 need
+    own = None
+    layer_rows, layer_s = 0, float(state.phases.get("layers", {}).get("seconds", 0.0))
+    if state.route == "profile":
+        runner = make_runner(runner_name, options)
+        plan, what = layer_plan(runner)
+        deadline = budget - first_s - FIT_RESERVE_S
+        left = deadline - state.elapsed()
+        log(f"[3/4] measuring a layer profile of this machine ({what}): {max(left, 0):.0f} s of the budget left "
+            f"for it")
+        t0, before = time.monotonic(), layer_s
+
+        def stop() -> bool:
+            state.phases["layers"] = {"seconds": round(before + time.monotonic() - t0, 1)}
+            state.save_now_and_then()
+            return state.elapsed() >= deadline
+
+        try:
+            stats, env_id, layer_rows = measure_plan(runner, db, name, plan, warmup=5, runs=20, precision=precision,
+                                                     progress=progress, stop=stop)
+        finally:
+            runner.close()
+        layer_s = before + time.monotonic() - t0
+        state.save(layers={"seconds": round(layer_s, 1), "rows": layer_rows, "env_id": env_id})
+        if not layer_rows:
+            raise UserError(f"no layer configuration measured within the budget (--minutes {minutes:g}); give more "
+                            f"minutes")
+        log(f"measured {stats.measured} configurations ({stats.already} from earlier runs, {stats.failed} failed): "
+            f"{layer_rows} rows in {layer_s:.0f} s")
+
+    # 4. the networks again: the other half of the rounds
+    log(f"[4/4] timing the networks again: rounds {half + 1}-{rounds}")
+    runner = make_runner(runner_name, options)
+    m = measure(name, runner, specs, fusion=base.fusion_rules(), db=db, rounds=rounds, runs=runs, warmup=warmup,
+                precision=precision, options=options, progress=progress, log=log)
+    state.save(networks={"rounds": rounds})
+
+    # 5. the profile, whole or not at all
+    with tempfile.TemporaryDirectory(prefix="bench-adapt-layers-") as tmp:
+        under = base
+        if state.route == "profile":
+            hw = m.environment.get("device_name") or runner_name
+            source = (f"Measured with `{command} --device {base.name} --name {name}` (smart padding, "
+                      f"{layer_rows} configurations in {layer_s:.0f} s of a {minutes:g}-minute budget) on {hw}, "
+                      f"{runner_name} ({', '.join(f'{k} {v}' for k, v in sorted(m.options.items())) or 'defaults'}), "
+                      f"{precision}")
+            profile_from_db(db, name, source=source, root=tmp, env_id=state.phases["layers"]["env_id"],
+                            hardware=str(hw), training=training or None)
+            under = load_profile(Path(tmp) / name)
+        out = write_calibrated_profile(under, name, root, m, replace=replace, command=command)
+    state.save(done={"profile": str(out.path), "route": state.route})
+    return Adapted(out.path, state.route, state.why, base_report, out.report, out.info, layer_rows, layer_s,
+                   len(m.results), rounds, state.elapsed(), (med, lo, hi))
