@@ -245,7 +245,6 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
     log(f"[2/4] route {state.route}: {state.why}")
 
     # 3. the layers (route profile), until the budget leaves what steps 4 and 5 need
-    own = None
     layer_rows, layer_s = 0, float(state.phases.get("layers", {}).get("seconds", 0.0))
     if state.route == "profile":
         runner = make_runner(runner_name, options)
