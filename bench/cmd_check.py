@@ -3,8 +3,11 @@
 ``bench check --device NAME`` rebuilds a few of the profile's own network rows (the whole
 networks ``bench calibrate`` measured, ``networks.csv``), times them here with the runner and
 options that measured them, and prints how far this machine is from where they were measured:
-the median ratio here / there over the networks, and a warning beside the command that fixes it
-(``bench calibrate``) when it is beyond :data:`DRIFT_WARN`.
+the median ratio here / there over the networks, and whether each re-timed network lies inside
+the profile's calibrated 90 % CM_LV band. When more lie outside than a band that holds would
+leave out (:func:`max_outside`: 3 of 8), the machine has drifted beyond the band since the
+calibration, and it warns beside the command that fixes it (``bench adapt``); a profile without
+calibration warns when the median ratio is beyond :data:`DRIFT_WARN`.
 
 Why a timing check beside the fingerprint warning (:mod:`estimator.fingerprint`): VMs of one
 type cloned from one image agree on everything the fingerprint records (CPU model and flags,
@@ -23,6 +26,7 @@ The rounds go to a temporary database: a check measures afresh every time.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import tempfile
@@ -36,7 +40,7 @@ from .cmd_calibrate import add_measurement_args
 from .cmd_run import add_runner_options, given_runner_options
 from .measure import make_runner
 
-__all__ = ["register", "DEFAULT_NETWORKS", "DRIFT_WARN", "pick"]
+__all__ = ["register", "DEFAULT_NETWORKS", "DRIFT_WARN", "pick", "max_outside"]
 
 #: networks re-timed by default
 DEFAULT_NETWORKS = 8
@@ -102,18 +106,26 @@ def cmd_check(a: argparse.Namespace) -> int:
                     options=given, progress=not a.no_progress and sys.stderr.isatty(),
                     log=lambda text: print(f"bench: {text}", file=sys.stderr))
     by_name = {r["name"]: r for r in rows}
+    bands = _bands(prof, m.results)
     what = "estimated" if m.kind == "estimated" else "measured"
     print(f"{prof.name}: {len(m.results)} of its {len(rows)} networks {what} again in {m.seconds:.0f} s on "
           f"{target_description(m)}")
-    print(f"  {'network':<28} {'there ms':>9} {'here ms':>9} {'here/there':>10}")
-    ratios = []
+    print(f"  {'network':<28} {'there ms':>9} {'here ms':>9} {'here/there':>10}"
+          + (f"  {'90 % CM_LV band ms':>20}" if bands else ""))
+    ratios, outside = [], 0
     for r in sorted(m.results, key=lambda r: by_name[r.spec.name]["measured_ms"]):
         row = by_name[r.spec.name]
         ratio = r.measured_ms / row["measured_ms"]
         same = r.spec.onnx_sha256 == row["onnx_sha256"]
         if same:
             ratios.append(ratio)
-        print(f"  {r.spec.name[:28]:<28} {row['measured_ms']:>9.3f} {r.measured_ms:>9.3f} {ratio:>9.2f}x"
+        band = ""
+        if bands:
+            lo, hi = bands[r.spec.name]
+            inside = lo <= r.measured_ms <= hi
+            outside += not inside
+            band = f"  [{lo:8.3f}, {hi:8.3f}]{'' if inside else ' outside'}"
+        print(f"  {r.spec.name[:28]:<28} {row['measured_ms']:>9.3f} {r.measured_ms:>9.3f} {ratio:>9.2f}x{band}"
               + ("" if same else "  (rebuilt to another graph here: left out of the ratio)"))
     if not ratios:
         raise UserError(f"every network rebuilt to another graph than {prof.name} measured (torch or onnx "
@@ -126,11 +138,46 @@ def cmd_check(a: argparse.Namespace) -> int:
     diffs = fp.differences(cal.get("fingerprint") or {}, fp.fingerprint(runner_name, given.get("threads")),
                            runner_name) if m.kind == "measured" else []
     print("what the fingerprint sees differ: " + ("; ".join(diffs) if diffs else "nothing"))
-    if abs(med - 1) > DRIFT_WARN:
-        off = (med - 1) * 100 if med > 1 else (1 / med - 1) * 100
-        print(f"warning: {prof.name}'s networks run {off:.0f} % {'slower' if med > 1 else 'faster'} here than where "
-              f"they were measured; its estimates are off by about as much: calibrate this machine with "
-              f"`bench calibrate --device {prof.name} --name NEW` and use NEW", file=sys.stderr)
+    off = (med - 1) * 100 if med > 1 else (1 / med - 1) * 100
+    way = "slower" if med > 1 else "faster"
+    fix = f"`bench adapt --device {prof.name} --name NEW` (at most 10 minutes) and use NEW"
+    if bands:
+        allowed = max_outside(len(m.results))
+        print(f"{len(m.results) - outside} of {len(m.results)} re-timed networks inside {prof.name}'s calibrated 90 % "
+              f"CM_LV band (more than {allowed - 1} outside would be unlikely if it held)")
+        if outside >= allowed:
+            print(f"warning: this machine has drifted beyond {prof.name}'s band since it was calibrated: {outside} of "
+                  f"{len(m.results)} networks outside it (they run {off:.0f} % {way} than then); adapt again with "
+                  f"{fix}", file=sys.stderr)
+    elif abs(med - 1) > DRIFT_WARN:
+        print(f"warning: {prof.name}'s networks run {off:.0f} % {way} here than where they were measured, and it is "
+              f"not calibrated; its estimates are off by about as much: {fix}", file=sys.stderr)
     else:
         print(f"{prof.name}'s networks run within {DRIFT_WARN:.0%} of where they were measured")
     return 0
+
+
+def max_outside(n: int, confidence: float = 0.9, alpha: float = 0.05) -> int:
+    """The fewest of ``n`` networks outside a ``confidence`` band that a band which holds
+    leaves out with probability below ``alpha`` (a binomial tail): 3 of 8, 2 of 3."""
+    p = 1.0 - confidence
+    for k in range(n + 1):
+        tail = sum(math.comb(n, j) * p ** j * (1 - p) ** (n - j) for j in range(k, n + 1))
+        if tail < alpha:
+            return k
+    return n + 1
+
+
+def _bands(prof: Any, results: list[Any]) -> dict[str, tuple[float, float]]:
+    """Each network's calibrated 90 % CM_LV interval on ``prof`` ({} when the profile is not
+    calibrated)."""
+    from estimator.predict import Estimator  # noqa: PLC0415
+
+    est = Estimator.from_profile(prof)
+    if not est.calibration_info().get("applied"):
+        return {}
+    out = {}
+    for r in results:
+        e = est.estimate_network(r.spec.weightless_onnx, [0.9], per_layer=False)
+        out[r.spec.name] = tuple(e.intervals["CM_LV"][0.9])
+    return out

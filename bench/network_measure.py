@@ -15,8 +15,9 @@ evaluate a profile against, ``estimator evaluate --networks DIR``) both run
    with the zoo's VGG-16 and ResNet-50, all prepared at once in LiteRT fp32, were killed at
    16 GB; this way the same run peaks at 7.8 GB;
 2. the networks are timed in ``rounds`` interleaved rounds (every network once per round,
-   ``warmup`` untimed and ``runs`` timed inferences), so a slow spell of a shared machine
-   hits all networks alike; each round of each network is committed as it is taken
+   ``warmup`` untimed and ``runs`` timed inferences, in an order shuffled per round:
+   :func:`round_order`), so a slow spell of a shared machine hits all networks alike and
+   lines up with no network's place in the list; each round of each network is committed as it is taken
    (``network_rounds``), and a run started again resumes where it stopped;
 3. a network's latency is the median of its rounds' medians; ``spread_pct`` (max / min - 1
    of the round medians) says how much the target moved meanwhile. When the median network's
@@ -43,7 +44,7 @@ from .network_sources import NetworkSpec, weightless
 from .runners.base import Prepared, Runner, RunnerError
 from .storage import Store
 
-__all__ = ["NetworkResult", "measure_networks", "runner_model", "write_network_set", "network_rows", "moved_warning",
+__all__ = ["NetworkResult", "measure_networks", "round_order", "runner_model", "write_network_set", "network_rows", "moved_warning",
            "DEFAULT_ROUNDS", "DEFAULT_RUNS", "DEFAULT_WARMUP"]
 
 #: measurement protocol id of whole networks (part of the environment's settings)
@@ -133,6 +134,16 @@ def _bar(total: int, desc: str, enabled: bool) -> Any:
                 dynamic_ncols=True, leave=False)
 
 
+def round_order(specs: Sequence[NetworkSpec], r: int) -> list[NetworkSpec]:
+    """Round ``r``'s order of ``specs``: a shuffle seeded by the round, so a resumed run
+    takes the same order."""
+    import random  # noqa: PLC0415
+
+    order = list(specs)
+    random.Random(f"round-{r}").shuffle(order)
+    return order
+
+
 def measure_networks(runner: Runner, store: Store, env_id: int, specs: Sequence[NetworkSpec], *, fusion: Any,
                      warmup: int = DEFAULT_WARMUP, runs: int = DEFAULT_RUNS, rounds: int = DEFAULT_ROUNDS,
                      precision: str = "fp32",
@@ -165,7 +176,7 @@ def measure_networks(runner: Runner, store: Store, env_id: int, specs: Sequence[
         bar = _bar(todo, "measuring", progress)
         try:
             for r in range(rounds):
-                for spec in specs:
+                for spec in round_order(specs, r):
                     if r in done.get(spec.name, {}):
                         continue
                     bar.set_postfix_str(f"round {r + 1}/{rounds} {spec.name}", refresh=False)

@@ -418,7 +418,8 @@ def family_warning(by_family: Mapping[str, Mapping[str, Any]]) -> str:
     parts = ", ".join(f"{f} {100 * math.expm1(v):+.0f} %" for f, v in shifts.items())
     return (f"the calibration networks' families disagree about the bias (each predicted by the correction fitted "
             f"on the others: {parts}); the correction may not carry to networks unlike them: calibrate on networks "
-            f"like the ones you deploy (bench calibrate --onnx/--zoo)")
+            f"like the ones you deploy (--onnx/--zoo), and where a base profile from another machine is off like "
+            f"this, measure a profile of this machine (bench adapt)")
 
 
 def fit_calibration(rows: Sequence[CalibrationRow], info: Mapping[str, Any] | None = None) -> NetworkCalibration:

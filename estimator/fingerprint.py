@@ -240,5 +240,6 @@ def mismatch_warning(profile_name: str, recorded: Mapping[str, Any] | None, runn
     if not diffs:
         return None
     return (f"profile {profile_name} was {what} on another {'host or runtime' if runner in HOST_RUNNERS else 'runtime'}"
-            f" ({'; '.join(diffs)}): its estimates may be off here; measure this machine with "
-            f"`bench calibrate --device {profile_name} --name NEW` and use NEW")
+            f" ({'; '.join(diffs)}): its estimates may be off here; make it hold with "
+            f"`bench adapt --device {profile_name} --name NEW` (at most 10 minutes of this machine: it calibrates "
+            f"{profile_name} where that carries, else measures a small profile of its own) and use NEW")

@@ -540,7 +540,7 @@ def test_fingerprint_mismatch_names_the_difference(cal, tmp_path):
     onnx = next((cal["base"] / "held" / "networks").glob("*.onnx"))
     w = [x for x in est.estimate_network(onnx, per_layer=False).warnings if "calibrated on another" in x]
     assert len(w) == 1 and "CPU Some Other CPU 9000 there" in w[0] and "onnxruntime 0.0.1 there" in w[0]
-    assert "bench calibrate" in w[0]
+    assert "bench adapt --device tiny-elsewhere --name NEW" in w[0] and "at most 10 minutes" in w[0]
     # the same profile with this machine's fingerprint: no warning
     same = Estimator.from_profile(load_profile("tiny-cal", cal["root"]))
     assert not [x for x in same.estimate_network(onnx, per_layer=False).warnings if "another" in x]
@@ -706,9 +706,11 @@ def test_bench_check_retimes_the_profiles_own_networks(cal, capsys):
 def test_bench_check_warns_when_this_machine_is_off(cal, tmp_path, capsys, factor, word):
     root = _scaled_copy(cal, tmp_path, "tiny-moved", factor)
     assert _check(["--device", "tiny-moved", "--root", str(root), "--networks", "3", *CHECK_ARGS]) == 0
-    err = capsys.readouterr().err
-    assert f"% {word} here than where they were measured" in err
-    assert "bench calibrate --device tiny-moved --name NEW" in err
+    out, err = capsys.readouterr()
+    # the re-timed networks fall outside the band fitted on rows 4x off: drifted beyond it
+    assert "0 of 3 re-timed networks inside tiny-moved's calibrated 90 % CM_LV band" in out
+    assert f"drifted beyond tiny-moved's band since it was calibrated: 3 of 3 networks outside it" in err
+    assert f"% {word} than then" in err and "bench adapt --device tiny-moved --name NEW" in err
 
 
 def test_bench_check_needs_network_rows(cal, capsys):
