@@ -46,8 +46,8 @@ from typing import Any, Callable, Sequence
 
 from estimator.errors import UserError
 
-__all__ = ["CARRY_ERROR", "DEFAULT_MINUTES", "DEFAULT_ROUNDS", "ROUTES", "FIT_RESERVE_S", "Adapted", "AdaptState",
-           "decide", "adapt", "state_path"]
+__all__ = ["CARRY_ERROR", "DEFAULT_MINUTES", "DEFAULT_ROUNDS", "DEFAULT_SAMPLES", "ROUTES", "FIT_RESERVE_S", "Adapted",
+           "AdaptState", "decide", "adapt", "state_path", "sampling_plan", "describe_adapted"]
 
 #: BASE carries when its calibration's leave-family-out mean |error| on this machine's networks
 #: is at most this: what a small own profile reaches held out (3.9-5.9 % on a 2-vCPU AMD VM)
@@ -61,6 +61,9 @@ ROUTES = ("auto", "calibrate", "profile")
 #: seconds kept back for training the new profile's layer models and fitting the calibration
 #: (on a 2-vCPU VM: 20-60 s for 2,000-3,500 rows)
 FIT_RESERVE_S = 60.0
+#: configurations per layer type in the plan the budget cuts (broad space, and as many from the
+#: network prior); its shuffled order covers every type whatever the cut
+DEFAULT_SAMPLES = 200
 #: the state is written at most this often while layers are measured
 _SAVE_EVERY_S = 5.0
 
@@ -296,3 +299,43 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
     state.save(done={"profile": str(out.path), "route": state.route})
     return Adapted(out.path, state.route, state.why, base_report, out.report, out.info, layer_rows, layer_s,
                    len(m.results), rounds, state.elapsed(), (med, lo, hi))
+
+
+def sampling_plan(layers: str | None, samples: int, max_ops: float | None, seed: int = 0) -> Any:
+    """``runner -> (plan, description)``: the sampling plan of ``bench run`` for the runner's format."""
+    from .sampling import layer_types, limits_for, make_plan  # noqa: PLC0415
+
+    def plan(runner: Any) -> tuple[list[Any], str]:
+        types = layer_types(layers, runner.model_format)
+        limits = limits_for(runner.name, max_ops=max_ops)
+        got = make_plan(types, samples, prior_samples=samples, seed=seed, limits=limits,
+                        model_format=runner.model_format)
+        return got, f"{len(got)} configurations of {len(types)} types in a shuffled plan the budget cuts"
+
+    return plan
+
+
+def describe_adapted(base: Any, r: Adapted) -> list[str]:
+    """What ``bench adapt`` (and ``nas search --adapt``) did, a line each: the route and why,
+    the figures before and after; warnings start with ``warning:``."""
+    out = [f"route: {r.route}: {r.why}"]
+    med, lo, hi = r.ratio
+    b = r.base_report
+    out.append(f"before: {base.name} here: measured / predicted {med:.3f} median ({lo:.2f}-{hi:.2f}) over {r.networks} "
+               f"networks" + (f"; calibrated on them {b['method']}, {b['validation']} mean |error| "
+                              f"{b['cv_mean_abs_error_pct'][b['method']]:.1f} % (uncalibrated "
+                              f"{b['uncalibrated_mean_abs_error_pct']:.1f} %)" if b else ""))
+    if r.route == "profile":
+        out.append(f"own layer profile: {r.layer_rows} rows in {r.layer_seconds:.0f} s")
+    if r.report is not None:
+        cv = r.report["cv_mean_abs_error_pct"]
+        out.append(f"after: {r.path.name} calibrated on {r.report['n_networks']} networks ({r.rounds} rounds): "
+                   f"{r.report['method']} ({r.report['correction']['formula']}); {r.report['validation']} mean "
+                   f"|error| {cv[r.report['method']]:.1f} % against {r.report['uncalibrated_mean_abs_error_pct']:.1f} % "
+                   f"uncalibrated")
+        if r.report.get("warning"):
+            out.append(f"warning: {r.report['warning']}")
+    else:
+        out.append(f"warning: {r.path.name} is not calibrated: {r.info.get('reason')}")
+    out.append(f"wrote profile {r.path.name} ({r.path}) in {r.seconds / 60:.1f} min")
+    return out

@@ -15,25 +15,21 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 from estimator.cliutil import integer, number
 from estimator.errors import UserError
 
 from .cmd_calibrate import DEFAULT_NETWORKS, DEFAULT_SPACES, _check_name, source_specs
-from .cmd_run import DEFAULT_OUT, _layer_types, add_runner_options, db_path, given_runner_options
+from .cmd_run import DEFAULT_OUT, add_runner_options, db_path, given_runner_options
 from .network_measure import DEFAULT_RUNS, DEFAULT_WARMUP
 from .runners.base import RUNNERS
 
-__all__ = ["register", "DEFAULT_SAMPLES"]
+__all__ = ["register"]
 
-#: configurations per layer type in the plan the budget cuts (broad space, and as many from the
-#: network prior); its shuffled order covers every type whatever the cut
-DEFAULT_SAMPLES = 200
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from .adapt import CARRY_ERROR, DEFAULT_MINUTES, DEFAULT_ROUNDS, ROUTES  # noqa: PLC0415
+    from .adapt import CARRY_ERROR, DEFAULT_MINUTES, DEFAULT_ROUNDS, DEFAULT_SAMPLES, ROUTES  # noqa: PLC0415
 
     p = sub.add_parser(
         "adapt", help="make a profile hold on this machine: calibrate it, or measure a small own profile",
@@ -84,51 +80,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_adapt)
 
 
-def layer_plan_of(layers: str | None, samples: int, max_ops: float | None, seed: int = 0) -> Any:
-    """``runner -> (plan, description)``: the sampling plan of ``bench run`` for the runner's format."""
-    from .sampling import limits_for, make_plan  # noqa: PLC0415
-
-    def plan(runner: Any) -> tuple[list[Any], str]:
-        types = _layer_types(layers, runner.model_format)
-        limits = limits_for(runner.name, max_ops=max_ops)
-        got = make_plan(types, samples, prior_samples=samples, seed=seed, limits=limits,
-                        model_format=runner.model_format)
-        return got, f"{len(got)} configurations of {len(types)} types in a shuffled plan the budget cuts"
-
-    return plan
-
-
-def print_adapted(base: Any, r: Any, out: Any = sys.stdout) -> None:
-    """What ``bench adapt`` (and ``nas search --adapt``) did: the route and why, the figures
-    before and after."""
-    print(f"route: {r.route}: {r.why}", file=out)
-    med, lo, hi = r.ratio
-    print(f"before: {base.name} here: measured / predicted {med:.3f} median ({lo:.2f}-{hi:.2f}) over {r.networks} "
-          f"networks" + (f"; calibrated on them {r.base_report['method']}, {r.base_report['validation']} mean |error| "
-                         f"{r.base_report['cv_mean_abs_error_pct'][r.base_report['method']]:.1f} % (uncalibrated "
-                         f"{r.base_report['uncalibrated_mean_abs_error_pct']:.1f} %)" if r.base_report else ""),
-          file=out)
-    if r.route == "profile":
-        print(f"own layer profile: {r.layer_rows} rows in {r.layer_seconds:.0f} s", file=out)
-    if r.report is not None:
-        cv = r.report["cv_mean_abs_error_pct"]
-        print(f"after: {r.path.name} calibrated on {r.report['n_networks']} networks ({r.rounds} rounds): "
-              f"{r.report['method']} ({r.report['correction']['formula']}); {r.report['validation']} mean |error| "
-              f"{cv[r.report['method']]:.1f} % against {r.report['uncalibrated_mean_abs_error_pct']:.1f} % "
-              f"uncalibrated", file=out)
-        if r.report.get("warning"):
-            print(f"warning: {r.report['warning']}", file=sys.stderr)
-    else:
-        print(f"warning: {r.path.name} is not calibrated: {r.info.get('reason')}", file=sys.stderr)
-    print(f"wrote profile {r.path.name} ({r.path}) in {r.seconds / 60:.1f} min", file=out)
-
-
 def cmd_adapt(a: argparse.Namespace) -> int:
     import json  # noqa: PLC0415
 
     from estimator.profile import default_root, load_profile  # noqa: PLC0415
 
-    from .adapt import adapt  # noqa: PLC0415
+    from .adapt import adapt, describe_adapted, sampling_plan  # noqa: PLC0415
     from .calibrate import runner_defaults  # noqa: PLC0415
 
     _check_name(a.name, "--name")
@@ -148,10 +105,11 @@ def cmd_adapt(a: argparse.Namespace) -> int:
     progress = not a.no_progress and sys.stderr.isatty()
     r = adapt(base, a.name, root, runner_name=runner_name, options=options, precision=a.precision, specs=specs,
               db=a.db or db_path(DEFAULT_OUT, a.name), minutes=a.minutes, route=a.route, rounds=a.rounds,
-              runs=a.runs, warmup=a.warmup, layer_plan=layer_plan_of(a.layers, a.samples, a.max_ops, a.seed),
+              runs=a.runs, warmup=a.warmup, layer_plan=sampling_plan(a.layers, a.samples, a.max_ops, a.seed),
               training=training, replace=a.replace, progress=progress,
               log=lambda text: print(f"bench: {text}", file=sys.stderr))
-    print_adapted(base, r)
+    for line in describe_adapted(base, r):
+        print(line, file=sys.stderr if line.startswith("warning:") else sys.stdout)
     print(f"next: estimator predict MODEL.onnx --device {a.name}" + (f" --profiles {a.root}" if a.root else "")
           + f"; later, bench check --device {a.name} says whether this machine has drifted beyond its band")
     return 0

@@ -123,30 +123,14 @@ def db_path(out: str, device: str) -> Path:
     return p / f"{device}.sqlite"
 
 
-def _layer_types(spec: str | None, model_format: str) -> list[str]:
-    """``--layers``: the types to sample (default: every type whose LUM renders to the
-    runner's model format)."""
-    from estimator.layers import sampled_types
-
-    ok = sampled_types(model_format)
-    if not spec:
-        return list(ok)
-    types = [t.strip() for t in spec.split(",") if t.strip()]
-    bad = [t for t in types if t not in ok]
-    if bad:
-        raise UserError(f"--layers: cannot benchmark {', '.join(bad)} with {model_format} models; "
-                        f"benchable: {', '.join(ok)}")
-    return list(dict.fromkeys(types))
-
-
 def cmd_run(a: argparse.Namespace) -> int:
-    from .sampling import limits_for, make_plan
+    from .sampling import layer_types, limits_for, make_plan
 
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", a.device):
         raise UserError(f"--device {a.device!r}: use letters, digits, '.', '_' and '-' only")
     prior = a.samples if a.prior_samples is None else a.prior_samples
     runner = make_runner(a.runner, given_runner_options(a))
-    types = _layer_types(a.layers, runner.model_format)
+    types = layer_types(a.layers, runner.model_format)
     path = db_path(a.out, a.device)
     limits = limits_for(a.runner, max_ops=a.max_ops, max_elems=a.max_elems)
     t0 = time.monotonic()

@@ -61,6 +61,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from estimator.errors import UserError
 from estimator.layers import SAMPLED_TYPES, SPECS, LayerSpecError, describe
 from estimator.layers.params import same_pads
 from estimator.layers.space import PRIOR_C as _PRIOR_C
@@ -243,6 +244,22 @@ def sample_type(layer_type: str, samples: int, *, seed: int = 0, limits: Limits 
             remaining -= len(take)
         open_bins = [b for b in open_bins if members[b]]
     return [cands[i] for i in chosen]
+
+
+def layer_types(spec: str | None, model_format: str) -> list[str]:
+    """``--layers``: the types to sample (default: every type whose LUM renders to the
+    runner's model format)."""
+    from estimator.layers import sampled_types  # noqa: PLC0415 (the runner's format decides)
+
+    ok = sampled_types(model_format)
+    if not spec:
+        return list(ok)
+    types = [t.strip() for t in spec.split(",") if t.strip()]
+    bad = [t for t in types if t not in ok]
+    if bad:
+        raise UserError(f"--layers: cannot benchmark {', '.join(bad)} with {model_format} models; "
+                        f"benchable: {', '.join(ok)}")
+    return list(dict.fromkeys(types))
 
 
 def make_plan(layer_types: Sequence[str], samples: int, *, prior_samples: int = 0, seed: int = 0,

@@ -55,6 +55,11 @@ def register(sub: Any) -> None:
                    help="first measure N samples of the search space whole on this machine with the device's runner "
                         "and calibrate the device's profile on them (bench calibrate; written to OUT/profiles, "
                         "measurements in OUT/calibration.sqlite); in-process estimator only; 0 = off")
+    p.add_argument("--adapt", type=number(above=0), default=None, metavar="MINUTES",
+                   help="first make the device's profile hold on this machine within MINUTES (bench adapt: it "
+                        "calibrates the profile where that carries, else measures a small profile of this machine "
+                        "with the device's runner; written to OUT/profiles, measurements in OUT/adapt.sqlite, "
+                        "resumable); in-process estimator only; default off")
     p.add_argument("--refine", type=float, default=None, metavar="MINUTES",
                    help="every --refine-every trials, measure (with the device's runner, on this machine) the layer "
                         "configurations that widen the latest candidates' intervals most: those outside the design "
@@ -64,7 +69,7 @@ def register(sub: Any) -> None:
     p.add_argument("--refine-every", type=integer(min=1), default=DEFAULT_EVERY, metavar="K",
                    help="trials between two refine steps of --refine")
     p.add_argument("--calibrate-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="runner option for --calibrate and --refine, e.g. threads=2 or agent=HOST:PORT (default: the "
+                   help="runner option for --adapt, --calibrate and --refine, e.g. threads=2 or agent=HOST:PORT (default: the "
                         "profile's threads); repeatable")
     p.add_argument("--storage", default=None, metavar="URL",
                    help="Optuna storage URL (default sqlite:///OUT/nas.db; postgresql://user@host/db for workers "
@@ -130,6 +135,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                         study=args.study, out=Path(args.out), patience=args.patience, seed=args.seed,
                         heartbeat_s=args.heartbeat, progress=not args.no_progress,
                         connect_timeout_s=args.connect_timeout, calibrate=args.calibrate,
+                        adapt_minutes=args.adapt or 0.0,
                         calibrate_options=_options(args.calibrate_option, "--calibrate-option"),
                         workers=args.workers, refine_minutes=0.0 if args.refine is None else args.refine,
                         refine_every=args.refine_every)

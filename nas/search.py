@@ -54,6 +54,8 @@ class SearchRequest:
     n_startup_trials: int = 10
     #: measure this many space samples on this machine and calibrate the device on them first
     calibrate: int = 0
+    #: ``--adapt MINUTES``: make the device's profile hold on this machine first (``bench adapt``; 0 = off)
+    adapt_minutes: float = 0.0
     #: runner options of that measurement (threads, agent, ...)
     calibrate_options: dict[str, Any] = field(default_factory=dict)
     #: local worker processes on this study (``--workers``); ``trials`` is split between them
@@ -197,6 +199,49 @@ def calibrate_device(req: SearchRequest, err: TextIO) -> Path:
     return cal.path.parent
 
 
+def adapt_device(req: SearchRequest, err: TextIO) -> Path:
+    """``--adapt MINUTES``: make the device's profile hold on this machine (:mod:`bench.adapt`:
+    it calibrates the profile where that carries, else measures a small layer profile of this
+    machine and calibrates that), on the default calibration networks plus samples of the
+    searched space, resumable in ``OUT/adapt.sqlite``; the profile is written under the device's
+    own name to ``OUT/profiles`` (returned: the in-process estimator's profiles directory)."""
+    from bench.adapt import adapt, describe_adapted, sampling_plan, DEFAULT_SAMPLES  # noqa: PLC0415
+    from bench.cmd_calibrate import DEFAULT_NETWORKS, DEFAULT_SPACES  # noqa: PLC0415
+    from bench.network_measure import DEFAULT_RUNS, DEFAULT_WARMUP  # noqa: PLC0415
+    from bench.network_sources import space_specs  # noqa: PLC0415
+    from estimator.profile import load_profile  # noqa: PLC0415
+
+    from .sources import register  # noqa: PLC0415
+
+    s = req.settings
+    if req.service:
+        raise UserError("--adapt writes a profile for the in-process estimator; against --service, run "
+                        "`bench adapt` where that service runs and reload it")
+    if req.calibrate:
+        raise UserError("--adapt calibrates too: give --adapt or --calibrate, not both")
+    base = load_profile(s.device, req.profiles)
+    given, runner = device_runner(base, req.calibrate_options, "--adapt")
+    runner.close()
+    register()
+    spaces = DEFAULT_SPACES.split(",")
+    per_space = DEFAULT_NETWORKS // len(spaces)
+    if s.space not in spaces:  # the searched space is one more family
+        spaces.append(s.space)
+    specs = space_specs(spaces, per_space * len(spaces), seed=req.seed or 0, options={s.space: s.space_options})
+    out = Path(req.out)
+    print(f"nas: adapting {s.device} to this machine ({base.runner}, "
+          f"{', '.join(f'{k} {v}' for k, v in sorted(given.items())) or 'default options'}; at most "
+          f"{req.adapt_minutes:g} minutes) ...", file=err)
+    r = adapt(base, s.device, out / "profiles", runner_name=base.runner, options=given, precision=None, specs=specs,
+              db=out / "adapt.sqlite", minutes=req.adapt_minutes, runs=DEFAULT_RUNS, warmup=DEFAULT_WARMUP,
+              layer_plan=sampling_plan(None, DEFAULT_SAMPLES, None), replace=True,
+              command=f"nas search --adapt {req.adapt_minutes:g}", progress=req.progress,
+              log=lambda text: print(f"nas: {text}", file=err))
+    for line in describe_adapted(base, r):
+        print(f"nas: {line}", file=err)
+    return r.path.parent
+
+
 def worker_shares(trials: int, workers: int) -> list[int]:
     """``trials`` split between ``workers`` local workers (the first ones take the remainder)."""
     if workers < 1:
@@ -243,6 +288,7 @@ def start_workers(req: SearchRequest, url: str, study: str, shares: list[int], e
     for i, n in enumerate(shares, start=1):
         s = dataclasses.replace(req.settings, space_fn=None, objective_fn=None)  # resolved again by name
         child = dataclasses.replace(req, settings=s, trials=n, workers=1, reports=False, progress=False, calibrate=0,
+                                    adapt_minutes=0.0,
                                     refine_minutes=0.0,
                                     storage=url, study=study, seed=None if req.seed is None else req.seed + i)
         p = ctx.Process(target=_worker_main, args=(child, torch.get_num_threads()), name=f"nas-worker-{i + 1}",
@@ -388,6 +434,8 @@ def run_search(req: SearchRequest, *, err: TextIO | None = None, out: TextIO | N
             from .refine import check_refine  # noqa: PLC0415
 
             check_refine(req)
+        if req.adapt_minutes:
+            req.profiles = str(adapt_device(req, err))
         if req.calibrate:
             req.profiles = str(calibrate_device(req, err))
         setup = None
