@@ -64,6 +64,9 @@ FIT_RESERVE_S = 60.0
 #: configurations per layer type in the plan the budget cuts (broad space, and as many from the
 #: network prior); its shuffled order covers every type whatever the cut
 DEFAULT_SAMPLES = 200
+#: the fewest seconds worth measuring an own layer profile in (at 1 thread on a 2-vCPU VM,
+#: 200-400 configurations: every type gets a few rows from the shuffled plan)
+MIN_LAYER_S = 60.0
 #: the state is written at most this often while layers are measured
 _SAVE_EVERY_S = 5.0
 
@@ -212,7 +215,7 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
     state = AdaptState.open(state_path(db), {
         "base": base.name, "name": name, "runner": runner_name, "options": {k: v for k, v in options.items()
                                                                             if k != "token"},
-        "precision": precision, "networks": _digest([s.name for s in specs]), "rounds": rounds, "minutes": minutes,
+        "precision": precision, "networks": _digest([s.name for s in specs]), "rounds": rounds,
         "route": route})
     if state.spent_s:
         log(f"resuming: {state.spent_s:.0f} s of the {minutes:g}-minute budget spent by earlier runs"
@@ -254,6 +257,11 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
         plan, what = layer_plan(runner)
         deadline = budget - first_s - FIT_RESERVE_S
         left = deadline - state.elapsed()
+        if left < MIN_LAYER_S and not state.phases.get("layers", {}).get("rows"):
+            need = (state.elapsed() + MIN_LAYER_S + first_s + FIT_RESERVE_S) / 60
+            raise UserError(f"--minutes {minutes:g} leaves {max(left, 0):.0f} s for the layer profile after the networks "
+                            f"({first_s:.0f} s, and as much again after the layers): too little; run the same "
+                            f"command with --minutes {math.ceil(need) + 1} or more (what was measured is kept)")
         log(f"[3/4] measuring a layer profile of this machine ({what}): {max(left, 0):.0f} s of the budget left "
             f"for it")
         t0, before = time.monotonic(), layer_s

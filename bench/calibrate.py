@@ -71,7 +71,8 @@ def measure(name: str, runner: Any, specs: Sequence[Any], *, fusion: Any, db: st
             precision: str | None = None, options: dict[str, Any] | None = None,
             progress: bool = False, log: Callable[[str], None] | None = None) -> Measured:
     """Measure ``specs`` (:mod:`bench.network_sources`) whole on ``runner`` (a
-    :class:`~bench.runners.base.Runner`, closed afterwards), committing every round to ``db``;
+    :class:`~bench.runners.base.Runner`, closed afterwards), committing every round to ``db``
+    (converted models are kept beside it in ``<db>.models/``);
     ``log`` also gets :func:`bench.network_measure.moved_warning`'s warning."""
     from .measure import bench_version, exclusive  # noqa: PLC0415
     from .network_measure import PROTOCOL, measure_networks, moved_warning  # noqa: PLC0415
@@ -92,7 +93,8 @@ def measure(name: str, runner: Any, specs: Sequence[Any], *, fusion: Any, db: st
             env_id = store.environment_id(name, env, settings)
             t0 = time.monotonic()
             results = measure_networks(runner, store, env_id, specs, fusion=fusion, warmup=warmup, runs=runs,
-                                       rounds=rounds, precision=precision, progress=progress, log=log)
+                                       rounds=rounds, precision=precision, progress=progress, log=log,
+                                       cache=path.with_name(path.name + ".models"))
             seconds = time.monotonic() - t0
         warning = moved_warning(results)
         if warning and log is not None:

@@ -57,6 +57,8 @@ DEFAULT_RUNS = 20
 DEFAULT_WARMUP = 5
 #: the median network's round-to-round spread (%) beyond which the measurement warns
 SPREAD_WARN_PCT = 20.0
+#: converted models (TFLite) up to this size are kept beside the database (:func:`converted`)
+CACHE_CONVERTED_BYTES = 64 * 2**20
 #: networks stay prepared between rounds while their runner-format models add up to this
 #: (the rest are prepared for each timing; see the module docstring)
 KEEP_PREPARED_BYTES = 512 * 2**20
@@ -144,12 +146,33 @@ def round_order(specs: Sequence[NetworkSpec], r: int) -> list[NetworkSpec]:
     return order
 
 
+def converted(runner: Runner, model: bytes, precision: str, cache: Path | None) -> bytes:
+    """:func:`runner_model`, kept in ``cache`` (a directory) when it is a conversion of at most
+    :data:`CACHE_CONVERTED_BYTES`: a resumed or second measurement of the same networks
+    converts none of them again (ONNX -> TFLite: 1-5 s a network)."""
+    if cache is None or runner.model_format == "onnx":
+        return runner_model(runner, model, precision)
+    import hashlib  # noqa: PLC0415
+
+    path = cache / f"{hashlib.sha256(model).hexdigest()[:24]}-{precision}.{runner.model_format}"
+    if path.is_file():
+        return path.read_bytes()
+    out = runner_model(runner, model, precision)
+    if len(out) <= CACHE_CONVERTED_BYTES:
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.partial")
+        tmp.write_bytes(out)
+        tmp.replace(path)
+    return out
+
+
 def measure_networks(runner: Runner, store: Store, env_id: int, specs: Sequence[NetworkSpec], *, fusion: Any,
                      warmup: int = DEFAULT_WARMUP, runs: int = DEFAULT_RUNS, rounds: int = DEFAULT_ROUNDS,
-                     precision: str = "fp32",
+                     precision: str = "fp32", cache: Path | None = None,
                      progress: bool = False, log: Callable[[str], None] | None = None) -> list[NetworkResult]:
     """Build, record, prepare, then time ``specs`` in interleaved rounds (see the module
-    docstring); returns one result per spec, in order."""
+    docstring); returns one result per spec, in order. ``cache``: where converted models are
+    kept (:func:`converted`)."""
     if runner.provenance == "estimated":
         warmup, runs, rounds = 0, 1, 1
     if rounds < 1 or runs < 1 or warmup < 0:
@@ -166,7 +189,7 @@ def measure_networks(runner: Runner, store: Store, env_id: int, specs: Sequence[
                 store.add_network(env_id, spec.name, spec.family, spec.source, spec.detail, spec.weightless_onnx,
                                   spec.onnx_sha256)
                 if any(r not in done.get(spec.name, {}) for r in range(rounds)):
-                    models.add(spec.name, runner_model(runner, model, precision))
+                    models.add(spec.name, converted(runner, model, precision, cache))
                 bar.update()
         finally:
             bar.close()
