@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     name = f"{base.name}-adapt-{args.target}"
     stamp = work / f"{name}.done"
     if not args.skip_adapt:
-        cmd = ["adapt", "--device", base.name, "--name", name, "--root", str(root), "--replace",
+        cmd = ["adapt", "--device", str(base.path), "--name", name, "--root", str(root), "--replace",
                "--db", str(work / f"{name}.sqlite"), "--minutes", str(args.minutes), "--route", args.route,
                "--runner", t["runner"], *_flags(options)]
         print(f"$ bench {' '.join(cmd)}", flush=True)
