@@ -257,6 +257,7 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
         print(f"calibrated on {r['n_networks']} networks: {r['method']} ({r['correction']['formula']}); "
               f"{r['validation']} mean |error| {cv[r['method']]:.1f} % against "
               f"{r['uncalibrated_mean_abs_error_pct']:.1f} % uncalibrated (candidates: {alt})")
+        print(f"why: {r['choice']}")
         if r.get("warning"):
             print(f"warning: {r['warning']}", file=sys.stderr)
     else:
