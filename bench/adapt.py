@@ -47,7 +47,7 @@ from typing import Any, Callable, Sequence
 from estimator.errors import UserError
 
 __all__ = ["CARRY_ERROR", "DEFAULT_MINUTES", "DEFAULT_ROUNDS", "DEFAULT_SAMPLES", "ROUTES", "FIT_RESERVE_S", "Adapted",
-           "AdaptState", "decide", "adapt", "state_path", "sampling_plan", "describe_adapted"]
+           "AdaptState", "decide", "adapt", "state_path", "sampling_plan", "describe_adapted", "setting_differences"]
 
 #: BASE carries when its calibration's leave-family-out mean |error| on this machine's networks
 #: is at most this: what a small own profile reaches held out (3.9-5.9 % on a 2-vCPU AMD VM)
@@ -148,7 +148,7 @@ class Adapted:
     ratio: tuple[float, float, float]  # BASE's measured / predicted here: median, min, max
 
 
-def _setting(base: Any, runner: str, options: dict[str, Any], precision: str) -> list[str]:
+def setting_differences(base: Any, runner: str, options: dict[str, Any], precision: str) -> list[str]:
     """How this target's runner setting differs from BASE's: each a reason its layer rows
     describe another runtime."""
     out = []
@@ -234,7 +234,7 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
     log(f"{base.name} here: measured / predicted {med:.3f} median ({lo:.2f}-{hi:.2f}) over {n} networks ({off})")
 
     # 2. the decision
-    setting = _setting(base, runner_name, m.options, precision)
+    setting = setting_differences(base, runner_name, m.options, precision)
     base_report: dict[str, Any] | None = None
     if not setting:
         with tempfile.TemporaryDirectory(prefix="bench-adapt-") as tmp:

@@ -230,6 +230,7 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     from estimator import fingerprint as fp  # noqa: PLC0415
     from estimator.profile import default_root, load_profile  # noqa: PLC0415
 
+    from .adapt import decide, setting_differences  # noqa: PLC0415
     from .calibrate import bias, describe_sources, target_description, write_calibrated_profile  # noqa: PLC0415
 
     _check_name(a.name, "--name")
@@ -260,6 +261,12 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
         print(f"why: {r['choice']}")
         if r.get("warning"):
             print(f"warning: {r['warning']}", file=sys.stderr)
+        setting = setting_differences(base, m.runner, m.options, m.precision) if m.kind == "measured" else []
+        route, why = decide(base, r, setting)
+        if route == "profile" and (diffs or setting):  # a base from elsewhere that does not carry here
+            print(f"warning: {why}: this calibration does not make {base.name} hold here; `bench adapt --device "
+                  f"{base.name} --name NEW` measures a small profile of this machine instead (at most 10 minutes)",
+                  file=sys.stderr)
     else:
         print(f"warning: {a.name} is not calibrated: {out.info.get('reason')}", file=sys.stderr)
     print(f"wrote profile {a.name} ({out.path}): {base.name}'s layer rows + {len(m.results)} network rows")
