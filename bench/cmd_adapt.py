@@ -98,9 +98,10 @@ def layer_plan_of(layers: str | None, samples: int, max_ops: float | None, seed:
     return plan
 
 
-def print_adapted(base: Any, r: Any, out: Any = sys.stdout) -> None:
+def print_adapted(base: Any, r: Any, out: Any = None) -> None:
     """What ``bench adapt`` (and ``nas search --adapt``) did: the route and why, the figures
-    before and after."""
+    before and after (to ``out``, default the current ``sys.stdout``)."""
+    out = sys.stdout if out is None else out
     print(f"route: {r.route}: {r.why}", file=out)
     med, lo, hi = r.ratio
     print(f"before: {base.name} here: measured / predicted {med:.3f} median ({lo:.2f}-{hi:.2f}) over {r.networks} "
