@@ -226,7 +226,7 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
     # 1. the networks, first half of the rounds
     log(f"[1/4] timing {len(specs)} networks ({describe_sources(specs)}) in {half} of {rounds} interleaved rounds")
     m = measure(name, runner, specs, fusion=base.fusion_rules(), db=db, rounds=half, runs=runs, warmup=warmup,
-                precision=precision, options=options, progress=progress, log=log)
+                precision=precision, options=options, progress=progress, log=log, of_rounds=rounds)
     first_s = float(state.phases.get("networks_first", {}).get("seconds") or m.seconds)  # the first run's, builds included
     state.save(networks_first={"seconds": round(first_s, 1), "rounds": half})
     med, lo, hi, n = bias(base, m.results)

@@ -69,11 +69,14 @@ def runner_defaults(runner: str, base: Any) -> dict[str, Any]:
 def measure(name: str, runner: Any, specs: Sequence[Any], *, fusion: Any, db: str | Path,
             rounds: int = DEFAULT_ROUNDS, runs: int = DEFAULT_RUNS, warmup: int = DEFAULT_WARMUP,
             precision: str | None = None, options: dict[str, Any] | None = None,
-            progress: bool = False, log: Callable[[str], None] | None = None) -> Measured:
+            progress: bool = False, log: Callable[[str], None] | None = None,
+            of_rounds: int | None = None) -> Measured:
     """Measure ``specs`` (:mod:`bench.network_sources`) whole on ``runner`` (a
     :class:`~bench.runners.base.Runner`, closed afterwards), committing every round to ``db``
-    (converted models are kept beside it in ``<db>.models/``);
-    ``log`` also gets :func:`bench.network_measure.moved_warning`'s warning."""
+    (converted models are kept beside it in ``<db>.models/``); ``log`` also gets
+    :func:`bench.network_measure.moved_warning`'s warning. ``of_rounds`` (default ``rounds``):
+    the rounds the database's environment is for, so that the first ``rounds`` of them
+    measured now and all of them measured later are one set of rounds."""
     from .measure import bench_version, exclusive  # noqa: PLC0415
     from .network_measure import PROTOCOL, measure_networks, moved_warning  # noqa: PLC0415
     from .smartpad import default_precision  # noqa: PLC0415
@@ -84,7 +87,7 @@ def measure(name: str, runner: Any, specs: Sequence[Any], *, fusion: Any, db: st
     try:
         precision = precision or ("int8" if runner.name == "vela" else default_precision(runner.model_format))
         path = Path(db)
-        settings = {"protocol": PROTOCOL, "warmup": warmup, "runs": runs, "rounds": rounds,
+        settings = {"protocol": PROTOCOL, "warmup": warmup, "runs": runs, "rounds": of_rounds or rounds,
                     "model_format": runner.model_format, "precision": precision, "bench_version": bench_version()}
         if log is not None:
             log(f"{len(specs)} networks on {name} with {runner.name} -> {path}")
