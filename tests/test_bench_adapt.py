@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench.adapt import CARRY_ERROR, _setting, decide, state_path
+from bench.adapt import CARRY_ERROR, decide, setting_differences, state_path
 from estimator.calibration import MIN_NETWORKS
 
 from .crash import count_rows, run_and_kill
@@ -268,13 +268,13 @@ def test_decide_on_constructed_reports():
     base = SimpleNamespace(name="b", runner="onnxruntime", precision="fp32", threads=1)
     good = _report(100 * CARRY_ERROR / 2)
     # another runner setting: the layer rows describe another runtime, whatever the report
-    for setting in (_setting(base, "onnxruntime", {"threads": 2}, "fp32"), _setting(base, "litert", {}, "fp32"),
-                    _setting(base, "onnxruntime", {"threads": 1}, "fp16")):
+    for setting in (setting_differences(base, "onnxruntime", {"threads": 2}, "fp32"), setting_differences(base, "litert", {}, "fp32"),
+                    setting_differences(base, "onnxruntime", {"threads": 1}, "fp16")):
         assert len(setting) == 1
         route, why = decide(base, good, setting)
         assert route == "profile" and "another setting" in why and setting[0] in why
-    assert "2 thread(s) here, 1 in b" in _setting(base, "onnxruntime", {"threads": 2}, "fp32")[0]
-    assert _setting(base, "onnxruntime", {"threads": 1}, "fp32") == []
+    assert "2 thread(s) here, 1 in b" in setting_differences(base, "onnxruntime", {"threads": 2}, "fp32")[0]
+    assert setting_differences(base, "onnxruntime", {"threads": 1}, "fp32") == []
     assert decide(base, None, [])[0] == "profile"
     # a small leave-family-out error, families that agree: calibrate
     route, why = decide(base, good, [])
@@ -292,7 +292,7 @@ def test_decide_on_constructed_reports():
 # ----------------------------------------------------------------------------- bad input
 
 
-@pytest.mark.parametrize("case", ["unknown base", "tensorrt", "agent", "name in use", "other minutes"])
+@pytest.mark.parametrize("case", ["unknown base", "tensorrt", "agent", "name in use", "other rounds"])
 def test_bad_input_is_one_line_and_writes_nothing(calibrated, tmp_path, case, monkeypatch):
     c = calibrated
     monkeypatch.setenv("CL_CACHE_DIR", str(c.ps.cache))
@@ -306,8 +306,8 @@ def test_bad_input_is_one_line_and_writes_nothing(calibrated, tmp_path, case, mo
         extra, msg = ["--runner", "agent"], "runner 'agent'"
     elif case == "name in use":
         name, msg = NEW, "give --replace"
-    else:  # the calibrate route's database and state, resumed with another budget
-        name, db, extra, msg = NEW, c.db, ["--replace", "--minutes", "7"], str(state_path(c.db))
+    else:  # the calibrate route's database and state, resumed with other rounds (a budget may change)
+        name, db, extra, msg = NEW, c.db, ["--replace", "--rounds", "6"], str(state_path(c.db))
     files = {p: p.read_bytes() for p in (c.root / NEW).iterdir() if p.is_file()}
     before_root = sorted(p.name for p in c.root.iterdir())
     before_db = _snapshot(c.db)
@@ -317,8 +317,8 @@ def test_bad_input_is_one_line_and_writes_nothing(calibrated, tmp_path, case, mo
     assert rc == 2 and msg in err, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("bench: error: ") and not out, err
-    if case == "other minutes":
-        assert "minutes" in err
+    if case == "other rounds":
+        assert "rounds" in err
     else:
         assert not db.exists() and not state_path(db).exists()  # stopped before anything was measured
     assert sorted(p.name for p in c.root.iterdir()) == before_root  # no profile, no staging folder
