@@ -379,8 +379,13 @@ def cmd_profile(a: argparse.Namespace) -> int:
                            description=a.description, fusion=_load_json(a.fusion, "fusion"),
                            op_mapping=_load_json(a.op_mapping, "op-mapping"),
                            training=_load_json(a.training, "training"), force=a.force)
-    n = sum(1 for _ in prof.rows())
+    from estimator.dataset import excluded_message  # noqa: PLC0415
+
+    excluded: list[tuple[int, str]] = []
+    n = sum(1 for _ in prof.rows(excluded))
     print(f"wrote profile {prof.name} to {prof.path} ({n} rows, provenance {prof.provenance.kind}, runner {prof.runner})")
+    if excluded:
+        print(f"warning: {excluded_message(prof.measurements_path, excluded)}")
     print(f"source: {prof.provenance.source}")
     for t, e in sorted((prof.extra.get("cold_rows") or {}).items()):
         print(f"{t}: {e['rows']} weight-bound rows measured cold (flush_cache_mb {e['flush_cache_mb']}, environment "

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from estimator.cliutil import integer, number
-from estimator.dataset import DatasetError, read_measurements
+from estimator.dataset import DatasetError, excluded_message, read_measurements
 from estimator.errors import UserError
 
 from .measure import make_runner, measure_plan
@@ -292,13 +292,16 @@ def cmd_show(a: argparse.Namespace) -> int:
             failures = store.failures()
         print(f"{path}: {len(rows)} measurements, {sum(lut.values())} padding pairs, {len(failures)} failed configs")
     else:
+        excluded: list[tuple[int, str]] = []
         try:
-            rows = list(read_measurements(path))
-        except (DatasetError, UnicodeDecodeError) as e:
+            rows = list(read_measurements(path, excluded))
+        except DatasetError as e:
             raise UserError(f"{path}: not a benchmark database or dataset CSV ({e})") from e
         side = provenance_path(path)
         envs = json.loads(side.read_text())["environments"] if side.exists() else []
         print(f"{path}: {len(rows)} measurements")
+        if excluded:
+            print(f"warning: {excluded_message(path, excluded)}")
         if not envs:
             print(f"(no provenance sidecar {side.name}; rows name their runner and env_id only)")
     counts: dict[int, int] = {}

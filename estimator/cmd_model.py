@@ -277,6 +277,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print("too few rows (roofline fallback): " + ", ".join(f"{t} ({n})" for t, n in rep["too_few_rows"].items()))
     if rep["skipped_rows"]:
         print("skipped rows: " + "; ".join(f"{k}: {v}" for k, v in rep["skipped_rows"].items()))
+    for w in est.profile_warnings():
+        print(f"warning: {w}")
     fb = rep["fallback"]
     print(f"fallback roofline: {fb['peak_gops_per_s']:.2f} Gop/s, {fb['peak_gbytes_per_s']:.2f} GB/s, "
           f"overhead {fb['overhead_us']:.2f} us per layer, median measured/(overhead + roofline) "

@@ -25,6 +25,13 @@ n_runs          timed runs per measurement
 runner          runner name
 env_id          id of the environment/provenance record the row was measured under
 
+A layer row that cannot be a measurement (:func:`implausible`: a time that is NaN or
+infinite, a model time at or below zero, a layer time above its padded model's, or
+``t_lum_hi_ms`` far below zero) is left out by the reader, which reports its line and why
+(:func:`read_measurements`).
+A cell that is not a number, a short row or undecodable bytes make the file unreadable
+(:class:`DatasetError` naming file and line).
+
 Network rows (``networks.csv``, beside a ``networks/`` folder of weightless ONNX files)
 -------------------------------------------------------------------------------------
 name            unique within the file, e.g. ``space:mobilenet#s0-7``, ``zoo:resnet18@224``
@@ -48,8 +55,9 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping, Sequence
 
 from .errors import UserError
 
@@ -74,6 +82,22 @@ COLUMNS: tuple[str, ...] = (
 
 _FLOAT = {c for c in COLUMNS if c.endswith("_ms")} | {"ops"}
 
+#: The layer time columns: T_LUM = T_c - padding (Eq. 4), which smart padding may put below zero.
+LUM_COLUMNS = ("t_lum_lo_ms", "t_lum_hi_ms", "t_lum_ms")
+#: How far below zero ``t_lum_hi_ms`` (T_c less the cheaper padding pair) may go, in units of
+#: the padded model's time T_c: below ``-NEGATIVE_LUM_LIMIT * t_padded_ms`` the row is impossible.
+#: Chosen on measured rows with margin: the lowest ratios are -2.21 (host-cpu, a mul), -0.71
+#: (imx93) and -1.24 (the small onnxruntime profiles the tests measure, three runs a model);
+#: a sign or unit slip lies far beyond (-5 ms on a 0.085 ms maxpool: -59) and would train at the
+#: 0 ms floor, dragging down its configuration and its neighbours. The other two columns get
+#: no such bound: T_c less the dearer pair is genuinely far below zero for a layer that shrinks
+#: its input (a globalpool over 224x224x16: t_lum_lo_ms -54 x T_c, its input pair 18 ms
+#: against a padded model of 0.33 ms; host-cpu down to -3.8 x), and training clips it at 0 ms.
+NEGATIVE_LUM_LIMIT = 5.0
+#: Times that are never negative (t_single_ms and t_padded_ms must be above zero: a model runs).
+_NON_NEGATIVE = ("t_b1_ms", "t_b2_ms", "padded_p10_ms", "padded_p90_ms", "padded_mad_ms")
+_TIMES = tuple(c for c in COLUMNS if c.endswith("_ms"))
+
 NETWORK_COLUMNS: tuple[str, ...] = (
     "name", "family", "source", "detail", "onnx", "onnx_sha256", "measured_ms", "spread_pct", "p10_ms", "p90_ms",
     "rounds", "runs", "kind", "runner", "measured_at",
@@ -87,28 +111,106 @@ class DatasetError(UserError, ValueError):
 
 
 def parse_row(row: dict[str, str]) -> dict[str, Any]:
+    """One CSV row with its numbers and ``params`` parsed (an empty number cell is NaN);
+    ValueError names the column of a cell that does not parse."""
     out: dict[str, Any] = dict(row)
     for c in _FLOAT:
         v = row.get(c, "")
-        out[c] = float(v) if v not in ("", None) else float("nan")
-    out["params"] = json.loads(row["params"])
-    out["n_runs"] = int(row.get("n_runs") or 0)
+        try:
+            out[c] = float(v) if v not in ("", None) else float("nan")
+        except ValueError:
+            raise ValueError(f"{c}: not a number: {v!r}") from None
+    try:
+        out["params"] = json.loads(row["params"])
+    except ValueError as e:
+        raise ValueError(f"params: not JSON ({e}): {row['params']!r}") from None
+    if not isinstance(out["params"], dict):
+        raise ValueError(f"params: not a JSON object: {row['params']!r}")
+    try:
+        out["n_runs"] = int(row.get("n_runs") or 0)
+    except ValueError:
+        raise ValueError(f"n_runs: not an integer: {row.get('n_runs')!r}") from None
     return out
 
 
-def read_measurements(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Yield parsed rows of a measurements CSV, checking its header first."""
+def implausible(row: Mapping[str, Any]) -> str | None:
+    """Why a parsed layer row cannot be a measurement, or None if it can.
+
+    Impossible: a time column that is NaN (or empty) or infinite, where only ``t_single_ms``
+    may be empty (the single-layer model was not timed); ``t_single_ms`` or ``t_padded_ms``
+    at or below zero (a model takes time); a negative padding or dispersion time; a layer time
+    (:data:`LUM_COLUMNS`) above ``t_padded_ms`` (T_LUM is T_c less a padding time); or
+    ``t_lum_hi_ms`` below ``-NEGATIVE_LUM_LIMIT * t_padded_ms``. Other negative layer times are
+    genuine smart-padding outcomes (the layer costs less than its padding pair's noise, or
+    shrinks its input) and stay."""
+    for c in _TIMES:
+        v = row.get(c, math.nan)
+        if not isinstance(v, (int, float)):
+            return f"{c} is {v!r}, not a number"
+        if not math.isfinite(v) and not (c == "t_single_ms" and math.isnan(v)):
+            return f"{c} is empty or NaN" if math.isnan(v) else f"{c} is {v}"
+    t_c = row["t_padded_ms"]
+    for c in ("t_single_ms", "t_padded_ms"):
+        if row[c] <= 0:  # (False for an empty t_single_ms)
+            return f"{c} {row[c]:g} is not above 0"
+    for c in _NON_NEGATIVE:
+        if row[c] < 0:
+            return f"{c} {row[c]:g} is negative"
+    for c in LUM_COLUMNS:
+        if row[c] > t_c * (1 + 1e-9):
+            return f"{c} {row[c]:g} exceeds t_padded_ms {t_c:g}"
+    if row["t_lum_hi_ms"] < -NEGATIVE_LUM_LIMIT * t_c:
+        return f"t_lum_hi_ms {row['t_lum_hi_ms']:g} is below -{NEGATIVE_LUM_LIMIT:g} x t_padded_ms {t_c:g}"
+    return None
+
+
+def read_measurements(path: str | Path, excluded: list[tuple[int, str]] | None = None) -> Iterator[dict[str, Any]]:
+    """Yield the parsed rows of a measurements CSV, checking its header first.
+
+    A row that cannot be a measurement (:func:`implausible`) is appended to ``excluded`` as
+    ``(line, reason)`` and not yielded; without an ``excluded`` list it raises
+    :class:`DatasetError`, so a row is never dropped unsaid. A cell that does not parse, a
+    row with more or fewer cells than the header (a truncated file), bytes that are not UTF-8
+    or broken CSV raise :class:`DatasetError` naming the file and line."""
     path = Path(path)
-    with path.open(newline="") as f:
-        reader = csv.DictReader(f)
-        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise DatasetError(f"{path}: missing columns {missing}")
-        for i, row in enumerate(reader, start=2):
-            try:
-                yield parse_row(row)
-            except (ValueError, KeyError) as e:
-                raise DatasetError(f"{path}:{i}: {e}") from e
+    line = 1
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise DatasetError(f"{path}: missing columns {missing}")
+            n = len(reader.fieldnames or [])
+            for row in reader:
+                line = reader.line_num
+                if None in row or None in row.values():
+                    cells = n + len(row.get(None) or ()) - sum(v is None for v in row.values())
+                    raise DatasetError(f"{path}:{line}: {cells} cells where the header has {n}"
+                                       + (" (truncated?)" if cells < n else ""))
+                try:
+                    r = parse_row(row)
+                except (ValueError, KeyError) as e:
+                    raise DatasetError(f"{path}:{line}: {e}") from e
+                why = implausible(r)
+                if why is None:
+                    yield r
+                elif excluded is None:
+                    raise DatasetError(f"{path}:{line}: impossible row: {why}")
+                else:
+                    excluded.append((line, why))
+    except UnicodeDecodeError as e:
+        raise DatasetError(f"{path}: not a UTF-8 CSV file after line {line} ({e})") from e
+    except csv.Error as e:
+        raise DatasetError(f"{path}:{reader.line_num}: not CSV ({e})") from e
+
+
+def excluded_message(path: str | Path, excluded: Sequence[Sequence[Any]], shown: int = 3) -> str:
+    """One line naming the layer rows of ``path`` left out as impossible: the first ``shown``
+    ``(line, reason)`` pairs of ``excluded`` (:func:`read_measurements`), then how many more."""
+    n = len(excluded)
+    head = "; ".join(f"line {line}: {why}" for line, why in excluded[:shown])
+    more = f"; and {n - shown} more" if n > shown else ""
+    return f"{path}: {n} impossible layer row{'s' if n != 1 else ''} left out of training ({head}{more})"
 
 
 def write_measurements(path: str | Path, rows: list[dict[str, Any]]) -> None:
@@ -139,8 +241,8 @@ def _parse_network_row(row: dict[str, str]) -> dict[str, Any]:
         raise ValueError(f"source must be one of {', '.join(NETWORK_SOURCES)}, got {out['source']!r}")
     if out["kind"] not in ("measured", "estimated"):
         raise ValueError(f"kind must be 'measured' or 'estimated', got {out['kind']!r}")
-    if not out["measured_ms"] > 0:
-        raise ValueError(f"measured_ms must be > 0, got {out['measured_ms']}")
+    if not 0 < out["measured_ms"] < math.inf:
+        raise ValueError(f"measured_ms must be a positive finite number, got {out['measured_ms']}")
     if not out["onnx"]:
         raise ValueError("empty onnx path")
     return out
@@ -151,20 +253,24 @@ def read_network_rows(path: str | Path) -> list[dict[str, Any]]:
     path = Path(path)
     rows: list[dict[str, Any]] = []
     seen: set[str] = set()
-    with path.open(newline="") as f:
+    with path.open(newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
-        missing = [c for c in NETWORK_COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise DatasetError(f"{path}: missing columns {missing}")
-        for i, row in enumerate(reader, start=2):
-            try:
-                r = _parse_network_row(row)
-            except (ValueError, KeyError) as e:
-                raise DatasetError(f"{path}:{i}: {e}") from e
-            if r["name"] in seen:
-                raise DatasetError(f"{path}:{i}: network {r['name']!r} appears twice")
-            seen.add(r["name"])
-            rows.append(r)
+        try:
+            missing = [c for c in NETWORK_COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise DatasetError(f"{path}: missing columns {missing}")
+            for row in reader:
+                i = reader.line_num
+                try:
+                    r = _parse_network_row(row)
+                except (ValueError, KeyError) as e:
+                    raise DatasetError(f"{path}:{i}: {e}") from e
+                if r["name"] in seen:
+                    raise DatasetError(f"{path}:{i}: network {r['name']!r} appears twice")
+                seen.add(r["name"])
+                rows.append(r)
+        except csv.Error as e:
+            raise DatasetError(f"{path}:{reader.line_num}: not CSV ({e})") from e
     return rows
 
 

@@ -193,6 +193,7 @@ import numpy as np
 
 from .aggregate import DistBatch, Family, conformal_index, layer_intervals
 from .conformal import METRICS, BatchPrediction, sigmas
+from .dataset import excluded_message
 from .fastpath import FastKNN, FlatForests
 from .errors import UserError
 from .layers import SPECS, Layer, LayerSpecError, LayerType, bench_params, describe, feature_names, feature_vector
@@ -219,9 +220,10 @@ __all__ = [
     "elem_bytes_for",
 ]
 
-#: The sources that determine a trained model (the training code, the conformal difficulties, the layer vocabulary's
-#: features, the predictive-distribution families, the flattened forests and k-NN arrays).
-_TRAINING_SOURCES = ("models.py", "conformal.py", "aggregate.py", "fastpath.py", "layers/*.py")
+#: The sources that determine a trained model (the training code, the rows it may train on, the conformal
+#: difficulties, the layer vocabulary's features, the predictive-distribution families, the flattened forests and
+#: k-NN arrays).
+_TRAINING_SOURCES = ("models.py", "dataset.py", "conformal.py", "aggregate.py", "fastpath.py", "layers/*.py")
 
 
 def _code_version() -> str:
@@ -1283,7 +1285,9 @@ def get_models(profile: Any, *, target: str = "lum", cache_root: Any = None, ret
     entry's pickle when the reference path first needs them (retrained, deterministically,
     if that is gone). A miss trains only the types whose rows have no type entry
     (:class:`_TypeCache`; see "Incremental retraining" in the module docstring);
-    ``retrain=True`` reads no entry at all.
+    ``retrain=True`` reads no entry at all. The rows that cannot be measurements are left
+    out, and listed as ``[line, reason]`` in the report's ``excluded_rows``
+    (:meth:`estimator.profile.Profile.rows`).
     """
     from . import cache  # noqa: PLC0415
 
@@ -1296,9 +1300,16 @@ def get_models(profile: Any, *, target: str = "lum", cache_root: Any = None, ret
     parts = _TypeCache(cache_root, target=target, precision=profile.precision, options=opts, read=not retrain)
 
     def train() -> DeviceModels:
-        models = train_models(profile.rows(), profile_name=profile.name, precision=profile.precision, target=target,
-                              options=opts, n_jobs=n_jobs, cache_key=key, data_hash=data_hash, progress=progress,
-                              parts=parts)
+        excluded: list[tuple[int, str]] = []
+        try:
+            models = train_models(profile.rows(excluded), profile_name=profile.name, precision=profile.precision,
+                                  target=target, options=opts, n_jobs=n_jobs, cache_key=key, data_hash=data_hash,
+                                  progress=progress, parts=parts)
+        except ModelError as e:
+            if not excluded:
+                raise
+            raise ModelError(f"{e}; {excluded_message(profile.measurements_path, excluded)}") from e
+        models.report["excluded_rows"] = [[line, why] for line, why in excluded]
         cache.store_arrays(key, models.arrays(), cache_root)  # after the type entries it names
         return models
 
@@ -1308,7 +1319,7 @@ def get_models(profile: Any, *, target: str = "lum", cache_root: Any = None, ret
     def type_rows(t: str) -> TrainingData:  # the profile's rows of type t, read once (to retrain a reference)
         with lock:
             if not rows:
-                rows.update(training_data(profile.rows(), target, elem_bytes_for(profile.precision), opts)[0])
+                rows.update(training_data(profile.rows([]), target, elem_bytes_for(profile.precision), opts)[0])
         return rows[t]
 
     def reference(t: str, models: DeviceModels) -> ReferenceModel:

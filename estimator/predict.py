@@ -72,6 +72,7 @@ import numpy as np
 from .aggregate import (COUPLINGS, DEFAULT_COUPLING, DEFAULT_SAMPLES, DEFAULT_SEED, DistBatch, Family, SampleBank,
                         aggregate, layer_intervals)
 from .calibration import MIN_NETWORKS, REFERENCE_CONFIDENCE, layer_kind
+from .dataset import excluded_message
 from .drivers import cm_o_drivers
 from .errors import UserError
 from .interface import cm_o_is_wide
@@ -554,7 +555,7 @@ class Estimator:
         layers = list(layers)
         bp = self._on_cpu(layers, self.predict_batch(layers, fast=fast))
         return (self._rows(layers, bp, confs, self._use_fast(fast)),
-                self._warnings(layers, bp, confs) + self.host_warnings())
+                self._warnings(layers, bp, confs) + self.host_warnings() + self.profile_warnings())
 
     # ----------------------------------------------------------------- network
     def fusion_rules(self) -> Any:
@@ -582,7 +583,7 @@ class Estimator:
         cal, info, cal_warns = self.calibration_state() if calibrate else (None, {"applied": False}, [])
         mc_confs = confs if cal is None else sorted(set(confs) | {REFERENCE_CONFIDENCE})
         est, layers, bp = self._estimate(network, confs, mc_confs, input_shapes, name, fast, per_layer)
-        est.warnings += self.host_warnings() + cal_warns
+        est.warnings += self.host_warnings() + self.profile_warnings() + cal_warns
         if cal is None or est.total_ms <= 0:
             est.calibration = dict(info)
             if cal is not None:
@@ -664,6 +665,12 @@ class Estimator:
         return est, layers, bp
 
     # ------------------------------------------------------------- calibration
+    def profile_warnings(self) -> list[str]:
+        """One line naming the profile's layer rows that training left out as impossible
+        (:meth:`estimator.profile.Profile.rows`), or none; every estimate carries it."""
+        excluded = (getattr(self.models, "report", None) or {}).get("excluded_rows") or []
+        return [excluded_message(self.profile.measurements_path, excluded)] if excluded else []
+
     def host_warnings(self) -> list[str]:
         """The fingerprint warning (:mod:`estimator.fingerprint`) when this machine differs
         from where the numbers that apply here were measured: the network rows' target when

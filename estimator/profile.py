@@ -9,7 +9,10 @@ A profile is a directory ``profiles/<name>/`` holding:
 
 Nothing else in the directory is read; in particular no pickles. Models are trained
 from ``measurements.csv`` and cached locally (:mod:`estimator.cache`); network rows
-calibrate the network totals (:mod:`estimator.calibration`).
+calibrate the network totals (:mod:`estimator.calibration`). A layer row that cannot be a
+measurement (:func:`estimator.dataset.implausible`) is left out of training, and one line
+names the file, its lines and why (:func:`estimator.dataset.excluded_message`): the training
+report's ``excluded_rows``, every estimate's warnings, or a :class:`ProfileWarning`.
 
 ``profile.json`` schema (version 1)
 -----------------------------------
@@ -91,13 +94,14 @@ import json
 import os
 import shutil
 import sys
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from .dataset import COLUMNS, DatasetError, read_measurements, read_network_rows
+from .dataset import COLUMNS, DatasetError, excluded_message, read_measurements, read_network_rows
 from .errors import NotFoundError, UserError
 
 __all__ = [
@@ -107,6 +111,7 @@ __all__ = [
     "NETWORKS_DIR",
     "SCHEMA_VERSION",
     "ProfileError",
+    "ProfileWarning",
     "Provenance",
     "Profile",
     "default_root",
@@ -136,6 +141,10 @@ _REF_KEYS = {"base", "targets", "excluded", "rounds", "configurations", "device_
 
 class ProfileError(UserError):
     """A profile directory or its metadata is malformed (the message says where and how)."""
+
+
+class ProfileWarning(UserWarning):
+    """A profile loads, but some of its layer rows are left out (the message says which and why)."""
 
 
 @dataclass(frozen=True)
@@ -209,9 +218,16 @@ class Profile:
     def metadata_path(self) -> Path:
         return self.path / PROFILE_FILE
 
-    def rows(self) -> Iterator[dict[str, Any]]:
-        """The benchmark rows (parsed; see :mod:`estimator.dataset`)."""
-        return read_measurements(self.measurements_path)
+    def rows(self, excluded: list[tuple[int, str]] | None = None) -> Iterator[dict[str, Any]]:
+        """The benchmark rows (parsed; see :mod:`estimator.dataset`) that can be measurements.
+
+        The impossible ones (:func:`estimator.dataset.implausible`) are appended to
+        ``excluded`` as ``(line, reason)``, for the caller to report; without a list, one
+        :class:`ProfileWarning` names them once the rows are read through."""
+        out: list[tuple[int, str]] = [] if excluded is None else excluded
+        yield from read_measurements(self.measurements_path, out)
+        if excluded is None and out:
+            warnings.warn(excluded_message(self.measurements_path, out), ProfileWarning, stacklevel=2)
 
     def data_hash(self) -> str:
         """SHA-256 of the measurements file's bytes (part of the model cache key)."""
@@ -323,7 +339,7 @@ class Profile:
             return {"networks": 0}
         c = self.calibration
         try:
-            n = sum(1 for _ in self.networks_path.open()) - 1
+            n = sum(1 for _ in self.networks_path.open("rb")) - 1  # (a listing: bytes, never decoded)
         except OSError:
             n = 0
         return {"networks": max(n, 0), "kind": c.get("kind", ""), "runner": c.get("runner", ""),
@@ -551,12 +567,10 @@ def _check_measurements_header(path: Path) -> None:
     if not path.is_file():
         raise ProfileError(f"{path.parent}: missing {MEASUREMENTS_FILE}")
     try:
-        rows = read_measurements(path)
-        next(rows, None)  # reads the header (and checks it) and the first row
+        rows = read_measurements(path, [])
+        next(rows, None)  # reads the header (and checks it) and the first possible row
     except DatasetError as e:
         raise ProfileError(str(e)) from e
-    except UnicodeDecodeError as e:
-        raise ProfileError(f"{path}: not a UTF-8 CSV file ({e})") from e
 
 
 def _resolve(name_or_path: str | Path, root: str | Path | None) -> Path:

@@ -234,6 +234,8 @@ def load_registry(root: str | Path, *, previous: Registry | None = None, cache_r
             _event(logging.INFO, "device loaded", device=name, model_version=dev.model_version,
                    from_cache=bool(getattr(dev.estimator.models, "loaded_from_cache", False)),
                    duration_ms=round(seconds * 1e3, 1))
+            for w in dev.estimator.profile_warnings():  # (each estimate carries it too)
+                _event(logging.WARNING, "device rows left out", device=name, warning=w)
             continue
         errors.append(msg)
         if not name:

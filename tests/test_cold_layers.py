@@ -35,7 +35,7 @@ def test_weight_bound_is_weights_against_input_and_output():
 def test_a_network_bigger_than_half_the_cache_reads_weight_bound_layers_cold(tmp_path, l3, cold):
     warm = synthetic.rows(300, seed=3, c_max=160)
     cold_rows = [dict(r, params={**r["params"], "cold": 1}, t_lum_ms=3 * r["t_lum_ms"], t_lum_lo_ms=3 * r["t_lum_lo_ms"],
-                      t_lum_hi_ms=3 * r["t_lum_hi_ms"])
+                      t_lum_hi_ms=3 * r["t_lum_hi_ms"], t_padded_ms=3 * r["t_padded_ms"])
                  for r in warm if weight_bound(describe("conv2d", r["params"]))]
     assert len(cold_rows) >= 20
     fp = {"host": {"caches": {"L3": l3}}}
