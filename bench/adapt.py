@@ -7,8 +7,8 @@ microarchitecture or runtime through a network-level correction (an Intel-measur
 layer profile of the machine itself does (4-6 % after about 5 minutes). So:
 
 1. **networks** (:func:`bench.calibrate.measure`): the calibration networks (by default
-   :data:`bench.cmd_calibrate.DEFAULT_NETWORKS` samples of three NAS spaces) are timed here in
-   half of their interleaved rounds;
+   :data:`DEFAULT_NETWORKS` samples of three NAS spaces) are timed here in half of their
+   interleaved rounds;
 2. **decision** (:func:`decide`): BASE carries when this target runs BASE's runner, precision
    and threads, and BASE calibrated on those networks predicts them within
    :data:`CARRY_ERROR` leave-family-out with families that agree
@@ -46,7 +46,7 @@ from typing import Any, Callable, Sequence
 
 from estimator.errors import UserError
 
-__all__ = ["CARRY_ERROR", "DEFAULT_MINUTES", "DEFAULT_ROUNDS", "DEFAULT_SAMPLES", "ROUTES", "FIT_RESERVE_S", "Adapted",
+__all__ = ["CARRY_ERROR", "DEFAULT_MINUTES", "DEFAULT_ROUNDS", "DEFAULT_NETWORKS", "DEFAULT_RUNS", "DEFAULT_WARMUP", "DEFAULT_SAMPLES", "ROUTES", "FIT_RESERVE_S", "Adapted",
            "AdaptState", "decide", "adapt", "state_path", "sampling_plan", "describe_adapted", "setting_differences"]
 
 #: BASE carries when its calibration's leave-family-out mean |error| on this machine's networks
@@ -56,6 +56,16 @@ CARRY_ERROR = 0.06
 DEFAULT_MINUTES = 10.0
 #: interleaved rounds of the networks in all: half before the layers, half after
 DEFAULT_ROUNDS = 4
+#: the calibration networks (samples of :data:`bench.cmd_calibrate.DEFAULT_SPACES`, round
+#: robin), and per network and round the timed and untimed runs: fewer than ``bench
+#: calibrate``'s 60 x (5 + 20), so that a slow runtime leaves the layers most of the budget
+#: (LiteRT fp32 on a 2-vCPU VM: 60 networks took 3.6 s each to build and convert and 167 s a
+#: round pair at 25 runs; a round median over 10 runs moves less than the 5-9 % between rounds)
+DEFAULT_NETWORKS = 45
+DEFAULT_RUNS = 10
+DEFAULT_WARMUP = 3
+#: seconds to rebuild a network for the second half of the rounds (its conversion is kept)
+_REBUILD_S = 1.0
 #: what the route choice can be forced to (``auto``: the evidence decides)
 ROUTES = ("auto", "calibrate", "profile")
 #: seconds kept back for training the new profile's layer models and fitting the calibration
@@ -227,8 +237,10 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
     log(f"[1/4] timing {len(specs)} networks ({describe_sources(specs)}) in {half} of {rounds} interleaved rounds")
     m = measure(name, runner, specs, fusion=base.fusion_rules(), db=db, rounds=half, runs=runs, warmup=warmup,
                 precision=precision, options=options, progress=progress, log=log, of_rounds=rounds)
-    first_s = float(state.phases.get("networks_first", {}).get("seconds") or m.seconds)  # the first run's, builds included
-    state.save(networks_first={"seconds": round(first_s, 1), "rounds": half})
+    # what the second half of the rounds will take: the first half's timing, and rebuilding
+    again_s = (sum(sum(r.round_medians_ms[:half]) for r in m.results) * (runs + warmup) / 1e3
+               + _REBUILD_S * len(specs))
+    state.save(networks_first={"seconds": round(m.seconds, 1), "rounds": half, "again_s": round(again_s, 1)})
     med, lo, hi, n = bias(base, m.results)
     off = f"{(med - 1) * 100:+.0f} %"
     log(f"{base.name} here: measured / predicted {med:.3f} median ({lo:.2f}-{hi:.2f}) over {n} networks ({off})")
@@ -255,13 +267,14 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
     if state.route == "profile":
         runner = make_runner(runner_name, options)
         plan, what = layer_plan(runner)
-        deadline = budget - first_s - FIT_RESERVE_S
+        deadline = budget - again_s - FIT_RESERVE_S
         left = deadline - state.elapsed()
         if left < MIN_LAYER_S and not state.phases.get("layers", {}).get("rows"):
-            need = (state.elapsed() + MIN_LAYER_S + first_s + FIT_RESERVE_S) / 60
+            need = (state.elapsed() + MIN_LAYER_S + again_s + FIT_RESERVE_S) / 60
             raise UserError(f"--minutes {minutes:g} leaves {max(left, 0):.0f} s for the layer profile after the networks "
-                            f"({first_s:.0f} s, and as much again after the layers): too little; run the same "
-                            f"command with --minutes {math.ceil(need) + 1} or more (what was measured is kept)")
+                            f"(about {again_s:.0f} s more for them after the layers): too little; run the same "
+                            f"command with --minutes {math.ceil(need) + 1} or more (what was measured is kept), or "
+                            f"fewer --networks")
         log(f"[3/4] measuring a layer profile of this machine ({what}): {max(left, 0):.0f} s of the budget left "
             f"for it")
         t0, before = time.monotonic(), layer_s

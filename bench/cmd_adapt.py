@@ -19,9 +19,9 @@ from pathlib import Path
 from estimator.cliutil import integer, number
 from estimator.errors import UserError
 
-from .cmd_calibrate import DEFAULT_NETWORKS, DEFAULT_SPACES, _check_name, source_specs
+from .adapt import DEFAULT_NETWORKS, DEFAULT_RUNS, DEFAULT_WARMUP
+from .cmd_calibrate import DEFAULT_SPACES, _check_name, source_specs
 from .cmd_run import DEFAULT_OUT, add_runner_options, db_path, given_runner_options
-from .network_measure import DEFAULT_RUNS, DEFAULT_WARMUP
 from .runners.base import RUNNERS
 
 __all__ = ["register"]

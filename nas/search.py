@@ -212,9 +212,9 @@ def adapt_device(req: SearchRequest, err: TextIO) -> Path:
     machine and calibrates that), on the default calibration networks plus samples of the
     searched space, resumable in ``OUT/adapt.sqlite``; the profile is written under the device's
     own name to ``OUT/profiles`` (returned: the in-process estimator's profiles directory)."""
-    from bench.adapt import adapt, describe_adapted, sampling_plan, DEFAULT_SAMPLES  # noqa: PLC0415
-    from bench.cmd_calibrate import DEFAULT_NETWORKS, DEFAULT_SPACES  # noqa: PLC0415
-    from bench.network_measure import DEFAULT_RUNS, DEFAULT_WARMUP  # noqa: PLC0415
+    from bench.adapt import (DEFAULT_NETWORKS, DEFAULT_RUNS, DEFAULT_SAMPLES, DEFAULT_WARMUP, adapt,  # noqa: PLC0415
+                             describe_adapted, sampling_plan)
+    from bench.cmd_calibrate import DEFAULT_SPACES  # noqa: PLC0415
     from bench.network_sources import space_specs  # noqa: PLC0415
     from estimator.profile import load_profile  # noqa: PLC0415
 
