@@ -289,6 +289,26 @@ def test_decide_on_constructed_reports():
     assert route == "profile" and "space:mobilenet +22 %" in why and "space:resnet -22 %" in why
 
 
+def test_a_budget_that_leaves_no_layer_time_says_how_to_give_more(calibrated, tmp_path, monkeypatch):
+    """Route profile with nothing of the budget left for layers (the reserve for fitting made
+    larger than it): one error naming the state file to delete, since a resume with other
+    --minutes is refused; no profile."""
+    import bench.adapt
+
+    monkeypatch.setenv("CL_CACHE_DIR", str(calibrated.ps.cache))
+    monkeypatch.setattr(bench.adapt, "FIT_RESERVE_S", 3600.0)
+    root = _root_with_base(calibrated.ps, tmp_path)
+    db = tmp_path / "adapt.sqlite"
+    shutil.copyfile(calibrated.db, db)  # its networks are resumed, not timed again; three are enough to fail
+    rc, out, err = _adapt(["--device", DEVICE, "--name", NEW, "--root", str(root), "--db", str(db), "--route",
+                           "profile", *NETWORK_ARGS, "--networks", "3", "--layers", LAYERS, "--samples", "3",
+                           "--max-ops", "2e7"])
+    last = err.strip().splitlines()[-1]
+    assert rc == 2 and "no layer configuration measured within the budget (--minutes 10)" in last, err
+    assert f"delete {state_path(db)}" in last and "Traceback" not in err and not out
+    assert count_rows(db, "measurements") == 0 and sorted(p.name for p in root.iterdir()) == [DEVICE]
+
+
 # ----------------------------------------------------------------------------- bad input
 
 
