@@ -292,8 +292,8 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
         layer_s = before + time.monotonic() - t0
         state.save(layers={"seconds": round(layer_s, 1), "rows": layer_rows, "env_id": env_id})
         if not layer_rows:
-            raise UserError(f"no layer configuration measured within the budget (--minutes {minutes:g}); to give "
-                            f"more, delete {state.path} (what {db} holds is kept) and run again with more --minutes")
+            raise UserError(f"no layer configuration measured within the budget (--minutes {minutes:g}); run the "
+                            f"same command with more --minutes (what was measured is kept)")
         log(f"measured {stats.measured} configurations ({stats.already} from earlier runs, {stats.failed} failed): "
             f"{layer_rows} rows in {layer_s:.0f} s")
 

@@ -291,8 +291,8 @@ def test_decide_on_constructed_reports():
 
 def test_a_budget_that_leaves_no_layer_time_says_how_to_give_more(calibrated, tmp_path, monkeypatch):
     """Route profile with nothing of the budget left for layers (the reserve for fitting made
-    larger than it): one error naming the state file to delete, since a resume with other
-    --minutes is refused; no profile."""
+    larger than it): one error saying how many minutes would do (a resume may raise --minutes);
+    no layer measured, no profile."""
     import bench.adapt
 
     monkeypatch.setenv("CL_CACHE_DIR", str(calibrated.ps.cache))
@@ -304,8 +304,8 @@ def test_a_budget_that_leaves_no_layer_time_says_how_to_give_more(calibrated, tm
                            "profile", *NETWORK_ARGS, "--networks", "3", "--layers", LAYERS, "--samples", "3",
                            "--max-ops", "2e7"])
     last = err.strip().splitlines()[-1]
-    assert rc == 2 and "no layer configuration measured within the budget (--minutes 10)" in last, err
-    assert f"delete {state_path(db)}" in last and "Traceback" not in err and not out
+    assert rc == 2 and "--minutes 10 leaves 0 s for the layer profile" in last, err
+    assert "run the same command with --minutes" in last and "Traceback" not in err and not out
     assert count_rows(db, "measurements") == 0 and sorted(p.name for p in root.iterdir()) == [DEVICE]
 
 
