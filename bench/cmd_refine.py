@@ -8,8 +8,10 @@ and repeats (:mod:`bench.refine`). One line per round: device minutes so far, co
 measured, and each target's prediction with its CM_LV and CM_O widths.
 
 Every measurement is committed to the refine database as it is taken (``--db``, default
-``bench-data/BASE-refine.sqlite``); running the same command again resumes from it, and the
-profile is rebuilt from BASE and the database, so a killed run loses nothing it measured.
+``bench-data/BASE-refine.sqlite``), and so is each round's plan; running the same command again
+resumes from it: the round a killed run was in goes on, ``--rounds`` and ``--minutes`` count the
+rounds and device time already spent, and the profile is rebuilt from BASE and the database, so
+a killed run loses nothing it measured.
 ``--exclude-onnx`` keeps every configuration of those (held-out) networks out of what is
 measured, as in ``bench run --from-onnx``. Bad input (an unknown device or space, an empty
 directory, an ONNX file the estimator cannot read) stops the command with one line before
@@ -67,9 +69,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "repeatable)")
     r = p.add_argument_group("rounds")
     r.add_argument("--rounds", type=integer(min=1), default=DEFAULT_ROUNDS,
-                   help=f"at most R rounds (default {DEFAULT_ROUNDS})")
+                   help=f"at most R rounds in all, those of earlier runs of the same command included "
+                        f"(default {DEFAULT_ROUNDS})")
     r.add_argument("--minutes", type=number(above=0), default=None, metavar="M",
-                   help="device-time budget in minutes (measuring time; checked before each measurement)")
+                   help="device-time budget in minutes (measuring time of every run of the same command; checked "
+                        "before each measurement)")
     r.add_argument("--top", type=integer(min=1), default=DEFAULT_TOP,
                    help=f"configurations ranked highest measured per round (default {DEFAULT_TOP})")
     r.add_argument("--neighbours", type=integer(min=0), default=DEFAULT_NEIGHBOURS,
@@ -148,6 +152,7 @@ def cmd_refine(a: argparse.Namespace) -> int:
                  log=lambda text: print(f"bench: {text}", file=sys.stderr))
     print(f"stopped: {out.stopped}")
     print(f"wrote profile {name} ({out.path}): {base.name}'s layer rows + {out.added} refined rows "
-          f"({out.device_seconds / 60:.2f} device min this run); data: {db}")
+          f"({len(out.rounds) - 1} round(s), {out.device_seconds / 60:.2f} device min in all, "
+          f"{out.run_seconds / 60:.2f} this run); data: {db}")
     print(f"next: estimator predict MODEL.onnx --device {name}" + (f" --profiles {root}" if a.root else ""))
     return 0

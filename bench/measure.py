@@ -87,20 +87,21 @@ def layer_settings(runner: Any, *, warmup: int, runs: int, precision: str | None
 
 def measure_plan(runner: Any, path: Path, device: str, plan: Sequence[Any], *, warmup: int, runs: int,
                  precision: str | None = None, retry_failed: bool = False, progress: bool = True,
-                 announce: Any = None, stop: Any = None) -> tuple[Any, int, int]:
+                 announce: Any = None, stop: Any = None, locked: bool = False) -> tuple[Any, int, int]:
     """Measure ``plan`` with smart padding on ``runner`` into the database ``path`` (one
     bench process per database, every row committed as it is taken, what is there skipped),
     with a progress bar: the one layer-measuring path of ``bench run`` and ``bench refine``.
     ``announce(env_id)`` is called before measuring; ``stop()`` True ends the run early
-    (:meth:`~bench.smartpad.SmartPad.run`). Returns (:class:`~bench.smartpad.RunStats`,
-    env_id, rows of the environment). The runner stays open (the caller closes it)."""
+    (:meth:`~bench.smartpad.SmartPad.run`); ``locked``: the caller holds the database
+    (:func:`exclusive`) already. Returns (:class:`~bench.smartpad.RunStats`, env_id, rows of
+    the environment). The runner stays open (the caller closes it)."""
     from .smartpad import SmartPad
     from .storage import Store
 
     try:
         env = runner.environment()
         settings = layer_settings(runner, warmup=warmup, runs=runs, precision=precision)
-        with Store(path) as store, exclusive(path):
+        with Store(path) as store, contextlib.nullcontext() if locked else exclusive(path):
             env_id = store.environment_id(device, env, settings)
             bench = SmartPad(runner, store, env_id, warmup=warmup, runs=runs, precision=settings["precision"])
             if announce is not None:

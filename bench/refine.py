@@ -22,7 +22,10 @@ The library behind ``bench refine`` (the CLI is :mod:`bench.cmd_refine`). Each r
 It stops after ``rounds`` rounds, when the device-time budget is spent (checked before each
 measurement), when nothing is left to measure, or when the targets' mean CM_LV width (each
 relative to its width before refining, :func:`mean_lv`) shrank by less than ``min_gain``
-(default :data:`MIN_GAIN`; 0: never) in a round.
+(default :data:`MIN_GAIN`; 0: never) in a round. Both budgets count every run of the same
+refinement (:func:`refinement_id`): the database keeps each round's plan, device time and
+widths beside its rows (``refine_rounds``, :mod:`bench.storage`), so a killed run's round goes
+on with its own plan when the command runs again, and ``refined`` lists every round.
 
 Ranking. A layer's score is ``((hi_O - lo_O) + (hi_LV - lo_LV)) / network total`` at 0.9
 confidence: its two per-layer interval widths (CM_O for coverage, large far from the
@@ -58,7 +61,7 @@ from typing import Any, Callable, Iterator, Sequence
 from estimator.errors import UserError
 
 __all__ = ["Target", "TargetWidth", "Round", "load_targets", "estimate_targets", "rank", "round_plan",
-           "write_refined_profile", "refine", "mean_lv", "MIN_GAIN", "CONFIDENCE"]
+           "write_refined_profile", "refine", "refinement_id", "mean_lv", "MIN_GAIN", "CONFIDENCE"]
 
 #: stop when the targets' mean CM_LV width (:func:`mean_lv`) shrank by less than this in a round
 MIN_GAIN = 0.02
@@ -100,7 +103,7 @@ class Round:
     round: int
     measured: int
     failed: int
-    device_seconds: float  # all rounds so far, this run
+    device_seconds: float  # all rounds so far, every run (a killed run's up to its last committed row)
     widths: list[TargetWidth] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -289,27 +292,55 @@ def write_refined_profile(base: Any, name: str, root: str | Path, rows: Sequence
 @dataclass
 class Refined:
     path: Path
-    rounds: list[Round]  # round 0: the estimates before this run measured anything
+    rounds: list[Round]  # round 0: the estimates before refining; every run's rounds
     added: int  # refine rows in the profile
-    device_seconds: float
+    device_seconds: float  # measuring time of every round, killed runs' included
     stopped: str  # why it stopped
+    run_seconds: float = 0.0  # measuring time of this run
 
 
-def _db_state(runner: Any, db: Path, device: str, settings: dict[str, Any], base_keys: set[str]
-              ) -> tuple[list[dict[str, Any]], set[str]]:
-    """The refine database's rows of this environment not in BASE, and every key it holds
-    (measured or failed)."""
+def refinement_id(name: str, targets: Sequence[Target]) -> str:
+    """What identifies one refinement in the database: the refined profile's name and its
+    targets (their ONNX digests). Running the same command again continues it (its rounds and
+    its budget); other targets (``nas search --refine``'s steps) are a refinement of their own."""
+    ident = json.dumps({"name": name, "targets": sorted(t.sha256 for t in targets)}, sort_keys=True)
+    return hashlib.sha256(ident.encode()).hexdigest()[:16]
+
+
+def _db_state(store: Any, env_id: int, base_keys: set[str]) -> tuple[list[dict[str, Any]], set[str], set[str]]:
+    """The refine database's rows of this environment not in BASE, its measured keys and its
+    failed ones."""
     from .sampling import config_key  # noqa: PLC0415
-    from .storage import Store  # noqa: PLC0415
 
-    if not db.exists():
-        return [], set()
-    with Store(db) as store:
-        env_id = store.environment_id(device, runner.environment(), settings)
-        rows = store.export_rows(env_id)
-        keys = store.done_keys(env_id) | store.failed_keys(env_id)
+    rows = store.export_rows(env_id)
     fresh = [r for r in rows if config_key(r["layer_type"], json.loads(r["params"])) not in base_keys]
-    return fresh, keys
+    return fresh, store.done_keys(env_id), store.failed_keys(env_id)
+
+
+def _history(recorded: Sequence[dict[str, Any]], done: set[str], failed: set[str]) -> list[Round]:
+    """The refinement's rounds as the database holds them: each configuration measured (or
+    failed) counts in the last round whose plan holds it (a plan leaves out what was measured
+    or failed before it, so only a round cut by the budget shares keys with a later one);
+    device seconds summed over the rounds so far."""
+    from .sampling import config_key  # noqa: PLC0415
+
+    counted: set[str] = set()
+    out: list[Round] = []
+    for rec in reversed(recorded):
+        keys = {config_key(t, p) for t, p in rec["plan"]} - counted
+        counted |= keys
+        ws = [TargetWidth(n, w["total_ms"], tuple(w["lv"]), tuple(w["o"])) for n, w in (rec["widths"] or {}).items()]
+        out.append(Round(rec["round"], len(keys & done), len(keys & (failed - done)), 0.0, ws))
+    out.reverse()
+    total = 0.0
+    for rnd, rec in zip(out, recorded):
+        total += rec["device_seconds"]
+        rnd.device_seconds = total
+    return out
+
+
+def _widths_record(ws: Sequence[TargetWidth]) -> dict[str, Any]:
+    return {w.name: {"total_ms": w.total_ms, "lv": list(w.lv), "o": list(w.o)} for w in ws}
 
 
 def refine(base: Any, name: str, root: str | Path, targets: Sequence[Target], runner: Any, *, db: str | Path,
@@ -320,24 +351,37 @@ def refine(base: Any, name: str, root: str | Path, targets: Sequence[Target], ru
            log: Callable[[str], None] | None = None, command: str = "bench refine") -> Refined:
     """Refine ``base`` toward ``targets`` on ``runner`` (closed afterwards) and write profile
     ``name`` under ``root`` after every round (see the module docstring); ``command`` is what
-    the provenance says ran it."""
+    the provenance says ran it.
+
+    ``rounds`` and ``minutes`` are the refinement's budget in all: the database keeps its rounds
+    (:meth:`bench.storage.Store.refine_rounds`: each round's plan, committed before it is
+    measured, its device time and widths), so running the same refinement again continues the
+    round a killed run was in, counts the rounds and device time already spent (a killed run's
+    up to its last committed row) and records them all in the profile. ``report`` is told
+    round 0 on the first run, then each round measured."""
     from estimator.predict import Estimator  # noqa: PLC0415
     from estimator.profile import load_profile, write_profile_json  # noqa: PLC0415
 
-    from .measure import layer_settings, measure_plan  # noqa: PLC0415
+    from .measure import exclusive, layer_settings, measure_plan  # noqa: PLC0415
+    from .sampling import Config  # noqa: PLC0415
+    from .storage import Store  # noqa: PLC0415
 
     db = Path(db)
     db.parent.mkdir(parents=True, exist_ok=True)
     settings = layer_settings(runner, warmup=warmup, runs=runs, precision=precision)
     base_keys, base_rows = _base_state(base)
+    ident = refinement_id(name, targets)
     history: list[Round] = []
-    seconds = 0.0
+    run_seconds = 0.0
     opts = {k: v for k, v in dict(options or {}).items() if k != "token"}
+
+    def spent() -> float:
+        return history[-1].device_seconds if history else 0.0
 
     def provenance(rows: list[dict[str, Any]]) -> dict[str, Any]:
         return {"base": base.name, "targets": [{"name": t.name, "sha256": t.sha256} for t in targets],
                 "excluded": list(excluded), "rounds": [r.to_dict() for r in history], "configurations": len(rows),
-                "device_seconds": round(seconds, 3), "runner": runner.name, "runner_options": opts,
+                "device_seconds": round(spent(), 3), "runner": runner.name, "runner_options": opts,
                 "database": str(db), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "source": f"`{command} --device {base.name}`: smart-padding rows of the layer configurations "
                           f"that widened the targets' CM_O and CM_LV intervals most, and their neighbours"}
@@ -347,54 +391,93 @@ def refine(base: Any, name: str, root: str | Path, targets: Sequence[Target], ru
         return Estimator.from_profile(load_profile(name, root)) if train else None
 
     try:
-        rows, known = _db_state(runner, db, base.name, settings, base_keys)
-        est = Estimator.from_profile(base) if not rows else write(rows)
-        first = Round(0, 0, 0, 0.0, widths(estimates := estimate_targets(est, targets)))
-        history.append(first)
-        if report:
-            report(first)
-        stopped = f"{rounds} round(s) done"
-        deadline = None if minutes is None else minutes * 60.0
-        for r in range(1, rounds + 1):
-            if deadline is not None and seconds >= deadline:
-                stopped = f"the {minutes:.3g}-minute budget is spent"
-                break
-            skip = base_keys | known | set(exclude_keys)
-            plan = round_plan(rank(estimates, exclude=set(exclude_keys), limits=limits,
-                                   model_format=runner.model_format), top=top,
-                              neighbours=neighbours, skip=skip, limits=limits)
-            if not plan:
-                stopped = "no configuration of the targets is left to measure"
-                break
-            t0 = time.monotonic()
-            stop = None if deadline is None else (lambda t0=t0: seconds + time.monotonic() - t0 >= deadline)
-            stats, _, _ = measure_plan(runner, db, base.name, plan, warmup=warmup, runs=runs, precision=precision,
-                                       progress=progress, stop=stop,
-                                       announce=lambda env_id: log and log(
-                                           f"round {r}: measuring {len(plan)} configurations -> {db} (env {env_id})"))
-            seconds += time.monotonic() - t0
-            rows, known = _db_state(runner, db, base.name, settings, base_keys)
-            history.append(Round(r, stats.measured, stats.failed, seconds))
-            est = write(rows)
+        with exclusive(db), Store(db) as store:
+            env_id = store.environment_id(base.name, runner.environment(), settings)
+            cut = store.close_cut_rounds(env_id, ident)
+            rows, done, failed = _db_state(store, env_id, base_keys)
+            recorded = store.refine_rounds(env_id, ident)
+            history = _history(recorded, done, failed)
+            est = Estimator.from_profile(base) if not rows else write(rows)
             estimates = estimate_targets(est, targets)
-            history[-1].widths = widths(estimates)
-            # the round's widths in the provenance: profile.json only (the rows are written)
-            write_profile_json(Path(root) / name, _refined_meta(base, name, provenance(rows), command, base_rows))
-            if report:
-                report(history[-1])
-            before, after = mean_lv(history[-2].widths, first.widths), mean_lv(history[-1].widths, first.widths)
-            if deadline is not None and seconds >= deadline:
-                stopped = f"the {minutes:.3g}-minute budget is spent"
-                break
-            if stats.measured == 0 and stats.failed == 0:
-                stopped = "nothing was measured"
-                break
-            if min_gain > 0 and before > 0 and (before - after) / before < min_gain:
-                stopped = (f"the targets' mean CM_LV width shrank by less than {min_gain:.0%} in round {r} "
-                           f"({before:.3f} -> {after:.3f} of its width before refining)")
-                break
-        if len(history) == 1:  # nothing measured in this run: the profile still says what it holds
-            write(rows, train=False)
+            if not recorded:  # round 0: the widths before refining, the reference of every later round
+                store.add_refine_round(env_id, ident, 0, [], widths=_widths_record(widths(estimates)))
+            elif recorded[-1]["finished_at"] and recorded[-1]["widths"] is None:  # killed while retraining
+                store.set_refine_widths(env_id, ident, recorded[-1]["round"], _widths_record(widths(estimates)))
+            recorded = store.refine_rounds(env_id, ident)
+            history = _history(recorded, done, failed)
+            first = history[0]
+            if len(history) == 1:
+                if report:
+                    report(first)
+            elif log:
+                open_round = None if recorded[-1]["finished_at"] else recorded[-1]["round"]
+                log(f"resuming: the database holds {len(history) - 1} round(s) of this refinement "
+                    f"({sum(r.measured for r in history)} configurations, {spent():.1f} device s"
+                    + (f", {cut:.1f} s of them up to the last row a killed run committed" if cut else "")
+                    + (f"; round {open_round} was cut and goes on" if open_round else "") + ")")
+            deadline = None if minutes is None else minutes * 60.0
+            measured_here = False
+            while True:
+                last = recorded[-1]
+                if last["finished_at"]:
+                    r = last["round"] + 1
+                    plan = None
+                else:  # a killed run's round: its own plan, not a new ranking
+                    r = last["round"]
+                    plan = [Config.make(t, p) for t, p in last["plan"]]
+                if r > rounds:
+                    stopped = f"{rounds} round(s) done" + (f" ({r - 1} in the database)" if r - 1 > rounds else "")
+                    break
+                if deadline is not None and spent() >= deadline:
+                    stopped = f"the {minutes:.3g}-minute budget is spent"
+                    break
+                if plan is None:
+                    skip = base_keys | done | failed | set(exclude_keys)
+                    plan = round_plan(rank(estimates, exclude=set(exclude_keys), limits=limits,
+                                           model_format=runner.model_format), top=top,
+                                      neighbours=neighbours, skip=skip, limits=limits)
+                    if not plan:
+                        stopped = "no configuration of the targets is left to measure"
+                        break
+                    store.add_refine_round(env_id, ident, r, [[c.layer_type, c.params] for c in plan])
+                store.start_refine_measuring(env_id, ident, r)
+                before_s = spent()
+                t0 = time.monotonic()
+                stop = None if deadline is None else (lambda t0=t0: before_s + time.monotonic() - t0 >= deadline)
+                measure_plan(runner, db, base.name, plan, warmup=warmup, runs=runs, precision=precision,
+                             progress=progress, stop=stop, locked=True,
+                             announce=lambda env_id: log and log(
+                                 f"round {r}: measuring {len(plan)} configurations -> {db} (env {env_id})"))
+                dt = time.monotonic() - t0
+                run_seconds += dt
+                store.end_refine_measuring(env_id, ident, r, dt)
+                measured_here = True
+                rows, done, failed = _db_state(store, env_id, base_keys)
+                recorded = store.refine_rounds(env_id, ident)
+                history = _history(recorded, done, failed)
+                est = write(rows)
+                estimates = estimate_targets(est, targets)
+                history[-1].widths = widths(estimates)
+                store.set_refine_widths(env_id, ident, r, _widths_record(history[-1].widths))
+                recorded = store.refine_rounds(env_id, ident)
+                # the round's widths in the provenance: profile.json only (the rows are written)
+                write_profile_json(Path(root) / name, _refined_meta(base, name, provenance(rows), command, base_rows))
+                if report:
+                    report(history[-1])
+                if deadline is not None and spent() >= deadline:
+                    stopped = f"the {minutes:.3g}-minute budget is spent"
+                    break
+                if history[-1].measured == 0 and history[-1].failed == 0:
+                    stopped = "nothing was measured"
+                    break
+                if min_gain > 0 and history[-2].widths:
+                    before, after = mean_lv(history[-2].widths, first.widths), mean_lv(history[-1].widths, first.widths)
+                    if before > 0 and (before - after) / before < min_gain:
+                        stopped = (f"the targets' mean CM_LV width shrank by less than {min_gain:.0%} in round {r} "
+                                   f"({before:.3f} -> {after:.3f} of its width before refining)")
+                        break
+            if not measured_here:  # nothing measured in this run: the profile still says what it holds
+                write(rows, train=False)
     finally:
         runner.close()
-    return Refined(Path(root) / name, history, len(rows), seconds, stopped)
+    return Refined(Path(root) / name, history, len(rows), spent(), stopped, run_seconds)

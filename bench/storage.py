@@ -55,6 +55,20 @@ Schema (``SCHEMA_VERSION`` 1)
     target lacks), so a resume does not retry them unless asked (``--retry-failed``).
     (env_id, config_key) PK, layer_type, params, error, failed_at.
 
+``refine_rounds``: the rounds of ``bench refine`` (:mod:`bench.refine`), so that a resumed
+    refinement continues its budget and its record instead of starting them again. One row per
+    (env_id, refinement, round): refinement (what identifies one refinement: a digest of the
+    refined profile's name and its targets), plan (JSON ``[[layer_type, params], ...]``: the
+    round's configurations, committed before any is measured; a run killed mid-round resumes
+    this plan), started_at, device_seconds (measuring time of the runs that measured the
+    round), measuring_since (set while a run measures it: a killed run leaves it, and the next
+    run adds the time from it to the last row committed after it, :meth:`Store.close_cut_rounds`),
+    finished_at (NULL while the round's plan is cut by a kill), widths (JSON: the targets'
+    widths after the round). Round 0 has an empty plan and the widths before refining.
+
+``measured_at`` and ``failed_at`` of layer rows, padding pairs and failures are to the
+millisecond: a killed run's device time is read from them.
+
 :meth:`Store.export_rows` maps measurements to :data:`estimator.dataset.COLUMNS`;
 :func:`export_csv` writes them with :func:`estimator.dataset.write_measurements` plus a
 ``<file>.provenance.json`` sidecar holding the environment records the rows' ``env_id``
@@ -173,11 +187,29 @@ CREATE TABLE IF NOT EXISTS failures (
     failed_at   TEXT NOT NULL,
     PRIMARY KEY (env_id, config_key)
 );
+CREATE TABLE IF NOT EXISTS refine_rounds (
+    env_id          INTEGER NOT NULL REFERENCES environments(env_id),
+    refinement      TEXT NOT NULL,
+    round           INTEGER NOT NULL,
+    plan            TEXT NOT NULL,
+    started_at      TEXT NOT NULL,
+    device_seconds  REAL NOT NULL DEFAULT 0,
+    measuring_since TEXT,
+    finished_at     TEXT,
+    widths          TEXT,
+    PRIMARY KEY (env_id, refinement, round)
+);
 """
 
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _stamp() -> str:
+    """When a row was measured, to the millisecond (ISO 8601 UTC; sorts as text with
+    :func:`_now`'s)."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 def _dumps(v: Any) -> str:
@@ -288,7 +320,7 @@ class Store:
         cur = self.db.execute(
             "INSERT OR IGNORE INTO padding VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (env_id, *map(int, key), t.median_ms, t.p10_ms, t.p90_ms, t.mad_ms, t.mean_ms, t.std_ms, t.min_ms,
-             t.n, _now()),
+             t.n, _stamp()),
         )
         return cur.rowcount == 1
 
@@ -305,7 +337,7 @@ class Store:
                 "b1_keys", "b2_key", "t_b1_ms", "t_b2_ms", "t_lum_lo_ms", "t_lum_hi_ms", "t_lum_ms", "measured_at")
         vals = dict(row)
         vals["env_id"] = env_id
-        vals.setdefault("measured_at", _now())
+        vals.setdefault("measured_at", _stamp())
         for k in ("params", "b1_keys", "b2_key"):
             if not isinstance(vals[k], str):
                 vals[k] = _dumps(vals[k])
@@ -321,7 +353,7 @@ class Store:
     def add_failure(self, env_id: int, config_key: str, layer_type: str, params: Any, error: str) -> None:
         self.db.execute("INSERT OR REPLACE INTO failures VALUES (?,?,?,?,?,?)",
                         (env_id, config_key, layer_type, params if isinstance(params, str) else _dumps(params),
-                         error[:2000], _now()))
+                         error[:2000], _stamp()))
 
     def clear_failures(self, env_id: int) -> int:
         return self.db.execute("DELETE FROM failures WHERE env_id=?", (env_id,)).rowcount
@@ -381,6 +413,72 @@ class Store:
             d["onnx"] = bytes(d["onnx"])
             out.append(d)
         return out
+
+    # ------------------------------------------------------------ refine rounds
+
+    def refine_rounds(self, env_id: int, refinement: str) -> list[dict[str, Any]]:
+        """The rounds of one refinement, in order (``plan`` and ``widths`` parsed)."""
+        out = []
+        for r in self.db.execute("SELECT * FROM refine_rounds WHERE env_id=? AND refinement=? ORDER BY round",
+                                 (env_id, refinement)):
+            d = dict(r)
+            d["plan"] = json.loads(d["plan"])
+            d["widths"] = None if d["widths"] is None else json.loads(d["widths"])
+            out.append(d)
+        return out
+
+    def add_refine_round(self, env_id: int, refinement: str, round_: int, plan: Any, widths: Any = None) -> None:
+        """Commit a round and its plan (``[[layer_type, params], ...]``) before measuring it;
+        with ``widths``, a finished round with nothing to measure (round 0)."""
+        now = _stamp()
+        self.db.execute("INSERT OR IGNORE INTO refine_rounds (env_id, refinement, round, plan, started_at, "
+                        "finished_at, widths) VALUES (?,?,?,?,?,?,?)",
+                        (env_id, refinement, int(round_), _dumps(plan), now, None if widths is None else now,
+                         None if widths is None else _dumps(widths)))
+
+    def start_refine_measuring(self, env_id: int, refinement: str, round_: int) -> None:
+        self.db.execute("UPDATE refine_rounds SET measuring_since=? WHERE env_id=? AND refinement=? AND round=?",
+                        (_stamp(), env_id, refinement, int(round_)))
+
+    def end_refine_measuring(self, env_id: int, refinement: str, round_: int, seconds: float,
+                             finished: bool = True) -> None:
+        """A run measured the round for ``seconds``; ``finished``: its plan is done (or cut by
+        the budget), a later run does not go on with it."""
+        self.db.execute("UPDATE refine_rounds SET device_seconds=device_seconds+?, measuring_since=NULL, "
+                        "finished_at=CASE WHEN ? THEN ? ELSE finished_at END "
+                        "WHERE env_id=? AND refinement=? AND round=?",
+                        (float(seconds), bool(finished), _stamp(), env_id, refinement, int(round_)))
+
+    def set_refine_widths(self, env_id: int, refinement: str, round_: int, widths: Any) -> None:
+        self.db.execute("UPDATE refine_rounds SET widths=? WHERE env_id=? AND refinement=? AND round=?",
+                        (_dumps(widths), env_id, refinement, int(round_)))
+
+    def close_cut_rounds(self, env_id: int, refinement: str) -> float:
+        """Account for the measuring a killed run left open: each such round gets the time from
+        its ``measuring_since`` to the last layer row, padding pair or failure committed after
+        it (what the killed run measured; the measurement it was killed in is lost, and not
+        counted). Returns the seconds added."""
+        added = 0.0
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            open_ = self.db.execute("SELECT round, measuring_since FROM refine_rounds WHERE env_id=? AND "
+                                    "refinement=? AND measuring_since IS NOT NULL", (env_id, refinement)).fetchall()
+            for round_, since in open_:
+                stamps = [self.db.execute(f"SELECT MAX({col}) FROM {table} WHERE env_id=? AND {col} >= ?",
+                                          (env_id, since)).fetchone()[0]
+                          for table, col in (("measurements", "measured_at"), ("padding", "measured_at"),
+                                             ("failures", "failed_at"))]
+                last = max((t for t in stamps if t), default=None)
+                dt = 0.0 if last is None else max(
+                    0.0, (datetime.fromisoformat(last) - datetime.fromisoformat(since)).total_seconds())
+                added += dt
+                self.db.execute("UPDATE refine_rounds SET device_seconds=device_seconds+?, measuring_since=NULL "
+                                "WHERE env_id=? AND refinement=? AND round=?", (dt, env_id, refinement, round_))
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        return added
 
     def export_rows(self, env_id: int | None = None) -> list[dict[str, Any]]:
         """Measurements as rows with exactly :data:`estimator.dataset.COLUMNS`."""

@@ -63,7 +63,7 @@ report's ``excluded_rows``, every estimate's warnings, or a :class:`ProfileWarni
         "excluded": [{"name": ..., "sha256": ...}],  // held-out networks whose configurations were kept out
         "rounds": [{...}],                     //   per round: configurations measured, device seconds, widths
         "configurations": 42,                  //   layer rows added to the base's
-        "device_seconds": 61.5,                //   measuring time of those rows (this run)
+        "device_seconds": 61.5,                //   measuring time of every round (killed runs' included)
         "runner": "onnxruntime", "runner_options": {...},
         "database": "bench-data/host-cpu-refine.sqlite",
         "date": "2026-11-24T10:00:00+00:00",

@@ -24,7 +24,8 @@ Health (grpc.health.v1) answers NOT_SERVING while the profiles load and SERVING 
 server reflection is on, so grpcurl works. SIGHUP reloads the profiles (so does the
 ReloadProfiles RPC): new estimators are built off to the side and swapped in, and
 in-flight requests finish on the old ones. SIGTERM/SIGINT stop accepting calls, drain the
-running ones for up to --grace seconds, and exit 0. Logs are JSON lines on stderr.
+running ones for up to --grace seconds, cut (and log) those still running then, and exit 0.
+Logs are JSON lines on stderr.
 
 Example:
     estimation-service serve --profiles profiles --port 50071 --token-file ~/.service-token
@@ -53,7 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="responses kept for identical ONNX requests (LRU; 0 disables; default 256)")
     p.add_argument("--workers", type=integer(min=1), default=8, help="request threads (default 8)")
     p.add_argument("--grace", type=number(min=0), default=10.0,
-                   help="seconds running calls may take to finish on SIGTERM/SIGINT (default 10)")
+                   help="seconds running calls may take to finish on SIGTERM/SIGINT; those still running "
+                        "then are cut and logged, and the process exits (default 10)")
     p.add_argument("--n-jobs", type=integer(min=1), default=1,
                    help="threads for training models not in the cache (default 1)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))

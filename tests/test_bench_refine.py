@@ -1,9 +1,10 @@
 """``bench refine`` end to end on onnxruntime with tiny budgets (the tiny real profile of
 :mod:`tests.service_support`): rows are added and the profile says so, widths are printed,
-``--exclude-onnx`` keeps held-out configurations out, a SIGKILL mid-round loses nothing,
-bad input is one line; and :func:`bench.sampling.neighbours`."""
+``--exclude-onnx`` keeps held-out configurations out, SIGKILLs mid-round lose nothing and
+keep the budget and the record, bad input is one line; and :func:`bench.sampling.neighbours`."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sqlite3
@@ -14,7 +15,7 @@ import pytest
 
 from estimator.cliutil import run
 
-from .crash import count_rows, run_and_kill
+from .crash import run_and_kill
 from .service_support import DEVICE, conv_net_onnx, profile_set
 
 QUICK = ["--runs", "3", "--warmup", "1", "--top", "3", "--neighbours", "1", "--no-progress"]
@@ -114,35 +115,108 @@ def test_exclude_onnx_keeps_held_out_configurations_out(ref, capsys):
     assert [x["name"] for x in r["excluded"]] == ["onnx:held"]
 
 
-def test_sigkill_mid_round_loses_nothing(ref, tmp_path):
-    db = tmp_path / "kill.sqlite"
-    cmd = [sys.executable, "-m", "bench.cli", "refine", "--device", DEVICE, "--name", "tiny-kill", "--root",
-           str(ref["root"]), "--onnx", str(ref["nets"]), "--rounds", "2", "--min-gain", "0", "--db", str(db),
-           "--runs", "400", "--warmup", "1", "--top", "4", "--neighbours", "2", "--no-progress"]
-    env = dict(os.environ, CL_CACHE_DIR=str(ref["cache"]))
-    run_and_kill(cmd, lambda: count_rows(db, "measurements") >= 1, env=env, timeout=120)
-    kept = _rows(db)
-    assert kept
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    after = _rows(db)
-    assert all(after[k] == v for k, v in kept.items())  # nothing lost, nothing re-measured
+def _in_round(db, round_: int) -> int:
+    """Layer rows committed since round ``round_`` was planned, while it is not finished (0
+    before the tables exist)."""
+    if not db.exists():
+        return 0
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+        try:
+            return con.execute("SELECT COUNT(*) FROM measurements m JOIN refine_rounds r ON m.env_id = r.env_id "
+                               "AND r.round = ? AND r.finished_at IS NULL AND m.measured_at >= r.started_at",
+                               (round_,)).fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.OperationalError:  # schema not created yet
+        return 0
+
+
+def _stamps(db) -> dict[tuple[str, str], str]:
+    """(table, key) -> measured_at of every layer row and padding pair."""
+    con = sqlite3.connect(str(db))
+    try:
+        out = {("m", k): t for k, t in con.execute("SELECT config_key, measured_at FROM measurements")}
+        out.update({("p", f"{h},{w},{c}"): t for h, w, c, t in con.execute("SELECT h, w, c, measured_at FROM padding")})
+        return out
+    finally:
+        con.close()
+
+
+@pytest.mark.slow
+def test_sigkill_twice_then_resume_keeps_the_budget_and_the_record(ref, tmp_path):
+    """Killed in round 1, run again and killed in round 2, run again to the end: every row
+    kept as it was, each configuration measured once, two rounds in all (the second run goes
+    on with round 1's own plan), and the profile records both rounds, every row and the device
+    time of all three runs."""
+    from datetime import datetime, timezone
+
+    from bench.sampling import config_key
     from estimator.profile import load_profile
 
-    prof = load_profile("tiny-kill", ref["root"])
-    assert prof.refined["configurations"] == len(after)
-    lines = prof.measurements_path.read_text().splitlines()
-    assert len(lines) - 1 == sum(1 for _ in load_profile(DEVICE, ref["root"]).rows()) + len(after)
+    db = tmp_path / "kill.sqlite"
+    top, neighbours = 4, 2
+    cmd = [sys.executable, "-m", "bench.cli", "refine", "--device", DEVICE, "--name", "tiny-kill", "--root",
+           str(ref["root"]), "--onnx", str(ref["nets"]), "--rounds", "2", "--min-gain", "0", "--db", str(db),
+           "--runs", "400", "--warmup", "1", "--top", str(top), "--neighbours", str(neighbours), "--no-progress"]
+    env = dict(os.environ, CL_CACHE_DIR=str(ref["cache"]))
+    run_and_kill(cmd, lambda: _in_round(db, 1) >= 1, env=env, timeout=120)
+    first = _stamps(db)
+    run_and_kill(cmd, lambda: _in_round(db, 2) >= 1, env=env, timeout=180)
+    second = _stamps(db)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "round 2 was cut and goes on" in done.stderr
+    final = _stamps(db)
+    assert first.items() <= second.items() <= final.items()  # nothing lost, nothing measured again
+
+    con = sqlite3.connect(str(db))
+    try:
+        rounds = con.execute("SELECT round, plan, started_at, finished_at, device_seconds FROM refine_rounds "
+                             "ORDER BY round").fetchall()
+        assert con.execute("SELECT COUNT(*) = COUNT(DISTINCT config_key) FROM measurements").fetchone()[0]
+    finally:
+        con.close()
+    assert [r[0] for r in rounds] == [0, 1, 2] and all(r[3] for r in rounds)  # the budget: two rounds in all
+    plans = [{config_key(t, p) for t, p in json.loads(r[1])} for r in rounds]
+    measured = set(_rows(db))
+    assert measured and measured <= set().union(*plans)  # every row was planned by one of the two rounds
+    assert all(len(p) <= top * (1 + neighbours) for p in plans)
+
+    r = load_profile("tiny-kill", ref["root"]).refined
+    assert [x["round"] for x in r["rounds"]] == [0, 1, 2]
+    assert r["configurations"] == len(measured) == sum(x["measured"] for x in r["rounds"])
+    assert r["rounds"][1]["measured"] and r["rounds"][2]["measured"]
+    assert r["rounds"][2]["device_seconds"] == r["device_seconds"] == pytest.approx(sum(x[4] for x in rounds),
+                                                                                   abs=1e-3)
+    # device time: at least each run's committed rows' span within each round (a killed run's
+    # time is counted up to its last committed row)
+    starts = [datetime.fromisoformat(x[2]) for x in rounds[1:]] + [datetime.max.replace(tzinfo=timezone.utc)]
+    span = 0.0
+    for before, after in ((None, first), (first, second), (second, final)):
+        new = [datetime.fromisoformat(t) for k, t in after.items() if before is None or k not in before]
+        for lo, hi in zip(starts, starts[1:]):
+            part = [t for t in new if lo <= t < hi]
+            if part:
+                span += (max(part) - min(part)).total_seconds()
+    assert span > 0 and r["device_seconds"] >= span - 1e-3
 
 
 def test_minutes_budget_stops_within_the_round(ref, tmp_path, capsys):
     db = tmp_path / "budget.sqlite"
-    rc = _bench(["refine", "--device", DEVICE, "--name", "tiny-budget", "--root", str(ref["root"]), "--onnx",
-                 str(ref["nets"]), "--rounds", "3", "--minutes", "0.00001", "--db", str(db), *QUICK])
+    argv = ["refine", "--device", DEVICE, "--name", "tiny-budget", "--root", str(ref["root"]), "--onnx",
+            str(ref["nets"]), "--rounds", "3", "--minutes", "0.00001", "--db", str(db), *QUICK]
+    rc = _bench(argv)
     out = capsys.readouterr().out
     assert rc == 0 and "stopped: the 1e-05-minute budget is spent" in out, out
-    assert len(_rows(db)) <= 1  # the budget is checked before each measurement
+    rows = _rows(db)
+    assert len(rows) <= 1  # the budget is checked before each measurement
     assert "round 2:" not in out
+    # the same command again continues the same budget: spent, nothing more is measured
+    rc = _bench(argv)
+    out = capsys.readouterr().out
+    assert rc == 0 and "stopped: the 1e-05-minute budget is spent" in out and "round 2:" not in out, out
+    assert _rows(db) == rows
 
 
 @pytest.mark.parametrize("argv, msg", [

@@ -550,11 +550,12 @@ def _reader(stream: Any, lines: list[str]) -> None:
         lines.append(line)
 
 
-def test_serve_command_reloads_on_sighup_and_drains_on_sigterm(profiles: ProfileSet) -> None:
+def _serve_process(profiles: ProfileSet, *argv: str) -> tuple[subprocess.Popen, list[str], str]:
+    """``estimation-service serve`` in a process of its own (debug logs), once it is healthy:
+    (the process, its stderr lines as they come, its address)."""
     env = dict(os.environ, CL_CACHE_DIR=str(profiles.cache), PYTHONUNBUFFERED="1")
     proc = subprocess.Popen([sys.executable, "-c", "from service.cli import main; raise SystemExit(main())",
-                             "serve", "--profiles", str(profiles.root), "--port", "0", "--log-level", "debug",
-                             "--grace", "60"],
+                             "serve", "--profiles", str(profiles.root), "--port", "0", "--log-level", "debug", *argv],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             cwd=Path(__file__).resolve().parent.parent)
     err_lines: list[str] = []
@@ -563,12 +564,31 @@ def test_serve_command_reloads_on_sighup_and_drains_on_sigterm(profiles: Profile
         first = proc.stdout.readline()
         assert first.startswith("estimation-service: listening on 127.0.0.1:"), (first, "".join(err_lines))
         address = first.rsplit(" ", 1)[1].strip()
-        ch = grpc.insecure_channel(address, options=[("grpc.max_receive_message_length", 256 << 20)])
-        stub = pb2_grpc.EstimationStub(ch)
         t_end = time.monotonic() + 120
         while not _healthy(address):
             assert time.monotonic() < t_end and proc.poll() is None, "".join(err_lines)
             time.sleep(0.1)
+    except BaseException:
+        proc.kill()
+        proc.wait(30)
+        raise
+    return proc, err_lines, address
+
+
+def _started(err_lines: list[str], request_id: str, th: threading.Thread) -> None:
+    """Wait until the server logged the start of call ``request_id`` (made by thread ``th``)."""
+    t_end = time.monotonic() + 120
+    while not any('"rpc start"' in l and request_id in l for l in err_lines):
+        assert time.monotonic() < t_end and th.is_alive(), "".join(err_lines[-5:])
+        time.sleep(0.01)
+
+
+def test_serve_command_reloads_on_sighup_and_drains_on_sigterm(profiles: ProfileSet) -> None:
+    proc, err_lines, address = _serve_process(profiles, "--grace", "60")
+    try:
+        ch = grpc.insecure_channel(address, options=[("grpc.max_receive_message_length", 256 << 20)])
+        stub = pb2_grpc.EstimationStub(ch)
+        t_end = time.monotonic() + 120
         gen = stub.ListDevices(pb2.ListDevicesRequest(), timeout=10).generation
         proc.send_signal(signal.SIGHUP)
         while stub.ListDevices(pb2.ListDevicesRequest(), timeout=10).generation == gen:
@@ -590,9 +610,7 @@ def test_serve_command_reloads_on_sighup_and_drains_on_sigterm(profiles: Profile
 
         th = threading.Thread(target=call)
         th.start()
-        while not any('"rpc start"' in l and "drain-me" in l for l in err_lines):
-            assert time.monotonic() < t_end and th.is_alive(), ("".join(err_lines[-5:]), result)
-            time.sleep(0.01)
+        _started(err_lines, "drain-me", th)
         t_kill = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         th.join(300)
@@ -606,6 +624,52 @@ def test_serve_command_reloads_on_sighup_and_drains_on_sigterm(profiles: Profile
         assert rpc[0]["duration_ms"] > 0 and 0 < rpc[0]["cpu_ms"] <= rpc[0]["duration_ms"] + 1.0
         assert any(d.get("msg") == "profiles reloaded" for d in logs)
         ch.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+
+
+def test_serve_command_cuts_calls_at_the_grace_and_logs_them(profiles: ProfileSet) -> None:
+    """A call longer than --grace: SIGTERM cuts it when the grace ends (UNAVAILABLE), its one
+    log line says so before "stopped", and the process exits then, not when the cut call's
+    handler would have finished (a batch of 100 000 layers: seconds of work on the server)."""
+    grace = 0.5
+    proc, err_lines, address = _serve_process(profiles, "--grace", str(grace), "--workers", "2")
+    try:
+        ch = grpc.insecure_channel(address)
+        stub = pb2_grpc.EstimationStub(ch)
+        n = 100_000  # the default --max-layers
+        big = _layers_req(*[pb2.LayerSpec(type="conv2d", params=dict(CONV, c_out=8 + i % 64)) for i in range(n)])
+        result: dict[str, Any] = {}
+
+        def call() -> None:
+            try:
+                stub.EstimateLayers(big, timeout=300, metadata=(("x-request-id", "cut-me"),))
+                result["status"] = "OK"
+            except grpc.RpcError as e:
+                result["status"] = e.code().name
+
+        th = threading.Thread(target=call)
+        th.start()
+        _started(err_lines, "cut-me", th)
+        t_kill = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(120) == 0
+        t_exit = time.monotonic()
+        th.join(60)
+        ch.close()
+        assert result["status"] == "UNAVAILABLE", result
+        logs = [json.loads(l) for l in err_lines if l.startswith("{")]
+        stopped = next(i for i, d in enumerate(logs) if d.get("msg") == "stopped")
+        cut = [(i, d) for i, d in enumerate(logs) if d.get("msg") == "rpc" and d.get("request_id") == "cut-me"]
+        assert len(cut) == 1, cut  # one line, written before "stopped"
+        i, line = cut[0]
+        assert i < stopped and line["cut_at_shutdown"] is True and line["status"] == "UNAVAILABLE"
+        assert line["rpc"] == "EstimateLayers" and "cut at shutdown" in line["error"]
+        assert logs[stopped]["cut_calls"] == 1 and stopped == len(logs) - 1
+        # the exit follows the grace; a generous bound that only a wait for the cut handler breaks
+        assert t_exit - t_kill < grace + 3.0, (t_exit - t_kill, logs[stopped])
     finally:
         if proc.poll() is None:
             proc.kill()

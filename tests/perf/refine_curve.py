@@ -244,32 +244,30 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     print(f"refine: {len(targets)} targets, {len(exclude)} held-out configurations excluded", flush=True)
     points.append(dict(small_point, strategy="ii", label="small plan, before refining"))
     name = f"{args.device}-small-refined"
-    log_path = work / "refine-rounds.json"  # device seconds of earlier (interrupted) refine runs
+    log_path = work / "refine-rounds.json"  # the points of earlier (interrupted) refine runs
     earlier = json.loads(log_path.read_text()) if log_path.exists() else []
-    offset = sum(x["device_seconds"] for x in earlier)
     for x in earlier:
         points.append(dict(x["point"], strategy="ii"))
-    state = {"last": 0.0}
 
     def report(r: Any) -> None:
         if r.round == 0:
             return
         ev = _evaluate(load_profile(name, root), truth)
-        points.append(_point("ii", f"refine step {len(earlier) + 1} (+{r.measured} configs)",
-                             (small_secs + offset + r.device_seconds) / 60, ev))
-        earlier.append({"device_seconds": r.device_seconds - state["last"], "point": points[-1]})
-        state["last"] = r.device_seconds
+        # r.device_seconds: every round so far, earlier (killed) runs' included (bench.refine)
+        points.append(_point("ii", f"refine round {r.round} (+{r.measured} configs)",
+                             (small_secs + r.device_seconds) / 60, ev))
+        earlier.append({"point": points[-1]})
         log_path.write_text(json.dumps(earlier, default=str))
 
     t0 = time.monotonic()
     out = refine(small_prof, name, root, targets, make_runner(runner_name, dict(options)),
                  db=work / "refine.sqlite", limits=limits_for(runner_name), rounds=args.refine_rounds,
-                 minutes=max(args.refine_minutes - offset / 60, 0.0), top=args.top, neighbours=args.neighbours,
+                 minutes=args.refine_minutes, top=args.top, neighbours=args.neighbours,
                  exclude_keys=exclude,
                  excluded=[{"name": f.stem, "path": str(f)} for f in sorted(held_dir.glob("*.onnx"))],
                  warmup=args.warmup, runs=args.runs, min_gain=0.0, progress=False, report=report, log=_log)
-    print(f"refine: {out.added} rows in the refined profile, {out.device_seconds / 60:.2f} device min this run "
-          f"({(offset + out.device_seconds) / 60:.2f} in all), {(time.monotonic() - t0) / 60:.1f} min wall; "
+    print(f"refine: {out.added} rows in the refined profile, {out.run_seconds / 60:.2f} device min this run "
+          f"({out.device_seconds / 60:.2f} in all), {(time.monotonic() - t0) / 60:.1f} min wall; "
           f"stopped: {out.stopped}")
 
     # (i) the other sizes, and (iii) measured here when no --full-db

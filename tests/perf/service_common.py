@@ -67,13 +67,14 @@ def build_tiny_profile(base: Path, samples: int = 10) -> Path:
 
 
 @contextlib.contextmanager
-def server_address(args: argparse.Namespace, **server_kwargs: Any) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Yields ``(address, client_kwargs)`` for the service the script talks to."""
+def serve(args: argparse.Namespace, **server_kwargs: Any) -> Iterator[tuple[str, dict[str, Any], Any]]:
+    """Yields ``(address, client_kwargs, server)`` for the service the script talks to;
+    ``server``: the in-process :class:`~service.server.EmbeddedServer`, None with ``--address``."""
     ckw: dict[str, Any] = {"token": args.token}
     if args.root_cert:
         ckw["root_certificates"] = Path(args.root_cert).read_bytes()
     if args.address:
-        yield args.address, ckw
+        yield args.address, ckw, None
         return
     from service.server import EmbeddedServer
 
@@ -83,7 +84,14 @@ def server_address(args: argparse.Namespace, **server_kwargs: Any) -> Iterator[t
     kw = {"workers": args.workers, "cache_size": args.cache_size, "token": args.token}
     kw.update(server_kwargs)
     with EmbeddedServer(profiles, **kw) as srv:
-        yield srv.address, ckw
+        yield srv.address, ckw, srv
+
+
+@contextlib.contextmanager
+def server_address(args: argparse.Namespace, **server_kwargs: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Yields ``(address, client_kwargs)`` for the service the script talks to (:func:`serve`)."""
+    with serve(args, **server_kwargs) as (address, ckw, _):
+        yield address, ckw
 
 
 def pick_device(client: EstimationClient, wanted: str | None) -> str:
