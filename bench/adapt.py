@@ -185,9 +185,11 @@ def decide(base: Any, report: dict[str, Any] | None, setting: Sequence[str]) -> 
                                                    for f, v in report["families"].items() if "shift" in v) +
                            "): a network-level correction does not carry")
     if err > 100 * CARRY_ERROR:
-        return "profile", (f"{base.name} calibrated here misses held-out families by {err:.1f} % "
+        held = "held-out families" if report["validation"] == "leave-family-out" else "held-out networks"
+        return "profile", (f"{base.name} calibrated here misses {held} by {err:.1f} % "
                            f"({report['validation']}, {report['method']}), more than {100 * CARRY_ERROR:.0f} %")
-    return "calibrate", (f"{base.name} calibrated here ({report['method']}) predicts held-out families within "
+    held = "held-out families" if report["validation"] == "leave-family-out" else "held-out networks"
+    return "calibrate", (f"{base.name} calibrated here ({report['method']}) predicts {held} within "
                          f"{err:.1f} % ({report['validation']}; uncalibrated "
                          f"{report['uncalibrated_mean_abs_error_pct']:.1f} %), and the families agree")
 
@@ -316,7 +318,8 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
             profile_from_db(db, name, source=source, root=tmp, env_id=state.phases["layers"]["env_id"],
                             hardware=str(hw), training=training or None)
             under = load_profile(Path(tmp) / name)
-        out = write_calibrated_profile(under, name, root, m, replace=replace, command=command)
+        out = write_calibrated_profile(under, name, root, m, replace=replace, command=command,
+                                       origin=f"{command} --device {base.name} --name {name}")
     state.save(done={"profile": str(out.path), "route": state.route})
     return Adapted(out.path, state.route, state.why, base_report, out.report, out.info, layer_rows, layer_s,
                    len(m.results), rounds, state.elapsed(), (med, lo, hi))

@@ -164,8 +164,9 @@ def bias(base: Any, results: Sequence[Any]) -> tuple[float, float, float, int]:
 
 
 def write_calibrated_profile(base: Any, name: str, root: str | Path, m: Measured, *, replace: bool = False,
-                             command: str = "bench calibrate") -> Calibrated:
-    """Write profile ``name`` under ``root`` (see the module docstring)."""
+                             command: str = "bench calibrate", origin: str | None = None) -> Calibrated:
+    """Write profile ``name`` under ``root`` (see the module docstring). ``origin``: the command
+    line the provenance names (default ``command --device BASE``)."""
     from estimator.predict import Estimator  # noqa: PLC0415
     from estimator.profile import (MEASUREMENTS_FILE, NETWORKS_FILE, PROFILE_FILE, load_profile,  # noqa: PLC0415
                                    staged_profile, write_profile_json)
@@ -180,7 +181,7 @@ def write_calibrated_profile(base: Any, name: str, root: str | Path, m: Measured
     what = "estimated by" if m.kind == "estimated" else "measured on"
     calib = {
         "kind": m.kind,
-        "source": (f"`{command} --device {base.name}`: {len(m.results)} whole networks "
+        "source": (f"`{origin or f'{command} --device {base.name}'}`: {len(m.results)} whole networks "
                    f"({describe_sources(m.results)}) {what} {target_description(m)}, {m.precision}; {m.rounds} "
                    f"interleaved round(s) of {m.warmup} warm-up + {m.runs} timed runs, the median of the rounds' "
                    f"medians"),
@@ -200,7 +201,7 @@ def write_calibrated_profile(base: Any, name: str, root: str | Path, m: Measured
     previous = (meta.get("description") or "").split(" Calibrated on ")[0]  # a recalibration replaces the note
     meta["description"] = (previous.rstrip() +
                            f" Calibrated on {len(m.results)} whole networks {what} {target_description(m)} "
-                           f"(`{command} --device {base.name}`).").strip()
+                           f"(`{origin or f'{command} --device {base.name}'}`).").strip()
     with staged_profile(root, name, "calibrate") as tmp:
         write_profile_json(tmp, meta)
         shutil.copyfile(base.measurements_path, tmp / MEASUREMENTS_FILE)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -34,7 +35,13 @@ def make_runner(runner: str, given: dict[str, Any]) -> Any:
             r = get_runner(runner, **opts)
         for w in caught:
             print(f"bench: note: {w.message}", file=sys.stderr)
-    except (RunnerError, TypeError, ValueError) as e:
+    except TypeError as e:  # a required option not given: name its flag
+        missing = re.findall(r"'(\w+)'", str(e)) if "required" in str(e) else []
+        if missing:
+            flags = ", ".join(f"--{m.replace('_', '-')}" for m in missing)
+            raise UserError(f"runner {runner!r} needs {flags}") from e
+        raise UserError(f"runner {runner!r}: {e}") from e
+    except (RunnerError, ValueError) as e:
         raise UserError(f"runner {runner!r}: {e}") from e
     return r
 

@@ -851,6 +851,8 @@ class EstimationServer:
         self._loader: threading.Thread | None = None
         self._threads: _RequestThreads | None = None
         self.load_error: BaseException | None = None
+        #: set once the profiles are loaded and health says SERVING (what wait_ready waits for)
+        self._ready = threading.Event()
 
     @property
     def address(self) -> str:
@@ -906,12 +908,14 @@ class EstimationServer:
             log.exception("loading the profiles failed")
             raise
         set_health(self._health, [SERVICE_NAME], serving=True)
+        self._ready.set()
 
     def wait_ready(self, timeout: float | None = None) -> bool:
-        """Wait until the profiles are loaded (True) or ``timeout`` passes (False)."""
+        """Wait until the profiles are loaded and health says SERVING (True), or ``timeout``
+        passes (False)."""
         if self.servicer is None:
             raise RuntimeError("the server is not started")
-        return self.servicer.loaded.wait(timeout)
+        return self._ready.wait(timeout)
 
     def reload(self) -> Registry:
         """Reload the profiles (what SIGHUP and the ReloadProfiles RPC do)."""
