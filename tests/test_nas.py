@@ -519,6 +519,20 @@ def test_budget_without_unit(nas_env, tmp_path, capsys):
     assert rc == 2 and "--budget '50' has no unit: write 50ms" in err
 
 
+@pytest.mark.parametrize("extra, msg", [
+    (["--service", "127.0.0.1:1"], "--adapt writes a profile for the in-process estimator"),
+    (["--calibrate", "30"], "give --adapt or --calibrate, not both"),
+    (["--calibrate-option", "runner_only=1"], "--adapt measures"),
+])
+def test_adapt_bad_input_is_one_line_before_anything_is_measured(nas_env, tmp_path, capsys, extra, msg):
+    rc = nas_main(["search", "--device", DEVICE, "--budget", "5ms", "--profiles", str(nas_env["root"]),
+                   "--adapt", "5", *extra, "--out", str(tmp_path), "--no-progress"])
+    err = capsys.readouterr().err
+    lines = [l for l in err.splitlines() if l.startswith("nas: error:")]
+    assert rc == 2 and len(lines) == 1 and msg in lines[0], err
+    assert "Traceback" not in err and not (tmp_path / "adapt.sqlite").exists() and not (tmp_path / "profiles").exists()
+
+
 def test_objective_that_raises_fails_only_its_trial(nas_env, tmp_path, capsys):
     out = tmp_path / "out"
     rc = search(nas_env, out, "--space", "tests.test_nas:kernel_space", "--objective",
