@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from estimator.cliutil import integer, number
-from estimator.errors import UserError
 
 from .adapt import DEFAULT_NETWORKS, DEFAULT_RUNS, DEFAULT_WARMUP
-from .cmd_calibrate import DEFAULT_SPACES, _check_name, source_specs
+from .cmd_calibrate import DEFAULT_SPACES, base_and_root, source_specs
 from .cmd_run import DEFAULT_OUT, add_runner_options, db_path, given_runner_options
 from .runners.base import RUNNERS
 
@@ -81,24 +79,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_adapt(a: argparse.Namespace) -> int:
-    import json  # noqa: PLC0415
-
-    from estimator.profile import default_root, load_profile  # noqa: PLC0415
-
     from .adapt import adapt, describe_adapted, sampling_plan  # noqa: PLC0415
     from .calibrate import runner_defaults  # noqa: PLC0415
+    from .cmd_profile import load_json_option  # noqa: PLC0415
 
-    _check_name(a.name, "--name")
-    base = load_profile(a.device, a.root)
-    root = Path(a.root) if a.root else default_root()
-    if (root / a.name).exists() and not a.replace:
-        raise UserError(f"profile {a.name!r} exists in {root}; give --replace to overwrite it, or another --name")
-    training = None
-    if a.training:
-        try:
-            training = json.loads(Path(a.training).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as e:
-            raise UserError(f"--training {a.training}: {e}") from None
+    base, root = base_and_root(a)
+    training = load_json_option(a.training, "training")
     runner_name = a.runner or base.runner
     options = {**runner_defaults(runner_name, base), **given_runner_options(a)}
     specs = source_specs(a, default_spaces=DEFAULT_SPACES, default_networks=DEFAULT_NETWORKS)

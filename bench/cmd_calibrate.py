@@ -37,7 +37,7 @@ from .measure import make_runner
 from .network_measure import DEFAULT_ROUNDS, DEFAULT_RUNS, DEFAULT_WARMUP
 from .runners.base import RUNNERS
 
-__all__ = ["register", "add_measurement_args", "DEFAULT_NETWORKS", "DEFAULT_SPACES"]
+__all__ = ["register", "add_measurement_args", "base_and_root", "source_specs", "DEFAULT_NETWORKS", "DEFAULT_SPACES"]
 
 #: space samples measured when no source is given, round robin over three spaces: three
 #: families let leave-family-out validation hold one out and still fit every layer type the
@@ -226,18 +226,26 @@ def cmd_networks(a: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_calibrate(a: argparse.Namespace) -> int:
-    from estimator import fingerprint as fp  # noqa: PLC0415
+def base_and_root(a: argparse.Namespace) -> tuple[Any, Path]:
+    """``--device/--name/--root/--replace`` of a command that writes profile NEW from BASE:
+    BASE loaded and the root NEW goes to, or one line when NEW's name is bad or in use."""
     from estimator.profile import default_root, load_profile  # noqa: PLC0415
-
-    from .adapt import decide, setting_differences  # noqa: PLC0415
-    from .calibrate import bias, describe_sources, target_description, write_calibrated_profile  # noqa: PLC0415
 
     _check_name(a.name, "--name")
     base = load_profile(a.device, a.root)
     root = Path(a.root) if a.root else default_root()
     if (root / a.name).exists() and not a.replace:
         raise UserError(f"profile {a.name!r} exists in {root}; give --replace to overwrite it, or another --name")
+    return base, root
+
+
+def cmd_calibrate(a: argparse.Namespace) -> int:
+    from estimator import fingerprint as fp  # noqa: PLC0415
+
+    from .adapt import decide, setting_differences  # noqa: PLC0415
+    from .calibrate import bias, describe_sources, target_description, write_calibrated_profile  # noqa: PLC0415
+
+    base, root = base_and_root(a)
     m = _measure(a, a.name, a.runner or base.runner, base.fusion_rules(), base)
     med, lo, hi, n = bias(base, m.results)
     out = write_calibrated_profile(base, a.name, root, m, replace=a.replace)

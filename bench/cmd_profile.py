@@ -234,7 +234,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_profile)
 
 
-def _load_json(path: str | None, what: str) -> Any:
+def load_json_option(path: str | None, what: str) -> Any:
     if path is None:
         return None
     try:
@@ -376,9 +376,9 @@ def profile_from_db(db: str | Path, name: str, *, source: str, root: str | Path 
 def cmd_profile(a: argparse.Namespace) -> int:
     prof = profile_from_db(a.db, a.name, source=a.source, root=a.root, env_id=a.env_id,
                            cold_from=parse_cold_from(a.cold_from), hardware=a.hardware,
-                           description=a.description, fusion=_load_json(a.fusion, "fusion"),
-                           op_mapping=_load_json(a.op_mapping, "op-mapping"),
-                           training=_load_json(a.training, "training"), force=a.force)
+                           description=a.description, fusion=load_json_option(a.fusion, "fusion"),
+                           op_mapping=load_json_option(a.op_mapping, "op-mapping"),
+                           training=load_json_option(a.training, "training"), force=a.force)
     from estimator.dataset import excluded_message  # noqa: PLC0415
 
     excluded: list[tuple[int, str]] = []
