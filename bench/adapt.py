@@ -47,7 +47,7 @@ from typing import Any, Callable, Sequence
 from estimator.errors import UserError
 
 __all__ = ["CARRY_ERROR", "DEFAULT_MINUTES", "DEFAULT_ROUNDS", "DEFAULT_NETWORKS", "DEFAULT_RUNS", "DEFAULT_WARMUP", "DEFAULT_SAMPLES", "ROUTES", "FIT_RESERVE_S", "Adapted",
-           "AdaptState", "decide", "adapt", "state_path", "sampling_plan", "describe_adapted", "setting_differences"]
+           "AdaptState", "decide", "adapt", "state_path", "sampling_plan", "describe_adapted", "setting_differences", "does_not_carry"]
 
 #: BASE carries when its calibration's leave-family-out mean |error| on this machine's networks
 #: is at most this: what a small own profile reaches held out (3.9-5.9 % on a 2-vCPU AMD VM)
@@ -56,7 +56,7 @@ CARRY_ERROR = 0.06
 DEFAULT_MINUTES = 10.0
 #: interleaved rounds of the networks in all: half before the layers, half after
 DEFAULT_ROUNDS = 4
-#: the calibration networks (samples of :data:`bench.cmd_calibrate.DEFAULT_SPACES`, round
+#: the calibration networks (samples of :data:`bench.calibrate.DEFAULT_SPACES`, round
 #: robin), and per network and round the timed and untimed runs: fewer than ``bench
 #: calibrate``'s 60 x (5 + 20), so that a slow runtime leaves the layers most of the budget
 #: (LiteRT fp32 on a 2-vCPU VM: 60 networks took 3.6 s each to build and convert and 167 s a
@@ -194,6 +194,23 @@ def decide(base: Any, report: dict[str, Any] | None, setting: Sequence[str]) -> 
                          f"{report['uncalibrated_mean_abs_error_pct']:.1f} %), and the families agree")
 
 
+def does_not_carry(base: Any, report: dict[str, Any] | None, m: Any) -> str:
+    """Why a calibration of ``base`` on networks ``m`` (:class:`bench.calibrate.Measured`)
+    does not make it hold here, by :func:`decide`'s rule, when ``base`` comes from another
+    machine or runner setting; ``""`` when it carries, cannot be judged (a cost model, no
+    report), or ``base`` was measured here (its error is then the layer model's own, which
+    another profile of this machine would share)."""
+    from estimator import fingerprint as fp  # noqa: PLC0415
+
+    if report is None or m.kind != "measured":
+        return ""
+    setting = setting_differences(base, m.runner, m.options, m.precision)
+    elsewhere = setting or fp.differences(base.recorded_fingerprint(), fp.fingerprint(base.runner, base.threads),
+                                          base.runner)
+    route, why = decide(base, report, setting)
+    return why if elsewhere and route == "profile" else ""
+
+
 def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: dict[str, Any],
           precision: str | None, specs: Sequence[Any], db: str | Path, minutes: float = DEFAULT_MINUTES,
           route: str = "auto", rounds: int = DEFAULT_ROUNDS, runs: int, warmup: int,
@@ -206,7 +223,7 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
     from estimator.profile import load_profile  # noqa: PLC0415
 
     from .calibrate import bias, describe_sources, measure, write_calibrated_profile  # noqa: PLC0415
-    from .cmd_profile import profile_from_db  # noqa: PLC0415
+    from .profile_db import profile_from_db  # noqa: PLC0415
     from .measure import make_runner, measure_plan  # noqa: PLC0415
     from .smartpad import default_precision  # noqa: PLC0415
 

@@ -18,7 +18,8 @@ import sys
 from estimator.cliutil import integer, number
 
 from .adapt import DEFAULT_NETWORKS, DEFAULT_RUNS, DEFAULT_WARMUP
-from .cmd_calibrate import DEFAULT_SPACES, base_and_root, source_specs
+from .calibrate import DEFAULT_SPACES
+from .cmd_calibrate import base_and_root, source_specs
 from .cmd_run import DEFAULT_OUT, add_runner_options, db_path, given_runner_options
 from .runners.base import RUNNERS
 

@@ -32,6 +32,7 @@ from typing import Any
 from estimator.cliutil import integer
 from estimator.errors import UserError
 
+from .calibrate import DEFAULT_NETWORKS, DEFAULT_SPACES
 from .cmd_run import DEFAULT_OUT, add_runner_options, db_path, given_runner_options
 from .measure import make_runner
 from .network_measure import DEFAULT_ROUNDS, DEFAULT_RUNS, DEFAULT_WARMUP
@@ -39,13 +40,6 @@ from .runners.base import RUNNERS
 
 __all__ = ["register", "add_measurement_args", "base_and_root", "source_specs", "DEFAULT_NETWORKS", "DEFAULT_SPACES"]
 
-#: space samples measured when no source is given, round robin over three spaces: three
-#: families let leave-family-out validation hold one out and still fit every layer type the
-#: others share (estimator.calibration, ``per-type``); about 1.5 minutes of device time on a
-#: 2-vCPU AMD EPYC VM at 1 thread (36 s for the 40 mobilenet and resnet samples, 60 s for
-#: the 20 scaled ones), 2-3 minutes of wall time with building
-DEFAULT_NETWORKS = 60
-DEFAULT_SPACES = "mobilenet,resnet,scaled"
 
 
 def _sources_args(p: argparse.ArgumentParser) -> None:
@@ -242,7 +236,7 @@ def base_and_root(a: argparse.Namespace) -> tuple[Any, Path]:
 def cmd_calibrate(a: argparse.Namespace) -> int:
     from estimator import fingerprint as fp  # noqa: PLC0415
 
-    from .adapt import decide, setting_differences  # noqa: PLC0415
+    from .adapt import does_not_carry  # noqa: PLC0415
     from .calibrate import bias, describe_sources, target_description, write_calibrated_profile  # noqa: PLC0415
 
     base, root = base_and_root(a)
@@ -269,9 +263,8 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
         print(f"why: {r['choice']}")
         if r.get("warning"):
             print(f"warning: {r['warning']}", file=sys.stderr)
-        setting = setting_differences(base, m.runner, m.options, m.precision) if m.kind == "measured" else []
-        route, why = decide(base, r, setting)
-        if route == "profile" and (diffs or setting):  # a base from elsewhere that does not carry here
+        why = does_not_carry(base, r, m)
+        if why:
             print(f"warning: {why}: this calibration does not make {base.name} hold here; `bench adapt --device "
                   f"{base.name} --name NEW` measures a small profile of this machine instead (at most 10 minutes)",
                   file=sys.stderr)

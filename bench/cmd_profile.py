@@ -27,9 +27,9 @@ Device-specific mapping rules go into ``profile.json``:
   (``tests/perf/padding_split.py --lum-types``).
 
 For a database measured with the ``onnxruntime`` runner, ``fusion`` defaults to ONNX
-Runtime's CPU graph optimisations (:func:`onnxruntime_fusion`) and ``op_mapping`` to the ops
-it runs as views (:func:`onnxruntime_op_mapping`). For the ``vela`` runner
-both default to Vela's own behaviour (:func:`vela_fusion`, :func:`vela_op_mapping`), derived from the installed Vela's
+Runtime's CPU graph optimisations (:func:`bench.profile_db.onnxruntime_fusion`) and ``op_mapping`` to the ops
+it runs as views (:func:`bench.profile_db.onnxruntime_op_mapping`). For the ``vela`` runner
+both default to Vela's own behaviour (:func:`bench.profile_db.vela_fusion`, :func:`~bench.profile_db.vela_op_mapping`), derived from the installed Vela's
 supported-operator list plus the configurations the benchmark could not place on the
 NPU (the database's ``failures``), so an Ethos-U profile says which operators fall back.
 
@@ -43,167 +43,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import tempfile
-from collections import Counter
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from estimator.errors import UserError
 
-from .runners.base import CACHE_KEYS
+from .profile_db import profile_from_db
 
-__all__ = ["register", "cmd_profile", "parse_cold_from", "onnxruntime_fusion", "onnxruntime_op_mapping",
-           "vela_fusion", "vela_op_mapping", "profile_from_db"]
-
-
-def onnxruntime_fusion() -> dict[str, Any]:
-    """Fusion rules of ONNX Runtime's CPU execution provider at graph optimisation 'all':
-    Conv + {Relu, Clip, LeakyRelu, Sigmoid, Tanh, HardSigmoid, HardSwish} become one
-    kernel (MLAS applies ReLU inside the kernel and the others as a pass over its output,
-    which the ``act`` feature tells apart); Gemm + an activation become one kernel; an Add
-    followed by Relu is measured as one LUM (Table 2) and folds into the producing
-    convolution's sum input. SiLU (x * sigmoid(x)) stays a kernel of its own (ONNX Runtime
-    turns it into one QuickGelu kernel, not part of the convolution's).
-
-    HardSwish, measured with ONNX Runtime 1.32.0: Conv -> HardSwish -> Conv profiles as
-    two NCHWc conv kernels and no HardSwish kernel, and in the ``mobilenet`` NAS space's
-    samples none of a network's HardSwish nodes runs as a kernel. Where it is left out of
-    the rules (a profile's ``fusion`` written without it), each
-    HardSwish is estimated as a standalone activation layer, which smart padding measures
-    unfused (after the padding convolution's own ReLU: HardSigmoid + Mul kernels): in one
-    sample 1.79 ms of a 4.92 ms estimate went to layers that cost nothing as kernels."""
-    conv = ["clip", "hardsigmoid", "hardswish", "leakyrelu", "relu", "relu6", "sigmoid", "tanh"]
-    return {"activations": {"conv2d": list(conv), "dwconv2d": list(conv),
-                            "fc": ["elu", "hardsigmoid", "leakyrelu", "relu", "sigmoid", "softplus", "tanh"],
-                            "add": ["relu"], "mul": []},
-            "bn_into_conv": True, "single_consumer": True}
-
-#: ONNX ops ONNX Runtime's CPU execution provider runs as views of their input: their
-#: kernels alias the input buffer (no data moved). Measured with ONNX Runtime 1.32.0
-#: (``taskset -c 1``, per-node profile of synthetic graphs): Reshape, Flatten,
-#: Squeeze and Unsqueeze kernels take 2-4 us whatever the tensor (64 x 56 x 56 included),
-#: where a copy of that tensor takes 25 us or more. The layout reorders ONNX Runtime puts
-#: around them, when their neighbours run in its blocked (NCHWc) layout, are kernels of
-#: their own, not theirs. The roofline fallback (these types have no benchmark rows)
-#: predicted about 16 us each: ShuffleNetV2's 32 reshapes 0.51 ms of a 4.4 ms estimate
-#: against 0.08 ms measured.
-_ORT_FREE = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
-
-
-def onnxruntime_op_mapping() -> dict[str, Any]:
-    """``op_mapping`` for an ONNX Runtime (CPU) profile: the ops it runs as views
-    (:data:`_ORT_FREE`), which the estimator lists as free nodes instead of estimating."""
-    import onnxruntime  # noqa: PLC0415
-
-    return {"free_ops": list(_ORT_FREE),
-            "source": f"onnxruntime {onnxruntime.__version__} CPU execution provider: Reshape, Flatten, Squeeze "
-                      f"and Unsqueeze alias their input (per-node kernel times 2-4 us whatever the size)"}
-
-
-#: Activations Vela runs inside the producing NPU operation (no extra cycles): the TFLite
-#: converter fuses ReLU/ReLU6/ReLU_N1_TO_1 (and clips) into CONV_2D, DEPTHWISE_CONV_2D,
-#: FULLY_CONNECTED, ADD and MUL; Vela's graph optimiser then moves LUT activations
-#: (LOGISTIC, TANH, HARD_SWISH, LEAKY_RELU) into the preceding NPU operation when it is its
-#: only consumer and has no activation yet (``fuse_activation_function_with_prev``).
-#: HardSigmoid (``relu6(x + 3) / 6``) folds its ``+3`` into the bias and its ReLU6 into the
-#: op; the ``/6`` stays a MUL on the (usually 1x1) SE gate. SiLU (``x * sigmoid(x)``) does
-#: not fold: the producer's output has two consumers (LOGISTIC and MUL), so it stays a
-#: layer of its own, which the ``activation`` benchmark measures (kind ``silu``).
-_VELA_FUSED_ACTS = ["clip", "hardsigmoid", "hardswish", "leakyrelu", "relu", "relu6", "sigmoid", "tanh"]
-
-
-def vela_fusion() -> dict[str, Any]:
-    """Fusion rules of Vela for an Ethos-U target (see :data:`_VELA_FUSED_ACTS`)."""
-    prods = ("conv2d", "dwconv2d", "fc", "add", "mul")
-    return {"activations": {p: list(_VELA_FUSED_ACTS) for p in prods}, "bn_into_conv": True, "single_consumer": True}
-
-
-#: ONNX op -> the TFLite operator (Vela's ``Op`` name) it becomes; ops whose operator is not
-#: in Vela's supported-operator set run on the CPU. Only unambiguous mappings are listed.
-_ONNX_TO_VELA_OP = {
-    "Elu": "Elu", "Sqrt": "Sqrt", "Log": "Log", "Sin": "Sin", "Cos": "Cos", "Floor": "Floor", "Ceil": "Ceil",
-    "Round": "Round", "Cast": "Cast", "Gather": "Gather", "GatherElements": "Gather", "GatherND": "GatherNd",
-    "Equal": "Equal", "Greater": "Greater", "Less": "Less", "Not": "LogicalNot", "And": "LogicalAnd",
-    "Or": "LogicalOr", "Where": "Select", "TopK": "TopKV2", "NonMaxSuppression": "NonMaxSuppressionV4",
-    "Tile": "Tile", "Erf": "Erf", "LogSoftmax": "LogSoftmax", "LRN": "LocalResponseNormalization",
-    "ReduceProd": "ReduceProduct", "ArgMin": "ArgMin", "DepthToSpace": "DepthToSpace",
-    "SpaceToDepth": "SpaceToDepth", "ScatterND": "ScatterNd", "CumSum": "Cumsum", "Range": "Range",
-    "OneHot": "OneHot", "Sign": "Sign", "Reciprocal": "Div", "Expand": "BroadcastTo",
-    "Relu": "Relu", "Conv": "Conv2DBias", "Add": "Add", "Mul": "Mul", "Concat": "ConcatTFLite",
-    "MaxPool": "MaxPool", "AveragePool": "AvgPool", "Gemm": "FullyConnected", "Sigmoid": "Sigmoid",
-    "Tanh": "Tanh", "HardSwish": "HardSwish", "LeakyRelu": "LeakyRelu", "Softmax": "Softmax",
-    "Slice": "StridedSlice", "Split": "SplitV", "Reshape": "Reshape", "Exp": "Exp", "Abs": "Abs",
-    "Sub": "Sub", "Max": "Maximum", "Min": "Minimum", "GlobalAveragePool": "Mean", "ReduceMean": "Mean",
-    "ReduceSum": "ReduceSum", "ArgMax": "ArgMax", "Pad": "Pad",
-}
-
-#: ONNX ops that cost nothing on Vela (views): see :func:`vela_op_mapping`.
-_VELA_FREE = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Split", "Slice")
-
-#: Operators Vela runs on the NPU only under conditions (checked per operator by Vela).
-_VELA_CONDITIONAL = {
-    "Transpose": "TRANSPOSE runs on the NPU only for the permutations Vela supports (rank 2 WxC->CxW; "
-                 "rank 3 HxWxC->WxHxC and 1xWxC->1xCxW; rank 4 1xHxWxC->1xWxHxC, 1x1xWxC->1x1xCxW, "
-                 "1xHx1xC->1xCx1xW); others run on the CPU (e.g. a YOLO head's 5-D permute)",
-    "Resize": "RESIZE_NEAREST_NEIGHBOR/BILINEAR run on the NPU for upscaling by supported integer factors; "
-              "other scales (e.g. 8->13, downscaling) run on the CPU",
-    "AveragePool": "AVERAGE_POOL_2D with SAME padding runs on the NPU for kernels up to 8x8 (VALID: height up "
-                   "to 256, area up to 65536); larger padded windows run on the CPU",
-    "PRelu": "only a graph the TFLite converter matches into one PRELU op runs on the NPU; otherwise float "
-             "NEG/DEQUANTIZE/QUANTIZE ops run on the CPU",
-    "Div": "a constant divisor becomes MUL (NPU); a tensor/tensor DIV runs on the CPU",
-    "Pow": "exponent 2 becomes MUL (NPU); other exponents (POW) run on the CPU",
-}
-
-
-def vela_op_mapping(failures: list[Mapping[str, Any]] | None = None) -> dict[str, Any]:
-    """``op_mapping`` for a Vela profile: ONNX ops whose TFLite operator is outside the
-    installed Vela's supported-operator set, conditional ones, and the benchmark
-    configurations Vela left on the CPU (from a database's ``failures``)."""
-    from ethosu.vela.tflite_supported_operators import TFLiteSupportedOperators  # noqa: PLC0415
-
-    from .runners.vela_runner import vela_version  # noqa: PLC0415
-
-    supported = {str(o).split(".", 1)[-1] for o in TFLiteSupportedOperators.supported_operators}
-    cpu = sorted(onnx_op for onnx_op, vop in _ONNX_TO_VELA_OP.items()
-                 if vop not in supported and onnx_op not in _VELA_CONDITIONAL)
-    bench_cpu: Counter[str] = Counter()
-    examples: dict[str, str] = {}
-    for f in failures or []:
-        err = str(f.get("error", ""))
-        if "placed on the CPU" not in err and "placed no operator on the NPU" not in err:
-            continue
-        if "CPU operators: none" in err:  # an empty model (e.g. a 1x1 global pool the converter removed)
-            continue
-        params = f.get("params")
-        if isinstance(params, str):
-            try:
-                params = json.loads(params)
-            except ValueError:
-                params = {}
-        kind = (params or {}).get("kind") or (params or {}).get("mode")
-        key = f"{f.get('layer_type')}" + (f" ({kind})" if kind else "")
-        bench_cpu[key] += 1
-        m = re.search(r"excludes \(not benchmarkable on this target\): (.*)", err) or re.search(
-            r"\((CPU operators: [^)]*)\)", err)
-        examples.setdefault(key, (m.group(1) if m else err)[:300])
-    out: dict[str, Any] = {
-        "cpu_fallback_ops": cpu,
-        "conditional_cpu_ops": dict(_VELA_CONDITIONAL),
-        # Vela turns these into views of their input (RESHAPE is removed; SPLIT/SLICE become
-        # reads at an offset by the consumer): no cycles of their own in its per-layer report.
-        "free_ops": list(_VELA_FREE),
-        "source": f"ethos-u-vela {vela_version()}: TFLiteSupportedOperators.supported_operators and its "
-                  "per-operator constraints; ONNX ops mapped to the TFLite operators bench.tflite_convert emits",
-        "notes": "Vela gives operators it leaves on the CPU no time in its estimate; on the board they run on the "
-                 "Cortex-A55 through TFLite's CPU kernels. The estimator predicts them with its roofline "
-                 "fallback (flagged out_of_design_space) and flags ops listed in cpu_fallback_ops.",
-    }
-    if bench_cpu:
-        out["benchmark_cpu_placements"] = {k: {"configurations": n, "example": examples[k]}
-                                           for k, n in sorted(bench_cpu.items())}
-    return out
+__all__ = ["register", "cmd_profile", "parse_cold_from", "load_json_option"]
 
 
 # ------------------------------------------------------------------------------ command
@@ -260,117 +107,6 @@ def parse_cold_from(spec: str | None) -> tuple[int, list[str]] | None:
         raise UserError(f"--cold-from: {', '.join(bad)} has no cold feature; only {', '.join(COLD_TYPES)} (layers "
                         f"whose weights can outweigh their activations)")
     return int(env_s), types
-
-
-def _cold_rows(store: Any, db: Any, env: Mapping[str, Any], envs: Sequence[Mapping[str, Any]], env_id: int,
-               types: Sequence[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The weight-bound ``types`` rows of environment ``env_id`` marked ``cold=1``, and the
-    ``cold_rows`` record. An environment that is not a cache-flushed copy of ``env`` (it
-    differs in more than :data:`CACHE_KEYS` or in its measurement settings, or flushes
-    nothing where ``env`` does not either), or holds no weight-bound row of a type, is an error."""
-    from estimator.layers import describe, weight_bound  # noqa: PLC0415
-
-    other = next((e for e in envs if e["env_id"] == env_id), None)
-    if other is None:
-        raise UserError(f"--cold-from {env_id}: {db} has no environment {env_id}")
-    a, b = env.get("environment") or {}, other.get("environment") or {}
-    differ = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and k not in CACHE_KEYS)
-    sa, sb = env.get("settings") or {}, other.get("settings") or {}
-    differ += sorted(f"settings.{k}" for k in set(sa) | set(sb) if sa.get(k) != sb.get(k) and k != "bench_version")
-    if differ:
-        raise UserError(f"--cold-from {env_id}: environment {env_id} differs from environment {env['env_id']} in "
-                        f"{', '.join(differ)}; only {', '.join(sorted(CACHE_KEYS))} may differ")
-    if not b.get("flush_cache_mb") or a.get("flush_cache_mb"):
-        raise UserError(f"--cold-from {env_id}: environment {env_id} must be measured with a cache flush "
-                        f"(bench run --flush-cache 64) and environment {env['env_id']} without one")
-    rows: list[dict[str, Any]] = []
-    for r in store.export_rows(env_id):
-        if r["layer_type"] not in types:
-            continue
-        params = json.loads(r["params"]) if isinstance(r["params"], str) else dict(r["params"])
-        if weight_bound(describe(r["layer_type"], params)):
-            rows.append({**r, "params": json.dumps({**params, "cold": 1}, sort_keys=True, separators=(",", ":"))})
-    lacking = sorted(set(types) - {r["layer_type"] for r in rows})
-    if lacking:
-        raise UserError(f"--cold-from {env_id}: environment {env_id} holds no weight-bound {', '.join(lacking)} rows")
-    record = {t: {"env_id": env_id, "rows": sum(1 for r in rows if r["layer_type"] == t),
-                  "flush_cache_mb": b.get("flush_cache_mb")} for t in types}
-    return rows, record
-
-
-def profile_from_db(db: str | Path, name: str, *, source: str, root: str | Path | None = None,
-                    env_id: int | None = None, cold_from: tuple[int, Sequence[str]] | None = None,
-                    hardware: str | None = None, description: str | None = None,
-                    fusion: Mapping[str, Any] | None = None, op_mapping: Mapping[str, Any] | None = None,
-                    training: Mapping[str, Any] | None = None, force: bool = False) -> Any:
-    """Create ``<root>/<name>/`` from one environment of a bench database; returns the Profile."""
-    from estimator.dataset import write_measurements  # noqa: PLC0415
-    from estimator.profile import create_profile, default_root  # noqa: PLC0415
-
-    from .storage import Store  # noqa: PLC0415
-
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
-        raise UserError(f"--name {name!r}: use letters, digits, '.', '_' and '-' only")
-    root_p = Path(root) if root is not None else default_root()
-    target = root_p / name
-    if (target / "profile.json").exists() and not force:
-        raise UserError(f"{target} already exists (use --force to replace it)")
-    with Store.open_existing(db) as store:
-        envs = store.environments()
-        counts = {e["env_id"]: store.count(e["env_id"]) for e in envs}
-        if env_id is None:
-            with_rows = [e for e in envs if counts[e["env_id"]]]
-            if len(with_rows) != 1:
-                listing = ", ".join(f"{e['env_id']} ({e['device']}, {e['runner']}, {counts[e['env_id']]} rows)"
-                                    for e in envs) or "none"
-                raise UserError(f"{db}: {len(with_rows)} environments hold rows; choose one with --env-id "
-                                f"(environments: {listing})")
-            env = with_rows[0]
-        else:
-            env = next((e for e in envs if e["env_id"] == env_id), None)
-            if env is None:
-                raise UserError(f"{db}: no environment {env_id} (have {', '.join(str(e['env_id']) for e in envs)})")
-        rows = store.export_rows(env["env_id"])
-        if not rows:
-            raise UserError(f"{db}: environment {env['env_id']} holds no measurements")
-        failures = [f for f in store.failures() if f["env_id"] == env["env_id"]]
-        cold: dict[str, Any] = {}
-        if cold_from:
-            cold_rows, cold = _cold_rows(store, db, env, envs, *cold_from)
-            rows = rows + cold_rows
-    extra: dict[str, Any] = {}
-    if cold:
-        extra["cold_rows"] = cold
-    runner = env.get("runner")
-    if fusion is None and runner == "vela":
-        fusion = vela_fusion()
-    elif fusion is None and runner == "onnxruntime":
-        fusion = onnxruntime_fusion()
-    if op_mapping is None and runner == "vela":
-        op_mapping = vela_op_mapping(failures)
-    elif op_mapping is None and runner == "onnxruntime":
-        op_mapping = onnxruntime_op_mapping()
-    if fusion is not None:
-        extra["fusion"] = dict(fusion)
-    if op_mapping is not None:
-        extra["op_mapping"] = dict(op_mapping)
-    if training:
-        extra["training"] = dict(training)
-    from estimator.fingerprint import from_environment  # noqa: PLC0415
-
-    extra["fingerprint"] = from_environment(str(runner), env.get("host"), env.get("versions"), env.get("threads"))
-    if description:
-        extra["description"] = description
-    with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:
-        csv_path = Path(tmp) / "measurements.csv"
-        write_measurements(csv_path, rows)
-        side = Path(tmp) / "measurements.csv.provenance.json"
-        side.write_text(json.dumps({"source": str(db), "environments": [env]}, default=str))
-        if target.exists() and force:
-            for f in ("profile.json", "measurements.csv"):
-                (target / f).unlink(missing_ok=True)
-        return create_profile(root_p, name, csv_path, source=source, provenance_json=side, hardware=hardware,
-                              **extra)
 
 
 def cmd_profile(a: argparse.Namespace) -> int:

@@ -214,28 +214,29 @@ class SmartPad:
         st.padding_reused = len(needed) - len(missing)
         if on_total:
             on_total(len(missing) + len(todo))
-        # phase 1: the padding-only lookup table
+        # each configuration's padding pairs just before it (the first to need one measures it): a
+        # run cut short by ``stop`` holds every pair its layers need and no pair for layers it
+        # never reached, and a layer and its pairs are timed minutes apart at most
         if describe:
-            describe("padding pairs")
+            describe("layers and their padding pairs")
         bad_keys: dict[HWC, str] = {}
-        for k in missing:
-            if stop is not None and stop():
-                return st
-            try:
-                lut[k] = self.measure_padding(k)
-                st.padding_measured += 1
-            except RunnerError as e:
-                bad_keys[k] = str(e)
-            if progress:
-                progress(1)
-        # phase 2: the layers under measurement
-        if describe:
-            describe("layers")
         for c in todo:
             if stop is not None and stop():
                 break
             try:
                 keys = padding_keys(c.layer_type, c.params, fmt).all()
+                for k in keys:
+                    if k in lut or k in bad_keys:
+                        continue
+                    if stop is not None and stop():
+                        return st
+                    try:
+                        lut[k] = self.measure_padding(k)
+                        st.padding_measured += 1
+                    except RunnerError as e:
+                        bad_keys[k] = str(e)
+                    if progress:
+                        progress(1)
                 bad = [k for k in keys if k in bad_keys]
                 if bad:
                     raise RunnerError(f"padding pair {bad[0]} failed: {bad_keys[bad[0]]}")

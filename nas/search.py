@@ -166,10 +166,9 @@ def calibrate_device(req: SearchRequest, err: TextIO) -> Path:
     (:mod:`bench.calibrate`, resumable in ``OUT/calibration.sqlite``) and write the calibrated
     profile, under the device's own name, to ``OUT/profiles`` (returned: the in-process
     estimator's profiles directory)."""
-    from bench.adapt import decide, setting_differences  # noqa: PLC0415
+    from bench.adapt import does_not_carry  # noqa: PLC0415
     from bench.calibrate import bias, measure, write_calibrated_profile  # noqa: PLC0415
     from bench.network_sources import space_specs  # noqa: PLC0415
-    from estimator.fingerprint import differences, fingerprint  # noqa: PLC0415
     from estimator.profile import load_profile  # noqa: PLC0415
 
     from .sources import register  # noqa: PLC0415
@@ -198,11 +197,10 @@ def calibrate_device(req: SearchRequest, err: TextIO) -> Path:
            else f"not calibrated: {cal.info.get('reason')}")
     print(f"calibrated {s.device} in {m.seconds:.0f} s: measured/predicted {med:.3f} (median over "
           f"{len(m.results)} samples); {how}; profile in {cal.path}", file=err)
-    setting = setting_differences(base, m.runner, m.options, m.precision)
-    elsewhere = setting or differences(base.recorded_fingerprint(), fingerprint(base.runner, base.threads), base.runner)
-    if cal.report is not None and elsewhere and decide(base, cal.report, setting)[0] == "profile":
-        print(f"nas: warning: {decide(base, cal.report, setting)[1]}: the calibration does not make {s.device} hold "
-              f"here; --adapt MINUTES measures a small profile of this machine instead", file=err)
+    why = does_not_carry(base, cal.report, m)
+    if why:
+        print(f"nas: warning: {why}: the calibration does not make {s.device} hold here; --adapt MINUTES measures "
+              f"a small profile of this machine instead", file=err)
     return cal.path.parent
 
 
@@ -214,7 +212,7 @@ def adapt_device(req: SearchRequest, err: TextIO) -> Path:
     own name to ``OUT/profiles`` (returned: the in-process estimator's profiles directory)."""
     from bench.adapt import (DEFAULT_NETWORKS, DEFAULT_RUNS, DEFAULT_SAMPLES, DEFAULT_WARMUP, adapt,  # noqa: PLC0415
                              describe_adapted, sampling_plan)
-    from bench.cmd_calibrate import DEFAULT_SPACES  # noqa: PLC0415
+    from bench.calibrate import DEFAULT_SPACES  # noqa: PLC0415
     from bench.network_sources import space_specs  # noqa: PLC0415
     from estimator.profile import load_profile  # noqa: PLC0415
 

@@ -44,7 +44,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.cmd_profile import profile_from_db, vela_op_mapping  # noqa: E402
+from bench.profile_db import profile_from_db, vela_op_mapping  # noqa: E402
 from bench.context_sampling import context_plan  # noqa: E402
 from bench.sampling import canonical_params, limits_for  # noqa: E402
 

@@ -244,7 +244,8 @@ def test_free_ops_are_free_nodes_with_their_reason(tmp_path: Path, cache_dir: Pa
 
 @needs_tflite
 def test_small_vela_plan_refuses_cpu_layers_and_becomes_a_profile(tmp_path: Path) -> None:
-    from bench.cmd_profile import profile_from_db, register
+    from bench.cmd_profile import register
+    from bench.profile_db import profile_from_db
     from bench.runners.vela_runner import VelaRunner
     from bench.sampling import Config
     from bench.smartpad import SmartPad

@@ -450,7 +450,7 @@ def test_warm_estimate_imports_no_sklearn_crepes_pandas(root, cache_root):
 def test_shipped_host_cpu_lists_onnxruntimes_views_as_free():
     """The shipped ONNX Runtime profile carries the op_mapping ``bench profile`` writes for
     that runner: Reshape/Flatten/Squeeze/Unsqueeze alias their input (no kernel time)."""
-    from bench.cmd_profile import onnxruntime_op_mapping
+    from bench.profile_db import onnxruntime_op_mapping
     from estimator.profile import load_profile
 
     prof = load_profile("host-cpu", Path(__file__).resolve().parents[1] / "profiles")

@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from bench.cmd_calibrate import DEFAULT_NETWORKS, DEFAULT_SPACES  # noqa: E402
+from bench.calibrate import DEFAULT_NETWORKS, DEFAULT_SPACES  # noqa: E402
 from bench.network_measure import DEFAULT_ROUNDS  # noqa: E402
 from estimator.errors import UserError  # noqa: E402
 
