@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -320,8 +321,12 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
     log(f"[4/4] timing the networks again: rounds {half + 1}-{rounds}")
     runner = make_runner(runner_name, options)
     m = measure(name, runner, specs, fusion=base.fusion_rules(), db=db, rounds=rounds, runs=runs, warmup=warmup,
-                precision=precision, options=options, progress=progress, log=log)
+                precision=precision, options=options, progress=progress, log=log, warn_moved=False)
     state.save(networks={"rounds": rounds})
+    drift = sorted(100 * (statistics.median(r.round_medians_ms[half:]) / statistics.median(r.round_medians_ms[:half])
+                          - 1) for r in m.results)
+    log(f"the networks ran {statistics.median(drift):+.1f} % in median ({drift[0]:+.0f} to {drift[-1]:+.0f} %) after the "
+        f"layers against before: the calibrated band includes that drift")
 
     # 5. the profile, whole or not at all
     with tempfile.TemporaryDirectory(prefix="bench-adapt-layers-") as tmp:
