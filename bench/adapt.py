@@ -14,9 +14,10 @@ layer profile of the machine itself does (4-6 % after about 5 minutes). So:
    :data:`CARRY_ERROR` leave-family-out with families that agree
    (:func:`estimator.calibration.family_warning`). Otherwise:
 3. **layers**: a layer profile of this machine is measured with smart padding
-   (:func:`bench.measure.measure_plan`, the sampling plan of ``bench run``, whose shuffled
-   order covers every type when it is cut short) until the budget leaves only what the last
-   steps need;
+   (:func:`bench.measure.measure_plan`, the sampling plan of ``bench run``, ordered by
+   :func:`by_time_share` so that wherever the budget cuts it every type has rows, the types the
+   networks spend their time in the most) until the budget leaves only what the last steps
+   need;
 4. **networks again**: the other half of the rounds, so that the network timings behind the
    calibration span the measuring window and their drift enters the band
    (:func:`estimator.calibration.drift_of`);
@@ -48,7 +49,8 @@ from typing import Any, Callable, Sequence
 from estimator.errors import UserError
 
 __all__ = ["CARRY_ERROR", "DEFAULT_MINUTES", "DEFAULT_ROUNDS", "DEFAULT_NETWORKS", "DEFAULT_RUNS", "DEFAULT_WARMUP", "DEFAULT_SAMPLES", "ROUTES", "FIT_RESERVE_S", "Adapted",
-           "AdaptState", "decide", "adapt", "state_path", "sampling_plan", "describe_adapted", "setting_differences", "does_not_carry"]
+           "AdaptState", "decide", "adapt", "state_path", "sampling_plan", "describe_adapted", "setting_differences", "does_not_carry", "time_shares", "by_time_share",
+           "TIME_WEIGHT"]
 
 #: BASE carries when its calibration's leave-family-out mean |error| on this machine's networks
 #: is at most this: what a small own profile reaches held out (3.9-5.9 % on a 2-vCPU AMD VM)
@@ -75,6 +77,11 @@ FIT_RESERVE_S = 60.0
 #: configurations per layer type in the plan the budget cuts (broad space, and as many from the
 #: network prior); its shuffled order covers every type whatever the cut
 DEFAULT_SAMPLES = 200
+#: the part of an own profile's rows given to layer types by their share of the calibration
+#: networks' time (the rest evenly over every type): with a few hundred rows (LiteRT fp32 on a
+#: 2-vCPU VM: 255 rows in 185 s) an even spread left 14 conv2d rows, and the profile predicted
+#: held-out CNNs 2-4x too slow
+TIME_WEIGHT = 0.5
 #: the fewest seconds worth measuring an own layer profile in (at 1 thread on a 2-vCPU VM,
 #: 200-400 configurations: every type gets a few rows from the shuffled plan)
 MIN_LAYER_S = 60.0
@@ -287,6 +294,10 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
     if state.route == "profile":
         runner = make_runner(runner_name, options)
         plan, what = layer_plan(runner)
+        shares = time_shares(base, m.results)
+        plan = by_time_share(plan, shares)
+        what += "; types in proportion to " + ", ".join(f"{t} {v:.0%}" for t, v in sorted(
+            shares.items(), key=lambda kv: -kv[1])[:4]) + f"... of the networks' time under {base.name}, half evenly"
         deadline = budget - again_s - FIT_RESERVE_S
         left = deadline - state.elapsed()
         if left < MIN_LAYER_S and not state.phases.get("layers", {}).get("rows"):
@@ -345,6 +356,40 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
     state.save(done={"profile": str(out.path), "route": state.route})
     return Adapted(out.path, state.route, state.why, base_report, out.report, out.info, layer_rows, layer_s,
                    len(m.results), rounds, state.elapsed(), (med, lo, hi))
+
+
+def time_shares(base: Any, results: Sequence[Any]) -> dict[str, float]:
+    """Each layer type's share of the networks' Eq. 7 time under ``base`` (each network
+    weighing the same): where a layer profile of this machine has to be right."""
+    from estimator.calibration import by_type  # noqa: PLC0415
+    from estimator.predict import Estimator  # noqa: PLC0415
+
+    est = Estimator.from_profile(base)
+    out: dict[str, float] = {}
+    for r in results:
+        row, _ = est.calibration_row(r.spec.weightless_onnx, r.spec.name, r.spec.family, r.measured_ms)
+        for t, v in by_type(row.shares).items():
+            out[t] = out.get(t, 0.0) + v / len(results)
+    return out
+
+
+def by_time_share(plan: Sequence[Any], shares: dict[str, float]) -> list[Any]:
+    """``plan`` reordered so that any prefix of it (where the budget cuts) gives each layer type
+    a part of its rows in proportion to ``TIME_WEIGHT x`` its time share plus ``1 -
+    TIME_WEIGHT`` spread evenly over the plan's types; each type keeps the plan's own (shuffled)
+    order. Stride scheduling: the next row goes to the type furthest below its part."""
+    queues: dict[str, list[Any]] = {}
+    for c in plan:
+        queues.setdefault(c.layer_type, []).append(c)
+    total = sum(shares.get(t, 0.0) for t in queues) or 1.0
+    w = {t: (1 - TIME_WEIGHT) / len(queues) + TIME_WEIGHT * shares.get(t, 0.0) / total for t in queues}
+    taken = {t: 0 for t in queues}
+    out = []
+    while len(out) < len(plan):
+        t = min((t for t in queues if taken[t] < len(queues[t])), key=lambda t: ((taken[t] + 1) / w[t], t))
+        out.append(queues[t][taken[t]])
+        taken[t] += 1
+    return out
 
 
 def sampling_plan(layers: str | None, samples: int, max_ops: float | None, seed: int = 0) -> Any:

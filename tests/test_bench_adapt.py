@@ -344,3 +344,19 @@ def test_bad_input_is_one_line_and_writes_nothing(calibrated, tmp_path, case, mo
     assert sorted(p.name for p in c.root.iterdir()) == before_root  # no profile, no staging folder
     assert {p: p.read_bytes() for p in (c.root / NEW).iterdir() if p.is_file()} == files
     assert _snapshot(c.db) == before_db and state_path(c.db).read_bytes() == before_state
+
+
+def test_the_own_profiles_plan_gives_each_type_rows_by_its_time_share():
+    """Any prefix of the reordered plan (where a budget cuts it) holds every type, each in
+    proportion to half its time share plus half an even part; each type keeps its own order."""
+    from bench.adapt import TIME_WEIGHT, by_time_share
+
+    plan = [SimpleNamespace(layer_type=t, key=f"{t}{i}") for i in range(100) for t in ("conv2d", "add", "fc")]
+    out = by_time_share(plan, {"conv2d": 0.8, "add": 0.2, "softmax": 0.5})  # softmax: not in the plan
+    assert sorted(c.key for c in out) == sorted(c.key for c in plan)
+    for t in ("conv2d", "add", "fc"):
+        assert [c.key for c in out if c.layer_type == t] == [c.key for c in plan if c.layer_type == t]
+    head = out[:60]
+    want = {t: (1 - TIME_WEIGHT) / 3 + TIME_WEIGHT * s for t, s in (("conv2d", 0.8), ("add", 0.2), ("fc", 0.0))}
+    for t, w in want.items():
+        assert abs(sum(c.layer_type == t for c in head) - 60 * w) <= 1, (t, w)
