@@ -72,7 +72,7 @@ SOURCE = (
     "2.4 min); an eighth pass (bench-data/imx93-run10.sh: --plan stem-input:420 --seed 0): 300 more stem "
     "configurations reading the graph input, 300 rows in 8.5 min; a ninth pass (bench-data/imx93-run11.sh: --plan "
     "activation-large:40 --seed 0): standalone activations at 2^20..2^22 elements, the element limit raised to 2^22 "
-    "for this plan, 39 rows in 1.3 min (1 measured before); a tenth pass (issue 5, fourth session, "
+    "for this plan, 39 rows in 1.3 min (1 measured before); a tenth pass ("
     "bench-data/imx93-run12.sh: --plan fused-act:400 --seed 0): convolutions and depthwise convolutions from the "
     "network prior with the fused activations the fusion rules fold (hard-swish, sigmoid, hard-sigmoid, tanh, leaky "
     "ReLU, ReLU6, none; before it no conv2d row had hard-swish or tanh and no dwconv2d row anything but ReLU), 399 "

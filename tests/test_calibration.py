@@ -796,7 +796,7 @@ def test_bench_check_warns_when_this_machine_is_off(cal, tmp_path, capsys, facto
     out, err = capsys.readouterr()
     # the re-timed networks fall outside the band fitted on rows 4x off: drifted beyond it
     assert "0 of 3 re-timed networks inside tiny-moved's calibrated 90 % CM_LV band" in out
-    assert f"drifted beyond tiny-moved's band since it was calibrated: 3 of 3 networks outside it" in err
+    assert "drifted beyond tiny-moved's band since it was calibrated: 3 of 3 networks outside it" in err
     assert f"% {word} than then" in err and "bench adapt --device tiny-moved --name NEW" in err
 
 
