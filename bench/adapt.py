@@ -293,29 +293,29 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
     layer_rows, layer_s = 0, float(state.phases.get("layers", {}).get("seconds", 0.0))
     if state.route == "profile":
         runner = make_runner(runner_name, options)
-        plan, what = layer_plan(runner)
-        shares = time_shares(base, m.results)
-        plan = by_time_share(plan, shares)
-        what += "; types in proportion to " + ", ".join(f"{t} {v:.0%}" for t, v in sorted(
-            shares.items(), key=lambda kv: -kv[1])[:4]) + f"... of the networks' time under {base.name}, half evenly"
-        deadline = budget - again_s - FIT_RESERVE_S
-        left = deadline - state.elapsed()
-        if left < MIN_LAYER_S and not state.phases.get("layers", {}).get("rows"):
-            need = (state.elapsed() + MIN_LAYER_S + again_s + FIT_RESERVE_S) / 60
-            raise UserError(f"--minutes {minutes:g} leaves {max(left, 0):.0f} s for the layer profile after the networks "
-                            f"(about {again_s:.0f} s more for them after the layers): too little; run the same "
-                            f"command with --minutes {math.ceil(need) + 1} or more (what was measured is kept), or "
-                            f"fewer --networks")
-        log(f"[3/4] measuring a layer profile of this machine ({what}): {max(left, 0):.0f} s of the budget left "
-            f"for it")
-        t0, before = time.monotonic(), layer_s
+        try:  # closed however the budget check or the measuring ends
+            plan, what = layer_plan(runner)
+            shares = time_shares(base, m.results)
+            plan = by_time_share(plan, shares)
+            what += "; types in proportion to " + ", ".join(f"{t} {v:.0%}" for t, v in sorted(
+                shares.items(), key=lambda kv: -kv[1])[:4]) + f"... of the networks' time under {base.name}, half evenly"
+            deadline = budget - again_s - FIT_RESERVE_S
+            left = deadline - state.elapsed()
+            if left < MIN_LAYER_S and not state.phases.get("layers", {}).get("rows"):
+                need = (state.elapsed() + MIN_LAYER_S + again_s + FIT_RESERVE_S) / 60
+                raise UserError(f"--minutes {minutes:g} leaves {max(left, 0):.0f} s for the layer profile after the networks "
+                                f"(about {again_s:.0f} s more for them after the layers): too little; run the same "
+                                f"command with --minutes {math.ceil(need) + 1} or more (what was measured is kept), or "
+                                f"fewer --networks")
+            log(f"[3/4] measuring a layer profile of this machine ({what}): {max(left, 0):.0f} s of the budget left "
+                f"for it")
+            t0, before = time.monotonic(), layer_s
 
-        def stop() -> bool:
-            state.phases["layers"] = {"seconds": round(before + time.monotonic() - t0, 1)}
-            state.save_now_and_then()
-            return state.elapsed() >= deadline
+            def stop() -> bool:
+                state.phases["layers"] = {"seconds": round(before + time.monotonic() - t0, 1)}
+                state.save_now_and_then()
+                return state.elapsed() >= deadline
 
-        try:
             stats, env_id, layer_rows = measure_plan(runner, db, name, plan, warmup=5, runs=20, precision=precision,
                                                      progress=progress, stop=stop)
         finally:
