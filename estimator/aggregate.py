@@ -402,13 +402,18 @@ class SampleBank:
 def _shared_log_total(fam: Family, center: np.ndarray, scale: np.ndarray) -> np.ndarray:
     """``sum(center * factor(scale * u))`` over a ``log`` family's layers for every outcome ``u``
     of its table: above the estimate the factor is linear, ``sum(center) + u * center @ scale``;
-    below it ``center @ (1 / (1 + scale * |u|))``, a matrix only over the outcomes below."""
+    below it ``center @ (1 / (1 + scale * |u|))``, a matrix only over the outcomes below, with
+    one row per distinct ``scale`` (its layers' centres summed): a network's layers of one type
+    share a few scales (DeiT-Tiny's 260 layers, 12 identical blocks, have about 20)."""
     t = fam.table()
     neg = fam.__dict__.get("_neg")
     if neg is None:
         neg = np.flatnonzero(t < 0)
         object.__setattr__(fam, "_neg", neg)
     g = float(center.sum()) + t * float(center @ scale)
+    if scale.size > 1:
+        scale, inv = np.unique(scale, return_inverse=True)
+        center = np.bincount(inv, weights=center, minlength=scale.size)
     m = np.outer(scale, -t[neg])
     m += 1.0
     np.reciprocal(m, out=m)

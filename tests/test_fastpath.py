@@ -247,6 +247,10 @@ def test_sample_bank_gives_the_reference_totals() -> None:
                        dist.sum_samples(3000, seed=11, shared=shared), f"bank totals shared={shared}")
         assert bank.nbytes <= bank.max_bytes
     _close(dist.sample(3000, seed=11).sum(axis=0), ref, "per-layer draws")
+    # layers that share a scale (a network's repeated blocks) are summed by distinct scale
+    rep = DistBatch(rng.random(n) * 3, rng.choice([0.05, 0.2, 0.7], n), rng.integers(0, len(fams), n), fams)
+    _close(SampleBank().sum_samples(rep, 3000, seed=11, shared=True), rep.sum_samples(3000, seed=11, shared=True),
+           "bank totals, repeated scales")
     assert not np.allclose(dist.sum_samples(3000, seed=12), ref)
     # the draws of a family do not depend on the other families in the batch
     only = dist.take(np.flatnonzero(dist.family == 0))
