@@ -306,16 +306,19 @@ def _band(pred: np.ndarray, y: np.ndarray, u: np.ndarray) -> float:
     return float(np.mean(np.exp(q * norm) - np.exp(-q * norm)))
 
 
-def _l1(a: Mapping[str, float], b: Mapping[str, float]) -> float:
-    """The L1 distance of two share vectors (a missing kind is a share of 0), summed in ``a``'s
-    then ``b``'s key order: the same number in every process (no set order involved)."""
-    d = 0.0
-    for k, v in a.items():
-        d += abs(v - b.get(k, 0.0))
-    for k, v in b.items():
-        if k not in a:
-            d += abs(v)
-    return float(d)
+def _share_matrix(shares: Sequence[Mapping[str, float]]) -> tuple[dict[str, int], np.ndarray]:
+    """Share vectors as ``(column of each key, matrix)``, a row per vector (a missing key is a
+    share of 0), the columns in the order keys first appear: L1 distances between rows, and to
+    a new vector, are the same numbers in every process (no set order involved)."""
+    cols: dict[str, int] = {}
+    for sh in shares:
+        for k in sh:
+            cols.setdefault(k, len(cols))
+    mat = np.zeros((len(shares), len(cols)))
+    for i, sh in enumerate(shares):
+        for k, v in sh.items():
+            mat[i, cols[k]] = v
+    return cols, mat
 
 
 @dataclass
@@ -360,11 +363,24 @@ class NetworkCalibration:
         """The layer types some calibration network has time in."""
         return frozenset(t for s in self.shares for t, v in by_type(s).items() if v > 0)
 
+    @functools.cached_property
+    def _share_matrix(self) -> tuple[dict[str, int], np.ndarray]:
+        """The rows' type shares as a matrix, one column per type some row has."""
+        return _share_matrix(self.shares)
+
     def _scope(self, predicted_ms: float, shares: Mapping[str, float], fallback_types: Sequence[str] = ()
                ) -> tuple[bool, str, float, str]:
         """``(in scope, nearest row, its distance, why not)``."""
         shares = by_type(shares)
-        d = [_l1(shares, s) for s in self.shares]
+        cols, mat = self._share_matrix
+        v = np.zeros(len(cols))
+        beyond = 0.0  # the shares of types no row has
+        for t, x in shares.items():
+            if t in cols:
+                v[cols[t]] = x
+            else:
+                beyond += abs(x)
+        d = np.abs(mat - v).sum(axis=1) + beyond
         i = int(np.argmin(d))
         lo, hi = self.totals
         seen = self._seen_types
@@ -415,13 +431,13 @@ class NetworkCalibration:
 
 
 def _nn_distances(shares: Sequence[Mapping[str, float]]) -> np.ndarray:
-    n = len(shares)
-    out = np.full(n, np.inf)
-    for i in range(n):
-        for j in range(n):
-            if i != j:
-                out[i] = min(out[i], _l1(shares[i], shares[j]))
-    return out
+    """Each vector's L1 distance to its nearest other vector (inf when it is alone)."""
+    _, mat = _share_matrix(shares)
+    if len(mat) < 2:
+        return np.full(len(mat), np.inf)
+    d = np.abs(mat[:, None, :] - mat[None, :, :]).sum(axis=2)
+    np.fill_diagonal(d, np.inf)
+    return d.min(axis=1)
 
 
 def family_warning(by_family: Mapping[str, Mapping[str, Any]]) -> str:

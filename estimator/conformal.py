@@ -57,3 +57,6 @@ class BatchPrediction:
     out_of_design_space: np.ndarray  # bool
     reasons: list[list[str]]
     dists: dict[str, DistBatch]  # metric -> per-layer predictive distributions
+    #: each layer's k-NN difficulty (its model's distance to the benchmarked rows; nan
+    #: without a model): what CM_O grows with, read again to explain it (estimator.drivers)
+    knn_distance: np.ndarray | None = None

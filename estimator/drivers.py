@@ -101,14 +101,16 @@ def _why(layer: Any, reasons: Sequence[str], out_of_range: list[dict[str, Any]],
 
 def cm_o_drivers(layers: Sequence[Any], pred_ms: Sequence[float], cm_o_upper_ms: Sequence[float],
                  reasons: Sequence[Sequence[str]], models: Any, confidence: float,
-                 limit: int = MAX_DRIVERS) -> list[dict[str, Any]]:
+                 limit: int = MAX_DRIVERS, knn_distance: Sequence[float] | None = None) -> list[dict[str, Any]]:
     """The layers that drive a network's CM_O interval (see the module docstring), as
     :func:`estimator.interface.cm_o_driver_record` dicts, largest share first.
 
     ``layers``: the estimated layers (per-layer row order); ``pred_ms`` and
     ``cm_o_upper_ms``: their estimates and CM_O upper bounds at ``confidence``;
     ``reasons``: their ``ood_reasons``; ``models``: the
-    :class:`~estimator.models.DeviceModels` that estimated them."""
+    :class:`~estimator.models.DeviceModels` that estimated them; ``knn_distance``: their k-NN
+    difficulty where the prediction kept it (:class:`~estimator.conformal.BatchPrediction`),
+    else the named layers are queried again."""
     n = len(layers)
     if n == 0:
         return []
@@ -127,8 +129,11 @@ def cm_o_drivers(layers: Sequence[Any], pred_ms: Sequence[float], cm_o_upper_ms:
             by_type.setdefault(layers[i].type, []).append(i)
     for t, idx in by_type.items():
         m = models.types[t]
-        X = np.array([[float(layers[i].features.get(f, 0.0)) for f in m.feature_names] for i in idx])
-        d = m.knn.apply(X)
+        if knn_distance is not None:
+            d = np.asarray([knn_distance[i] for i in idx], dtype=float)
+        else:
+            X = np.array([[float(layers[i].features.get(f, 0.0)) for f in m.feature_names] for i in idx])
+            d = m.knn.apply(X)
         for i, di in zip(idx, d.tolist()):
             if m.knn_threshold > 0:
                 knn[i] = di / m.knn_threshold

@@ -449,6 +449,7 @@ class FastModels:
         N = len(layers)
         pred = np.zeros(N)
         t_op = np.full(N, np.nan)
+        knn = np.full(N, np.nan)
         ops = np.fromiter((max(float(l.ops), 1.0) for l in layers), dtype=float, count=N)
         fb = np.zeros(N, dtype=bool)
         reasons: list[list[str]] = [[] for _ in range(N)]
@@ -491,6 +492,7 @@ class FastModels:
             pred_ms = t_op_ms * o
             t_op[idx] = t_op_ms
             pred[idx] = pred_ms
+            knn[idx] = d_knn
             for m in METRICS:
                 center[m][idx] = pred_ms
                 scale[m][idx] = sig[m]
@@ -518,4 +520,4 @@ class FastModels:
                     families[m].append(self.models.fallback.families[m])
         dists = {m: DistBatch(center[m], scale[m], family, families[m]) for m in METRICS}
         ood = np.fromiter((bool(r) for r in reasons), dtype=bool, count=N)
-        return BatchPrediction(pred, t_op, ops, fb, ood, reasons, dists)
+        return BatchPrediction(pred, t_op, ops, fb, ood, reasons, dists, knn)

@@ -1038,6 +1038,7 @@ class DeviceModels:
         N = len(layers)
         pred = np.zeros(N)
         t_op = np.full(N, np.nan)
+        knn = np.full(N, np.nan)
         ops = np.array([max(float(l.ops), 1.0) for l in layers]) if N else np.zeros(0)
         fb = np.zeros(N, dtype=bool)
         reasons: list[list[str]] = [[] for _ in range(N)]
@@ -1059,6 +1060,7 @@ class DeviceModels:
                 X = np.array([[layers[i].features[f] for f in model.feature_names] for i in idx], dtype=float)
                 out = model.predict(X, ops[idx])
                 t_op[idx] = out["t_op_ms"]
+                knn[idx] = out["knn_distance"]
                 for j, i in enumerate(idx):
                     reasons[i].extend(out["reasons"][j])
                 fams = model.families
@@ -1085,7 +1087,7 @@ class DeviceModels:
             for m in METRICS:
                 dists[m] = DistBatch.concat([])
         ood = np.array([bool(r) for r in reasons], dtype=bool)
-        return BatchPrediction(pred, t_op, ops, fb, ood, reasons, dists)
+        return BatchPrediction(pred, t_op, ops, fb, ood, reasons, dists, knn)
 
 
 # ------------------------------------------------------------------ train / cache
