@@ -18,8 +18,8 @@ that are not in the calibration set** (zoo networks, measured whole on the same 
 ``imx93-vela``    base ``imx93``, target Vela's whole-network estimate (a cost model, not the
                   board: this exercises the mechanism); held out: 70 other NAS-space samples
                   (seed 1) of the ``mobilenet`` and ``resnet`` spaces (the acceptance's) and 13
-                  zoo networks; plus the seed paper's i.MX93 board measurements
-                  (Table 3) for the networks the zoo can build, predicted without fitting to them.
+                  zoo networks; then ``tests/perf/board_table.py`` on the calibrated profile
+                  gives the seed paper's i.MX93 board measurements (Table 3), never fitted to.
 
 Everything measured is committed to ``--work``'s databases as it is taken, so a second run
 only re-estimates. Targets of issue 18: another target <= 3 min of calibration device time,
@@ -65,12 +65,6 @@ HOST_HELD_OUT = ("resnet18,resnet50,mobilenet_v1,mobilenet_v2,mobilenet_v3,effic
 #: the 13 zoo networks of the imx93 scenario (YOLOv5s at 320, as in tests/perf/imx93_validation.py)
 IMX93_ZOO = ("mobilenet_v1,mobilenet_v2,mobilenet_v3,resnet18,resnet50,efficientnet_b0,squeezenet,shufflenet_v2,"
              "mnasnet,googlenet,regnet_x_400mf,densenet121,yolov5s@320")
-#: the seed paper's Table 3: networks measured on the i.MX93 board (ms) that the zoo can build
-#: (YOLOv5 at 640, the Ultralytics default; v5m/v5l by the builder's width/depth multiples)
-BOARD = [("MobileNetV1", "mobilenet_v1", 224, {}, 4.97), ("YOLOv5s", "yolov5s", 640, {}, 103.6),
-         ("YOLOv5m", "yolov5s", 640, {"width": 0.75, "depth": 0.67}, 213.0),
-         ("YOLOv5l", "yolov5s", 640, {"width": 1.0, "depth": 1.0}, 383.1)]
-
 SCENARIOS: dict[str, dict[str, Any]] = {
     "same-device": {"base": "host-cpu", "runner": "onnxruntime", "options": {"threads": 1}, "held_out": HOST_HELD_OUT},
     "ort-2-threads": {"base": "host-cpu", "runner": "onnxruntime", "options": {"threads": 2},
@@ -268,37 +262,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     _print_eval("held-out zoo families, each calibrated on the NAS samples plus the OTHER zoo families", ev, conf,
                 per_network=args.verbose)
     if args.scenario == "imx93-vela":
-        doc["board"] = board_comparison(base, est)
+        print(f"\nthe i.MX93 board (the seed paper's Table 3): python tests/perf/board_table.py --device {name} "
+              f"--root {root}")
     return doc
-
-
-def board_comparison(base: Any, calibrated: Any) -> list[dict[str, Any]]:
-    """Table 3's board measurements against the uncalibrated imx93 estimate and the one
-    calibrated on Vela's whole-network estimates (neither fitted to the board)."""
-    from estimator import zoo
-    from estimator.predict import Estimator
-
-    plain = Estimator.from_profile(base)
-    print("\nseed paper, Table 3 (i.MX93 board, measured): not fitted to, for reference")
-    print(f"  {'network':<12} {'board ms':>9} {'uncal ms':>9} {'err %':>7} {'CM_LV 0.9':>20} {'vela-cal ms':>12} "
-          f"{'err %':>7} {'CM_LV 0.9':>20} {'Vela (paper)':>13}")
-    paper_vela = {"MobileNetV1": 78.8, "YOLOv5s": 30.5, "YOLOv5m": 21.1, "YOLOv5l": 22.2}
-    out = []
-    for label, zname, res, kw, board in BOARD:
-        onnx = zoo.export_onnx(zoo.build(zname, res, **kw), res)
-        u = plain.estimate_network(onnx, [0.9], per_layer=False)
-        c = calibrated.estimate_network(onnx, [0.9], per_layer=False)
-        row = {"network": label, "board_ms": board, "uncalibrated_ms": u.total_ms,
-               "uncalibrated_cm_lv": u.intervals["CM_LV"][0.9], "vela_calibrated_ms": c.total_ms,
-               "vela_calibrated_cm_lv": c.intervals["CM_LV"][0.9], "in_scope": c.calibration.get("in_scope")}
-        out.append(row)
-        ul, uh = row["uncalibrated_cm_lv"]
-        cl, ch = row["vela_calibrated_cm_lv"]
-        print(f"  {label:<12} {board:>9.2f} {u.total_ms:>9.2f} {100 * (u.total_ms / board - 1):>+7.1f} "
-              f"{f'[{ul:.1f}, {uh:.1f}]':>20} {c.total_ms:>12.2f} {100 * (c.total_ms / board - 1):>+7.1f} "
-              f"{f'[{cl:.1f}, {ch:.1f}]':>20} {paper_vela[label]:>+12.1f}%"
-              + ("" if row["in_scope"] else "  (out of the calibration's scope)"))
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:
