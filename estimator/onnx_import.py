@@ -1071,6 +1071,7 @@ _FREE_OPS = {
 }
 _ALIAS_OPS = {"Identity", "Dropout"}
 _DEAD_CODE = "dead code (does not reach a graph output)"
+_CONST_FOLDED = "constant folding (computed from constants and shapes only)"
 _CONCAT_NOOP = "no-op (concat of a single input)"
 
 
@@ -1083,10 +1084,14 @@ def _noop_same_shape(op: str) -> str:
 _NOOP_IF_SAME_SHAPE = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Expand", "Tile", "Resize", "Upsample",
                        "Transpose", "Slice", "Pad"}
 
+#: Ops :meth:`_Extractor._noop_reason` may find to be no-ops.
+_NOOP_OPS = frozenset(_ALIAS_OPS | {"Concat", "Split"} | _NOOP_IF_SAME_SHAPE)
+
+
 def _has_subgraph(node: Any) -> bool:
     """Whether a node carries a graph attribute (If/Loop/Scan bodies)."""
-    if getattr(node, "attrs_cache", None) is not None and node.attrs_simple:
-        return False  # attributes already converted, all of plain types
+    if not node.attribute or (getattr(node, "attrs_cache", None) is not None and node.attrs_simple):
+        return False  # no attributes, or all already converted and of plain types
     return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
 
 
@@ -1107,9 +1112,13 @@ class _Extractor:
         # Aliases: outputs of Identity/Dropout and of no-ops stand for their input.
         self.alias: dict[str, str] = {}
         self.noop: dict[str, str] = {}
+        noop_ops = _NOOP_OPS
         for n in self.nodes:
-            if n.op_type == "Constant" and n.output:
-                self.const_nodes[n.output[0]] = n
+            op = n.op_type
+            if op not in noop_ops:
+                if op == "Constant" and n.output:
+                    self.const_nodes[n.output[0]] = n
+                continue
             if n.domain not in ("", "ai.onnx") or not n.input or not n.input[0] or not n.output:
                 continue
             reason = self._noop_reason(n)
@@ -1144,6 +1153,19 @@ class _Extractor:
                         and not op.startswith("Random"))):
                 static.update(o for o in n.output if o)
         self.claimed: set[str] = set()
+        self._nchw: dict[Shape, tuple[int, int, int, int]] = {}  # (nchw() per shape)
+        # shape() and is_static() as single lookups: aliases entered under their own names
+        if alias:
+            by_name = dict(shapes)
+            for t, c in alias.items():
+                if by_name.get(t) is None and shapes.get(c) is not None:
+                    by_name[t] = shapes[c]
+            static_any = {t for t in static if t not in alias}
+            static_any.update([t for t, c in alias.items() if c in static])
+        else:
+            by_name, static_any = shapes, static
+        self.shape = by_name.get  # type: ignore[method-assign]
+        self.is_static = static_any.__contains__  # type: ignore[method-assign]
 
     # -- graph helpers
 
@@ -1245,13 +1267,13 @@ class _Extractor:
     def canon(self, t: str) -> str:
         return self.alias.get(t, t)
 
-    def shape(self, t: str) -> Shape | None:
+    def shape(self, t: str) -> Shape | None:  # (replaced by one dict lookup once the aliases are known)
         s = self.shapes.get(t)
         if s is None and t in self.alias:
             s = self.shapes.get(self.alias[t])
         return s
 
-    def is_static(self, t: str) -> bool:
+    def is_static(self, t: str) -> bool:  # (replaced by one set lookup once the static tensors are known)
         return self.alias.get(t, t) in self.static
 
     def value(self, t: str) -> np.ndarray | None:
@@ -1293,32 +1315,32 @@ class _Extractor:
     def run(self) -> tuple[list[Layer], dict[str, str]]:
         drafts: list[_Draft] = []
         free: dict[str, str] = {}
-        claimed, free_reason, draft = self.claimed, self._free_reason, self._draft
+        claimed, draft = self.claimed, self._draft
+        live, noop, static = self.live, self.noop, self.static
         for n in self.nodes:
-            if n.name in claimed:
+            name = n.name
+            if name in claimed:
                 continue
-            reason = free_reason(n)
+            # why the node costs nothing, if it does not
+            if name not in live:
+                reason: str | None = _DEAD_CODE
+            elif name in noop:
+                reason = noop[name]
+            elif n.op_type in _FREE_OPS and n.domain in ("", "ai.onnx"):
+                reason = _FREE_OPS[n.op_type]
+            else:
+                outs = [o for o in n.output if o]
+                reason = _CONST_FOLDED if outs and static.issuperset(outs) else None
             if reason:
-                free[n.name] = reason
-                claimed.add(n.name)
+                free[name] = reason
+                claimed.add(name)
                 continue
             d = draft(n)
             claimed.update(d.nodes)
             drafts.append(d)
         drafts = self._fuse(drafts)
-        return [self._finish(d) for d in drafts], free
-
-    def _free_reason(self, n: onnx.NodeProto) -> str | None:
-        if n.name not in self.live:
-            return _DEAD_CODE
-        if n.name in self.noop:
-            return self.noop[n.name]
-        if n.op_type in _FREE_OPS and n.domain in ("", "ai.onnx"):
-            return _FREE_OPS[n.op_type]
-        outs = [o for o in n.output if o]
-        if outs and self.static.issuperset(outs):
-            return "constant folding (computed from constants and shapes only)"
-        return None
+        shape, graph_inputs, warnings = self.shape, self.graph_inputs, self.warnings
+        return [_finish_layer(d, shape, graph_inputs, warnings) for d in drafts], free
 
     def _draft(self, n: onnx.NodeProto) -> _Draft:
         if n.domain not in ("", "ai.onnx"):
@@ -1350,16 +1372,26 @@ class _Extractor:
             if d is not None:
                 d.flag("unknown_shape")
             return 1, 1, 1, 1
+        try:
+            return self._nchw[s]
+        except KeyError:
+            pass
+        except TypeError:  # (a shape that is not a tuple)
+            n, h, w, c = hwc(s)
+            return n, c, h, w
         n, h, w, c = hwc(s)
-        return n, c, h, w
+        r = self._nchw[s] = n, c, h, w
+        return r
 
     def elems(self, t: str) -> int | None:
         s = self.shape(t)
         return None if s is None else math.prod(s)
 
     def base(self, n: onnx.NodeProto, layer_type: str, nodes: list[str] | None = None) -> _Draft:
-        return _Draft(type=layer_type, params={}, op_type=n.op_type, nodes=nodes or [n.name],
-                      inputs=self.act_inputs(n), outputs=self.outs(n))
+        static, get = self.static, self.alias.get
+        return _Draft(layer_type, {}, n.op_type, nodes or [n.name],
+                      [c for x in n.input if x and (c := get(x, x)) not in static],  # (act_inputs)
+                      [get(o, o) for o in n.output if o])  # (outs)
 
     def spatial_params(self, d: _Draft, t: str) -> tuple[int, int, int, int]:
         n, c, h, w = self.nchw(t, d)
