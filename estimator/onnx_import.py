@@ -1142,11 +1142,12 @@ class _Extractor:
         for n in self.nodes:
             ins = [get(x, x) for x in n.input if x] if alias else [x for x in n.input if x]
             if n.name in live and n.name not in noop:
-                for i in (dict.fromkeys(ins) if len(ins) > 1 else ins):
-                    if i in consumers:
-                        consumers[i].append(n)
-                    else:
+                for i in ins:
+                    users = consumers.get(i)
+                    if users is None:
                         consumers[i] = [n]
+                    elif users[-1] is not n:  # (a node reading a tensor twice is listed once)
+                        users.append(n)
             op = n.op_type
             if (op == "Constant" or op == "Shape" or op == "Size"
                     or (ins and static.issuperset(ins) and n.domain in ("", "ai.onnx")
@@ -1496,12 +1497,12 @@ def _finish_layer(d: _Draft, shape: Any, graph_inputs: Any, warnings: list[str])
             d.flag("shape_mismatch")
     if None in in_shapes or None in out_shapes:
         d.flag("unknown_shape")
-    return Layer(
-        name=d.nodes[0], type=d.type, params=params, counts=counts, op_type=d.op_type, nodes=list(d.nodes),
-        input_shapes=[tuple(s) if s is not None else () for s in in_shapes],
-        output_shapes=[tuple(s) if s is not None else () for s in out_shapes],
-        activation=d.activation, flags=list(d.flags),
-    )
+        in_shapes = [s if s is not None else () for s in in_shapes]
+        out_shapes = [s if s is not None else () for s in out_shapes]
+    # (name, type, params, counts, op_type, nodes, input_shapes, output_shapes, activation, flags)
+    return Layer(d.nodes[0], d.type, params, counts, d.op_type, list(d.nodes),
+                 [s if type(s) is tuple else tuple(s) for s in in_shapes],
+                 [s if type(s) is tuple else tuple(s) for s in out_shapes], d.activation, list(d.flags))
 
 
 def _elems(s: Shape | None) -> int | None:

@@ -283,7 +283,10 @@ class _Prop:
         return v
 
     def ints(self, name: str) -> list[int]:
-        return [int(x) for x in np.ravel(self.need(name))]
+        v = self.need(name)
+        if v.dtype.kind in "iu":
+            return v.ravel().tolist()  # (Python ints, as int() of each)
+        return [int(x) for x in np.ravel(v)]
 
     def shp(self, name: str) -> Shape:
         s = self.shapes.get(name)
@@ -319,6 +322,7 @@ class _Prop:
             self.shapes[vi.name] = tuple(int(x) for x in d)  # type: ignore[arg-type]
             self.dtypes[vi.name] = vi.type.tensor_type.elem_type
         shapes, values = self.shapes, self.values
+        handlers, no_attrs = _HANDLERS, {}
         for n in self.nodes:
             if n.domain:
                 if n.domain != "ai.onnx":
@@ -327,10 +331,16 @@ class _Prop:
                 if x and x not in shapes:
                     raise _Give("not in topological order or unknown input")
             op = n.op_type
-            handler = _HANDLERS.get(op)
+            handler = handlers.get(op)
             if handler is None:
                 raise _Give(f"op {op}")
-            outs = handler(self, n, _attr_map(n) if n.attribute else {})
+            if n.attribute:
+                a = getattr(n, "attrs_cache", None)
+                if a is None or not n.attrs_simple:
+                    a = _attr_map(n)
+            else:
+                a = no_attrs
+            outs = handler(self, n, a)
             names = n.output
             if len(outs) < len(names):
                 raise _Give("missing outputs")
@@ -453,11 +463,16 @@ _FOLDED_BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Equal", "Where", "Max",
 
 
 def _binary(p: _Prop, n: onnx.NodeProto, a: dict) -> list:
-    ins = [x for x in n.input if x]
-    if not ins:
-        raise _Give("no inputs")
+    ins = n.input
     shapes = p.shapes  # (the run loop has checked that every input has one)
-    s = _broadcast(*[shapes[x] for x in ins])
+    if len(ins) == 2 and ins[0] and ins[1]:  # (the usual case)
+        sa, sb = shapes[ins[0]], shapes[ins[1]]
+        s = sa if sa == sb else _broadcast(sa, sb)
+    else:
+        ins = [x for x in ins if x]
+        if not ins:
+            raise _Give("no inputs")
+        s = _broadcast(*[shapes[x] for x in ins])
     values = p.values
     if ins[0] in values and n.op_type in _FOLDED_BINARY and all(x in values for x in ins):
         vals = [p.values[x] for x in ins]
@@ -568,7 +583,14 @@ def _gemm(p: _Prop, n: onnx.NodeProto, a: dict) -> list:
 
 
 def _matmul(p: _Prop, n: onnx.NodeProto, a: dict) -> list:
-    sa, sb = list(p.shp(n.input[0])), list(p.shp(n.input[1]))
+    sa, sb = p.shp(n.input[0]), p.shp(n.input[1])
+    if len(sa) >= 2 and len(sb) >= 2:  # (the usual case)
+        if sa[-1] != sb[-2]:
+            raise _Give("matmul inner dims")
+        if len(sa) == 2 and len(sb) == 2:
+            return [((sa[0], sb[1]), None)]
+        return [((*_broadcast(sa[:-2], sb[:-2]), sa[-2], sb[-1]), None)]
+    sa, sb = list(sa), list(sb)
     if not sa or not sb:
         raise _Give("matmul scalar")
     a1, b1 = len(sa) == 1, len(sb) == 1
