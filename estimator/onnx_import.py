@@ -1183,16 +1183,12 @@ class _Extractor:
         if self._unique_outputs:
             # Already in topological order (the usual case): the heap below would return
             # exactly this order (it always takes the smallest ready index).
-            get = produced_by.get
-            in_order = True
-            for i, n in enumerate(nodes):
-                for x in n.input:
-                    if get(x, -1) >= i:
-                        in_order = False
-                        break
-                if not in_order:
+            pending = set(produced_by)  # (outputs of this node and the ones after it)
+            for n in nodes:
+                if not pending.isdisjoint(n.input):
                     break
-            if in_order:
+                pending.difference_update(n.output)
+            else:
                 return list(nodes)
         deps: list[set[int]] = []
         users: list[list[int]] = [[] for _ in nodes]
@@ -1346,7 +1342,7 @@ class _Extractor:
     def _draft(self, n: onnx.NodeProto) -> _Draft:
         if n.domain not in ("", "ai.onnx"):
             return self.other(n, extra_flags=[f"domain={n.domain}"])
-        if _has_subgraph(n):
+        if n.attribute and _has_subgraph(n):
             return self.other(n, extra_flags=["subgraph"])
         op = n.op_type
         try:
@@ -1396,7 +1392,8 @@ class _Extractor:
 
     def spatial_params(self, d: _Draft, t: str) -> tuple[int, int, int, int]:
         n, c, h, w = self.nchw(t, d)
-        d.params.update(n=n, h=h, w=w, c=c)
+        p = d.params
+        p["n"], p["h"], p["w"], p["c"] = n, h, w, c
         if n > 1:
             d.flag("batch_gt_1")
         return n, c, h, w
@@ -1407,7 +1404,8 @@ class _Extractor:
             d.flag("batch_gt_1")  # (the leading dim is folded into the rows: one kernel reads them all)
             s = self.shape(t)
             c, h, w = (n, 1, c) if s is not None and len(s) == 2 else (n * c, h, w)
-        d.params.update(n=1, h=h, w=w, c=c)
+        p = d.params
+        p["n"], p["h"], p["w"], p["c"] = 1, h, w, c
         return 1, c, h, w
 
     def other(self, n: onnx.NodeProto, extra_flags: Iterable[str] = ()) -> _Draft:

@@ -237,6 +237,8 @@ def _broadcast(*shapes: Shape) -> Shape:
             return first
         if len(b) < len(first) and first[len(first) - len(b):] == b:  # a bias over the last dims
             return first
+        if len(first) < len(b) and b[len(b) - len(first):] == first:  # the same, the bias first
+            return b
     elif all(s == first for s in shapes):
         return first
     r = max(len(s) for s in shapes)
