@@ -1140,7 +1140,11 @@ class _Extractor:
         alias = self.alias
         get = alias.get
         for n in self.nodes:
-            ins = [get(x, x) for x in n.input if x] if alias else [x for x in n.input if x]
+            ins = n.input
+            if "" in ins:
+                ins = [get(x, x) for x in ins if x]
+            elif alias:
+                ins = list(map(get, ins, ins))
             if n.name in live and n.name not in noop:
                 for i in ins:
                     users = consumers.get(i)
@@ -1172,24 +1176,26 @@ class _Extractor:
 
     def _topo_sort(self, nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
         """The nodes in topological order (sets ``_unique_outputs``: no tensor has two producers)."""
-        produced_by: dict[str, int] = {}
-        n_outputs = 0
-        for i, n in enumerate(nodes):
-            for o in n.output:
-                if o:
-                    produced_by[o] = i
-                    n_outputs += 1
-        self._unique_outputs = len(produced_by) == n_outputs
+        outputs = list(chain.from_iterable([n.output for n in nodes]))
+        pending = set(outputs)  # (outputs of this node and the ones after it)
+        empty = outputs.count("")
+        if empty:
+            pending.discard("")
+        self._unique_outputs = len(pending) == len(outputs) - empty
         if self._unique_outputs:
             # Already in topological order (the usual case): the heap below would return
             # exactly this order (it always takes the smallest ready index).
-            pending = set(produced_by)  # (outputs of this node and the ones after it)
             for n in nodes:
                 if not pending.isdisjoint(n.input):
                     break
                 pending.difference_update(n.output)
             else:
                 return list(nodes)
+        produced_by: dict[str, int] = {}
+        for i, n in enumerate(nodes):
+            for o in n.output:
+                if o:
+                    produced_by[o] = i
         deps: list[set[int]] = []
         users: list[list[int]] = [[] for _ in nodes]
         for i, n in enumerate(nodes):
@@ -1244,13 +1250,13 @@ class _Extractor:
             # One pass against the (topological) order: a node's consumers come after it, so
             # by the time it is reached, every tensor a live node reads is in ``needed``.
             needed = {o.name for o in self.g.output}
+            needed.discard("")  # (an omitted optional output or input never makes a node live)
             live: set[str] = set()
             for n in reversed(self.nodes):
-                for o in n.output:
-                    if o and o in needed:
-                        live.add(n.name)
-                        needed.update(n.input)
-                        break
+                if not needed.isdisjoint(n.output):
+                    live.add(n.name)
+                    needed.update(n.input)
+                    needed.discard("")
             return live
         producer = {o: n for n in self.nodes for o in n.output if o}
         ids = _live_node_ids(producer, [o.name for o in self.g.output])

@@ -70,21 +70,35 @@ _SIMPLE_ATTRS = {_AP.INT: lambda a: a.i, _AP.FLOAT: lambda a: a.f, _AP.INTS: lam
                  _AP.TENSOR: lambda a: a.t, _AP.STRINGS: lambda a: a.strings[:]}
 
 
+_A_INT, _A_INTS, _A_FLOAT, _A_TENSOR = _AP.INT, _AP.INTS, _AP.FLOAT, _AP.TENSOR
+
+
 def _convert_attrs(attribute: Sequence[Any]) -> tuple[dict[str, Any], bool]:
     """``({name: value}, every attribute of a type in _SIMPLE_ATTRS)``; see :func:`node_attrs`."""
     out: dict[str, Any] = {}
     simple = True
     get = _SIMPLE_ATTRS.get
     for a in attribute:
-        conv = get(a.type)
+        t = a.type
         try:
-            if conv is not None:
-                v = conv(a)  # (never bytes: STRING is decoded)
+            # (the commonest types first, without a call; the others as _SIMPLE_ATTRS converts them)
+            if t == _A_INT:
+                v = a.i
+            elif t == _A_INTS:
+                v = a.ints[:]
+            elif t == _A_TENSOR:
+                v = a.t
+            elif t == _A_FLOAT:
+                v = a.f
             else:
-                simple = False
-                v = helper.get_attribute_value(a)
-                if isinstance(v, bytes):
-                    v = v.decode("utf-8", "replace")
+                conv = get(t)
+                if conv is not None:
+                    v = conv(a)  # (never bytes: STRING is decoded)
+                else:
+                    simple = False
+                    v = helper.get_attribute_value(a)
+                    if isinstance(v, bytes):
+                        v = v.decode("utf-8", "replace")
         except Exception:
             simple = False
             continue
@@ -106,8 +120,12 @@ def node_attrs(node: Any) -> dict[str, Any]:
 
 def _attr_map(node: Any) -> dict[str, Any]:
     if isinstance(node, GraphNode):
-        a = node_attrs(node)
-        simple = node.attrs_simple
+        a = node.attrs_cache
+        if a is None:
+            a, simple = _convert_attrs(node.attribute)
+            node.attrs_cache, node.attrs_simple = a, simple
+        else:
+            simple = node.attrs_simple
     else:
         a, simple = _convert_attrs(node.attribute)
     if not simple:
@@ -324,14 +342,15 @@ class _Prop:
             self.shapes[vi.name] = tuple(int(x) for x in d)  # type: ignore[arg-type]
             self.dtypes[vi.name] = vi.type.tensor_type.elem_type
         shapes, values = self.shapes, self.values
-        handlers, no_attrs = _HANDLERS, {}
+        handlers, no_attrs, known = _HANDLERS, {}, shapes.__contains__
         for n in self.nodes:
             if n.domain:
                 if n.domain != "ai.onnx":
                     raise _Give("non-default domain")
-            for x in n.input:
-                if x and x not in shapes:
-                    raise _Give("not in topological order or unknown input")
+            if not all(map(known, n.input)):  # (an omitted optional input, or a tensor not yet computed)
+                for x in n.input:
+                    if x and x not in shapes:
+                        raise _Give("not in topological order or unknown input")
             op = n.op_type
             handler = handlers.get(op)
             if handler is None:
@@ -660,10 +679,12 @@ def _reshape(p: _Prop, n: onnx.NodeProto, a: dict) -> list:
 
 def _transpose(p: _Prop, n: onnx.NodeProto, a: dict) -> list:
     xs = p.shp(n.input[0])
-    perm = a.get("perm", list(range(len(xs) - 1, -1, -1)))
+    perm = a.get("perm")
+    if perm is None:
+        perm = list(range(len(xs) - 1, -1, -1))
     if sorted(perm) != list(range(len(xs))):
         raise _Give("perm")
-    s = tuple(xs[i] for i in perm)
+    s = tuple(map(xs.__getitem__, perm))
     v = p.val(n.input[0])
     return [(s, np.transpose(v, perm) if v is not None else None)]
 
@@ -845,6 +866,8 @@ def _gather(p: _Prop, n: onnx.NodeProto, a: dict) -> list:
         raise _Give("gather scalar")
     ax = _axis(int(a.get("axis", 0)), len(xs))
     s = xs[:ax] + ids + xs[ax + 1:]
+    if n.input[0] not in p.values or n.input[1] not in p.values:
+        return [(s, None)]
 
     def fold() -> np.ndarray:
         data, idx = p.values[n.input[0]], p.values[n.input[1]].astype(np.int64)
