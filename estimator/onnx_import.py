@@ -1138,12 +1138,12 @@ class _Extractor:
         static = self.static = set(self.init) | {t.values.name for t in self.g.sparse_initializer}
         consumers, live, noop = self.consumers, self.live, self.noop
         alias = self.alias
-        get = alias.get
+        get, aliased = alias.get, alias.keys()
         for n in self.nodes:
             ins = n.input
             if "" in ins:
                 ins = [get(x, x) for x in ins if x]
-            elif alias:
+            elif not aliased.isdisjoint(ins):
                 ins = list(map(get, ins, ins))
             if n.name in live and n.name not in noop:
                 for i in ins:
@@ -1156,7 +1156,8 @@ class _Extractor:
             if (op == "Constant" or op == "Shape" or op == "Size"
                     or (ins and static.issuperset(ins) and n.domain in ("", "ai.onnx")
                         and not op.startswith("Random"))):
-                static.update(o for o in n.output if o)
+                outs = n.output
+                static.update(outs if "" not in outs else [o for o in outs if o])
         self.claimed: set[str] = set()
         self._nchw: dict[Shape, tuple[int, int, int, int]] = {}  # (nchw() per shape)
         # shape() and is_static() as single lookups: aliases entered under their own names
@@ -1469,13 +1470,15 @@ def _finish_layer(d: _Draft, shape: Any, graph_inputs: Any, warnings: list[str])
     core): raw parameters, counts, shapes and flags. ``shape``: tensor name -> shape or None;
     ``graph_inputs``: the graph's input names; warnings are appended to ``warnings``."""
     params = dict(d.params)
-    if not _PLAIN_TYPES.issuperset(map(type, params.values())):  # (the usual case: nothing to convert)
-        for k, v in params.items():
-            if type(v) is not int and isinstance(v, (int, np.integer)) and not isinstance(v, bool):
-                params[k] = int(v)
+    for v in params.values():
+        if type(v) not in _PLAIN_TYPES:  # (the usual case: none, nothing to convert)
+            for k, v in params.items():
+                if type(v) is not int and isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+                    params[k] = int(v)
+            break
     if d.activation is not None and d.type in FUSED_ACT_TYPES:
         params["act"] = d.activation  # the fused activation is a feature (estimator.layers)
-    if d.type == LayerType.CONV2D and d.inputs and d.inputs[0] in graph_inputs:
+    if d.type == _CONV2D and d.inputs and d.inputs[0] in graph_inputs:
         params["graph_input"] = 1  # a stem: reads the network's input (a feature, estimator.layers)
     try:
         counts = _describe(d.type, params)
@@ -1491,8 +1494,8 @@ def _finish_layer(d: _Draft, shape: Any, graph_inputs: Any, warnings: list[str])
         counts = describe(d.type, params)
     if d.extra_params:
         counts = replace(counts, params=counts.params + d.extra_params, bytes=counts.bytes + 4 * d.extra_params)
-    in_shapes = [shape(x) for x in d.inputs]
-    out_shapes = [shape(o) for o in d.outputs]
+    in_shapes = list(map(shape, d.inputs))
+    out_shapes = list(map(shape, d.outputs))
     if d.check_shape:
         # The vocabulary's output size must agree with ONNX's (before any fused activation,
         # which keeps the shape).
@@ -1504,15 +1507,15 @@ def _finish_layer(d: _Draft, shape: Any, graph_inputs: Any, warnings: list[str])
         in_shapes = [s if s is not None else () for s in in_shapes]
         out_shapes = [s if s is not None else () for s in out_shapes]
     # (name, type, params, counts, op_type, nodes, input_shapes, output_shapes, activation, flags)
-    return Layer(d.nodes[0], d.type, params, counts, d.op_type, list(d.nodes),
-                 [s if type(s) is tuple else tuple(s) for s in in_shapes],
-                 [s if type(s) is tuple else tuple(s) for s in out_shapes], d.activation, list(d.flags))
+    return Layer(d.nodes[0], d.type, params, counts, d.op_type, list(d.nodes), list(map(tuple, in_shapes)),
+                 list(map(tuple, out_shapes)), d.activation, list(d.flags))
 
 
 def _elems(s: Shape | None) -> int | None:
     return None if s is None else math.prod(s)
 
 
+_CONV2D = LayerType.CONV2D
 #: parameter value types that _finish_layer leaves as they are
 _PLAIN_TYPES = frozenset({int, bool, float, str, list, tuple, type(None)})
 
@@ -1531,10 +1534,10 @@ def _describe(layer_type: str, params: dict[str, Any]) -> Any:
     repeat blocks and NAS candidates share most layer configurations. The counts are
     shared by every layer with those parameters (read-only: nothing modifies them)."""
     try:
-        key: tuple = (layer_type, *params.items())
+        key: tuple = (layer_type, tuple(params), tuple(params.values()))
         hit = _COUNTS.get(key)
     except TypeError:  # a list value (concat channels)
-        key = (layer_type, *((k, tuple(v) if isinstance(v, list) else v) for k, v in params.items()))
+        key = (layer_type, tuple(params), tuple([tuple(v) if isinstance(v, list) else v for v in params.values()]))
         try:
             hit = _COUNTS.get(key)
         except TypeError:  # something else unhashable: not remembered
