@@ -108,7 +108,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from itertools import chain
+from itertools import chain, filterfalse
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence, Union
 
@@ -697,6 +697,9 @@ def _strip_large(model: onnx.ModelProto, max_bytes: int = 4096) -> list[str]:
 def _name_nodes(model: onnx.ModelProto, nodes: Sequence[GraphNode] | None = None) -> None:
     """Give every node a unique, non-empty name (``<op_type>_<index>`` where missing); with
     ``nodes`` (the graph's nodes as :class:`GraphNode`), they are renamed too."""
+    names = [n.name for n in (nodes if nodes is not None else model.graph.node)]
+    if "" not in names and len(set(names)) == len(names):
+        return  # (the usual case: all named, uniquely)
     seen: set[str] = set()
     for i, n in enumerate(nodes if nodes is not None else model.graph.node):
         if not n.name or n.name in seen:
@@ -1392,10 +1395,12 @@ class _Extractor:
         return None if s is None else math.prod(s)
 
     def base(self, n: onnx.NodeProto, layer_type: str, nodes: list[str] | None = None) -> _Draft:
-        static, get = self.static, self.alias.get
-        return _Draft(layer_type, {}, n.op_type, nodes or [n.name],
-                      [c for x in n.input if x and (c := get(x, x)) not in static],  # (act_inputs)
-                      [get(o, o) for o in n.output if o])  # (outs)
+        get, ins, outs = self.alias.get, n.input, n.output
+        # act_inputs() and outs(), without a comprehension where no input or output is omitted
+        acts = (list(filterfalse(self.static.__contains__, map(get, ins, ins))) if "" not in ins
+                else self.act_inputs(n))
+        return _Draft(layer_type, {}, n.op_type, nodes or [n.name], acts,
+                      list(map(get, outs, outs)) if "" not in outs else self.outs(n))
 
     def spatial_params(self, d: _Draft, t: str) -> tuple[int, int, int, int]:
         n, c, h, w = self.nchw(t, d)
@@ -1467,7 +1472,7 @@ class _Extractor:
 
 def _finish_layer(d: _Draft, shape: Any, graph_inputs: Any, warnings: list[str]) -> Layer:
     """The :class:`Layer` of a fused draft (shared by the Python extractor and the native
-    core): raw parameters, counts, shapes and flags. ``shape``: tensor name -> shape or None;
+    core): raw parameters, counts, shapes and flags. ``shape``: tensor name -> shape (a tuple) or None;
     ``graph_inputs``: the graph's input names; warnings are appended to ``warnings``."""
     params = dict(d.params)
     for v in params.values():
@@ -1507,8 +1512,8 @@ def _finish_layer(d: _Draft, shape: Any, graph_inputs: Any, warnings: list[str])
         in_shapes = [s if s is not None else () for s in in_shapes]
         out_shapes = [s if s is not None else () for s in out_shapes]
     # (name, type, params, counts, op_type, nodes, input_shapes, output_shapes, activation, flags)
-    return Layer(d.nodes[0], d.type, params, counts, d.op_type, list(d.nodes), list(map(tuple, in_shapes)),
-                 list(map(tuple, out_shapes)), d.activation, list(d.flags))
+    return Layer(d.nodes[0], d.type, params, counts, d.op_type, list(d.nodes), in_shapes, out_shapes, d.activation,
+                 list(d.flags))
 
 
 def _elems(s: Shape | None) -> int | None:
