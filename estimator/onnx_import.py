@@ -1336,7 +1336,9 @@ class _Extractor:
             elif n.op_type in _FREE_OPS and n.domain in ("", "ai.onnx"):
                 reason = _FREE_OPS[n.op_type]
             else:
-                outs = [o for o in n.output if o]
+                outs = n.output
+                if "" in outs:
+                    outs = [o for o in outs if o]
                 reason = _CONST_FOLDED if outs and static.issuperset(outs) else None
             if reason:
                 free[name] = reason

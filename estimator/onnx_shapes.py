@@ -365,6 +365,16 @@ class _Prop:
             names = n.output
             if len(outs) < len(names):
                 raise _Give("missing outputs")
+            if len(names) == 1 and names[0]:  # (the usual case: the loop below for one output)
+                s, v = outs[0]
+                if s and min(s) < 1 and (min(s) < 0 or op not in _ZERO_OK):
+                    raise _Give("non-positive dimension")
+                if v is not None:
+                    if v.shape != s:
+                        raise _Give("value/shape mismatch")
+                    values[names[0]] = v
+                shapes[names[0]] = s
+                continue
             for name, (s, v) in zip(names, outs):
                 if not name:
                     continue
