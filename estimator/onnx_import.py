@@ -108,7 +108,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from itertools import chain
+from itertools import chain, filterfalse
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence, Union
 
@@ -697,6 +697,9 @@ def _strip_large(model: onnx.ModelProto, max_bytes: int = 4096) -> list[str]:
 def _name_nodes(model: onnx.ModelProto, nodes: Sequence[GraphNode] | None = None) -> None:
     """Give every node a unique, non-empty name (``<op_type>_<index>`` where missing); with
     ``nodes`` (the graph's nodes as :class:`GraphNode`), they are renamed too."""
+    names = [n.name for n in (nodes if nodes is not None else model.graph.node)]
+    if "" not in names and len(set(names)) == len(names):
+        return  # (the usual case: all named, uniquely)
     seen: set[str] = set()
     for i, n in enumerate(nodes if nodes is not None else model.graph.node):
         if not n.name or n.name in seen:
@@ -1071,6 +1074,7 @@ _FREE_OPS = {
 }
 _ALIAS_OPS = {"Identity", "Dropout"}
 _DEAD_CODE = "dead code (does not reach a graph output)"
+_CONST_FOLDED = "constant folding (computed from constants and shapes only)"
 _CONCAT_NOOP = "no-op (concat of a single input)"
 
 
@@ -1083,10 +1087,14 @@ def _noop_same_shape(op: str) -> str:
 _NOOP_IF_SAME_SHAPE = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Expand", "Tile", "Resize", "Upsample",
                        "Transpose", "Slice", "Pad"}
 
+#: Ops :meth:`_Extractor._noop_reason` may find to be no-ops.
+_NOOP_OPS = frozenset(_ALIAS_OPS | {"Concat", "Split"} | _NOOP_IF_SAME_SHAPE)
+
+
 def _has_subgraph(node: Any) -> bool:
     """Whether a node carries a graph attribute (If/Loop/Scan bodies)."""
-    if getattr(node, "attrs_cache", None) is not None and node.attrs_simple:
-        return False  # attributes already converted, all of plain types
+    if not node.attribute or (getattr(node, "attrs_cache", None) is not None and node.attrs_simple):
+        return False  # no attributes, or all already converted and of plain types
     return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
 
 
@@ -1107,9 +1115,13 @@ class _Extractor:
         # Aliases: outputs of Identity/Dropout and of no-ops stand for their input.
         self.alias: dict[str, str] = {}
         self.noop: dict[str, str] = {}
+        noop_ops = _NOOP_OPS
         for n in self.nodes:
-            if n.op_type == "Constant" and n.output:
-                self.const_nodes[n.output[0]] = n
+            op = n.op_type
+            if op not in noop_ops:
+                if op == "Constant" and n.output:
+                    self.const_nodes[n.output[0]] = n
+                continue
             if n.domain not in ("", "ai.onnx") or not n.input or not n.input[0] or not n.output:
                 continue
             reason = self._noop_reason(n)
@@ -1129,48 +1141,65 @@ class _Extractor:
         static = self.static = set(self.init) | {t.values.name for t in self.g.sparse_initializer}
         consumers, live, noop = self.consumers, self.live, self.noop
         alias = self.alias
-        get = alias.get
+        get, aliased = alias.get, alias.keys()
         for n in self.nodes:
-            ins = [get(x, x) for x in n.input if x] if alias else [x for x in n.input if x]
+            ins = n.input
+            if "" in ins:
+                ins = [get(x, x) for x in ins if x]
+            elif not aliased.isdisjoint(ins):
+                ins = list(map(get, ins, ins))
             if n.name in live and n.name not in noop:
-                for i in (dict.fromkeys(ins) if len(ins) > 1 else ins):
-                    if i in consumers:
-                        consumers[i].append(n)
-                    else:
+                for i in ins:
+                    users = consumers.get(i)
+                    if users is None:
                         consumers[i] = [n]
+                    elif users[-1] is not n:  # (a node reading a tensor twice is listed once)
+                        users.append(n)
             op = n.op_type
             if (op == "Constant" or op == "Shape" or op == "Size"
                     or (ins and static.issuperset(ins) and n.domain in ("", "ai.onnx")
                         and not op.startswith("Random"))):
-                static.update(o for o in n.output if o)
+                outs = n.output
+                static.update(outs if "" not in outs else [o for o in outs if o])
         self.claimed: set[str] = set()
+        self._nchw: dict[Shape, tuple[int, int, int, int]] = {}  # (nchw() per shape)
+        # shape() and is_static() as single lookups: aliases entered under their own names
+        if alias:
+            by_name = dict(shapes)
+            for t, c in alias.items():
+                if by_name.get(t) is None and shapes.get(c) is not None:
+                    by_name[t] = shapes[c]
+            static_any = {t for t in static if t not in alias}
+            static_any.update([t for t, c in alias.items() if c in static])
+        else:
+            by_name, static_any = shapes, static
+        self.shape = by_name.get  # type: ignore[method-assign]
+        self.is_static = static_any.__contains__  # type: ignore[method-assign]
 
     # -- graph helpers
 
     def _topo_sort(self, nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
         """The nodes in topological order (sets ``_unique_outputs``: no tensor has two producers)."""
+        outputs = list(chain.from_iterable([n.output for n in nodes]))
+        pending = set(outputs)  # (outputs of this node and the ones after it)
+        empty = outputs.count("")
+        if empty:
+            pending.discard("")
+        self._unique_outputs = len(pending) == len(outputs) - empty
+        if self._unique_outputs:
+            # Already in topological order (the usual case): the heap below would return
+            # exactly this order (it always takes the smallest ready index).
+            for n in nodes:
+                if not pending.isdisjoint(n.input):
+                    break
+                pending.difference_update(n.output)
+            else:
+                return list(nodes)
         produced_by: dict[str, int] = {}
-        n_outputs = 0
         for i, n in enumerate(nodes):
             for o in n.output:
                 if o:
                     produced_by[o] = i
-                    n_outputs += 1
-        self._unique_outputs = len(produced_by) == n_outputs
-        if self._unique_outputs:
-            # Already in topological order (the usual case): the heap below would return
-            # exactly this order (it always takes the smallest ready index).
-            get = produced_by.get
-            in_order = True
-            for i, n in enumerate(nodes):
-                for x in n.input:
-                    if get(x, -1) >= i:
-                        in_order = False
-                        break
-                if not in_order:
-                    break
-            if in_order:
-                return list(nodes)
         deps: list[set[int]] = []
         users: list[list[int]] = [[] for _ in nodes]
         for i, n in enumerate(nodes):
@@ -1225,13 +1254,13 @@ class _Extractor:
             # One pass against the (topological) order: a node's consumers come after it, so
             # by the time it is reached, every tensor a live node reads is in ``needed``.
             needed = {o.name for o in self.g.output}
+            needed.discard("")  # (an omitted optional output or input never makes a node live)
             live: set[str] = set()
             for n in reversed(self.nodes):
-                for o in n.output:
-                    if o and o in needed:
-                        live.add(n.name)
-                        needed.update(n.input)
-                        break
+                if not needed.isdisjoint(n.output):
+                    live.add(n.name)
+                    needed.update(n.input)
+                    needed.discard("")
             return live
         producer = {o: n for n in self.nodes for o in n.output if o}
         ids = _live_node_ids(producer, [o.name for o in self.g.output])
@@ -1245,13 +1274,13 @@ class _Extractor:
     def canon(self, t: str) -> str:
         return self.alias.get(t, t)
 
-    def shape(self, t: str) -> Shape | None:
+    def shape(self, t: str) -> Shape | None:  # (replaced by one dict lookup once the aliases are known)
         s = self.shapes.get(t)
         if s is None and t in self.alias:
             s = self.shapes.get(self.alias[t])
         return s
 
-    def is_static(self, t: str) -> bool:
+    def is_static(self, t: str) -> bool:  # (replaced by one set lookup once the static tensors are known)
         return self.alias.get(t, t) in self.static
 
     def value(self, t: str) -> np.ndarray | None:
@@ -1293,37 +1322,39 @@ class _Extractor:
     def run(self) -> tuple[list[Layer], dict[str, str]]:
         drafts: list[_Draft] = []
         free: dict[str, str] = {}
-        claimed, free_reason, draft = self.claimed, self._free_reason, self._draft
+        claimed, draft = self.claimed, self._draft
+        live, noop, static = self.live, self.noop, self.static
         for n in self.nodes:
-            if n.name in claimed:
+            name = n.name
+            if name in claimed:
                 continue
-            reason = free_reason(n)
+            # why the node costs nothing, if it does not
+            if name not in live:
+                reason: str | None = _DEAD_CODE
+            elif name in noop:
+                reason = noop[name]
+            elif n.op_type in _FREE_OPS and n.domain in ("", "ai.onnx"):
+                reason = _FREE_OPS[n.op_type]
+            else:
+                outs = n.output
+                if "" in outs:
+                    outs = [o for o in outs if o]
+                reason = _CONST_FOLDED if outs and static.issuperset(outs) else None
             if reason:
-                free[n.name] = reason
-                claimed.add(n.name)
+                free[name] = reason
+                claimed.add(name)
                 continue
             d = draft(n)
             claimed.update(d.nodes)
             drafts.append(d)
         drafts = self._fuse(drafts)
-        return [self._finish(d) for d in drafts], free
-
-    def _free_reason(self, n: onnx.NodeProto) -> str | None:
-        if n.name not in self.live:
-            return _DEAD_CODE
-        if n.name in self.noop:
-            return self.noop[n.name]
-        if n.op_type in _FREE_OPS and n.domain in ("", "ai.onnx"):
-            return _FREE_OPS[n.op_type]
-        outs = [o for o in n.output if o]
-        if outs and self.static.issuperset(outs):
-            return "constant folding (computed from constants and shapes only)"
-        return None
+        shape, graph_inputs, warnings = self.shape, self.graph_inputs, self.warnings
+        return [_finish_layer(d, shape, graph_inputs, warnings) for d in drafts], free
 
     def _draft(self, n: onnx.NodeProto) -> _Draft:
         if n.domain not in ("", "ai.onnx"):
             return self.other(n, extra_flags=[f"domain={n.domain}"])
-        if _has_subgraph(n):
+        if n.attribute and _has_subgraph(n):
             return self.other(n, extra_flags=["subgraph"])
         op = n.op_type
         try:
@@ -1350,20 +1381,33 @@ class _Extractor:
             if d is not None:
                 d.flag("unknown_shape")
             return 1, 1, 1, 1
+        try:
+            return self._nchw[s]
+        except KeyError:
+            pass
+        except TypeError:  # (a shape that is not a tuple)
+            n, h, w, c = hwc(s)
+            return n, c, h, w
         n, h, w, c = hwc(s)
-        return n, c, h, w
+        r = self._nchw[s] = n, c, h, w
+        return r
 
     def elems(self, t: str) -> int | None:
         s = self.shape(t)
         return None if s is None else math.prod(s)
 
     def base(self, n: onnx.NodeProto, layer_type: str, nodes: list[str] | None = None) -> _Draft:
-        return _Draft(type=layer_type, params={}, op_type=n.op_type, nodes=nodes or [n.name],
-                      inputs=self.act_inputs(n), outputs=self.outs(n))
+        get, ins, outs = self.alias.get, n.input, n.output
+        # act_inputs() and outs(), without a comprehension where no input or output is omitted
+        acts = (list(filterfalse(self.static.__contains__, map(get, ins, ins))) if "" not in ins
+                else self.act_inputs(n))
+        return _Draft(layer_type, {}, n.op_type, nodes or [n.name], acts,
+                      list(map(get, outs, outs)) if "" not in outs else self.outs(n))
 
     def spatial_params(self, d: _Draft, t: str) -> tuple[int, int, int, int]:
         n, c, h, w = self.nchw(t, d)
-        d.params.update(n=n, h=h, w=w, c=c)
+        p = d.params
+        p["n"], p["h"], p["w"], p["c"] = n, h, w, c
         if n > 1:
             d.flag("batch_gt_1")
         return n, c, h, w
@@ -1374,7 +1418,8 @@ class _Extractor:
             d.flag("batch_gt_1")  # (the leading dim is folded into the rows: one kernel reads them all)
             s = self.shape(t)
             c, h, w = (n, 1, c) if s is not None and len(s) == 2 else (n * c, h, w)
-        d.params.update(n=1, h=h, w=w, c=c)
+        p = d.params
+        p["n"], p["h"], p["w"], p["c"] = 1, h, w, c
         return 1, c, h, w
 
     def other(self, n: onnx.NodeProto, extra_flags: Iterable[str] = ()) -> _Draft:
@@ -1429,16 +1474,18 @@ class _Extractor:
 
 def _finish_layer(d: _Draft, shape: Any, graph_inputs: Any, warnings: list[str]) -> Layer:
     """The :class:`Layer` of a fused draft (shared by the Python extractor and the native
-    core): raw parameters, counts, shapes and flags. ``shape``: tensor name -> shape or None;
+    core): raw parameters, counts, shapes and flags. ``shape``: tensor name -> shape (a tuple) or None;
     ``graph_inputs``: the graph's input names; warnings are appended to ``warnings``."""
     params = dict(d.params)
-    if not _PLAIN_TYPES.issuperset(map(type, params.values())):  # (the usual case: nothing to convert)
-        for k, v in params.items():
-            if type(v) is not int and isinstance(v, (int, np.integer)) and not isinstance(v, bool):
-                params[k] = int(v)
+    for v in params.values():
+        if type(v) not in _PLAIN_TYPES:  # (the usual case: none, nothing to convert)
+            for k, v in params.items():
+                if type(v) is not int and isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+                    params[k] = int(v)
+            break
     if d.activation is not None and d.type in FUSED_ACT_TYPES:
         params["act"] = d.activation  # the fused activation is a feature (estimator.layers)
-    if d.type == LayerType.CONV2D and d.inputs and d.inputs[0] in graph_inputs:
+    if d.type == _CONV2D and d.inputs and d.inputs[0] in graph_inputs:
         params["graph_input"] = 1  # a stem: reads the network's input (a feature, estimator.layers)
     try:
         counts = _describe(d.type, params)
@@ -1454,8 +1501,8 @@ def _finish_layer(d: _Draft, shape: Any, graph_inputs: Any, warnings: list[str])
         counts = describe(d.type, params)
     if d.extra_params:
         counts = replace(counts, params=counts.params + d.extra_params, bytes=counts.bytes + 4 * d.extra_params)
-    in_shapes = [shape(x) for x in d.inputs]
-    out_shapes = [shape(o) for o in d.outputs]
+    in_shapes = list(map(shape, d.inputs))
+    out_shapes = list(map(shape, d.outputs))
     if d.check_shape:
         # The vocabulary's output size must agree with ONNX's (before any fused activation,
         # which keeps the shape).
@@ -1464,18 +1511,18 @@ def _finish_layer(d: _Draft, shape: Any, graph_inputs: Any, warnings: list[str])
             d.flag("shape_mismatch")
     if None in in_shapes or None in out_shapes:
         d.flag("unknown_shape")
-    return Layer(
-        name=d.nodes[0], type=d.type, params=params, counts=counts, op_type=d.op_type, nodes=list(d.nodes),
-        input_shapes=[tuple(s) if s is not None else () for s in in_shapes],
-        output_shapes=[tuple(s) if s is not None else () for s in out_shapes],
-        activation=d.activation, flags=list(d.flags),
-    )
+        in_shapes = [s if s is not None else () for s in in_shapes]
+        out_shapes = [s if s is not None else () for s in out_shapes]
+    # (name, type, params, counts, op_type, nodes, input_shapes, output_shapes, activation, flags)
+    return Layer(d.nodes[0], d.type, params, counts, d.op_type, list(d.nodes), in_shapes, out_shapes, d.activation,
+                 list(d.flags))
 
 
 def _elems(s: Shape | None) -> int | None:
     return None if s is None else math.prod(s)
 
 
+_CONV2D = LayerType.CONV2D
 #: parameter value types that _finish_layer leaves as they are
 _PLAIN_TYPES = frozenset({int, bool, float, str, list, tuple, type(None)})
 
@@ -1494,10 +1541,10 @@ def _describe(layer_type: str, params: dict[str, Any]) -> Any:
     repeat blocks and NAS candidates share most layer configurations. The counts are
     shared by every layer with those parameters (read-only: nothing modifies them)."""
     try:
-        key: tuple = (layer_type, *params.items())
+        key: tuple = (layer_type, tuple(params), tuple(params.values()))
         hit = _COUNTS.get(key)
     except TypeError:  # a list value (concat channels)
-        key = (layer_type, *((k, tuple(v) if isinstance(v, list) else v) for k, v in params.items()))
+        key = (layer_type, tuple(params), tuple([tuple(v) if isinstance(v, list) else v for v in params.values()]))
         try:
             hit = _COUNTS.get(key)
         except TypeError:  # something else unhashable: not remembered

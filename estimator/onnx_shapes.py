@@ -70,21 +70,35 @@ _SIMPLE_ATTRS = {_AP.INT: lambda a: a.i, _AP.FLOAT: lambda a: a.f, _AP.INTS: lam
                  _AP.TENSOR: lambda a: a.t, _AP.STRINGS: lambda a: a.strings[:]}
 
 
+_A_INT, _A_INTS, _A_FLOAT, _A_TENSOR = _AP.INT, _AP.INTS, _AP.FLOAT, _AP.TENSOR
+
+
 def _convert_attrs(attribute: Sequence[Any]) -> tuple[dict[str, Any], bool]:
     """``({name: value}, every attribute of a type in _SIMPLE_ATTRS)``; see :func:`node_attrs`."""
     out: dict[str, Any] = {}
     simple = True
     get = _SIMPLE_ATTRS.get
     for a in attribute:
-        conv = get(a.type)
+        t = a.type
         try:
-            if conv is not None:
-                v = conv(a)  # (never bytes: STRING is decoded)
+            # (the commonest types first, without a call; the others as _SIMPLE_ATTRS converts them)
+            if t == _A_INT:
+                v = a.i
+            elif t == _A_INTS:
+                v = a.ints[:]
+            elif t == _A_TENSOR:
+                v = a.t
+            elif t == _A_FLOAT:
+                v = a.f
             else:
-                simple = False
-                v = helper.get_attribute_value(a)
-                if isinstance(v, bytes):
-                    v = v.decode("utf-8", "replace")
+                conv = get(t)
+                if conv is not None:
+                    v = conv(a)  # (never bytes: STRING is decoded)
+                else:
+                    simple = False
+                    v = helper.get_attribute_value(a)
+                    if isinstance(v, bytes):
+                        v = v.decode("utf-8", "replace")
         except Exception:
             simple = False
             continue
@@ -106,8 +120,12 @@ def node_attrs(node: Any) -> dict[str, Any]:
 
 def _attr_map(node: Any) -> dict[str, Any]:
     if isinstance(node, GraphNode):
-        a = node_attrs(node)
-        simple = node.attrs_simple
+        a = node.attrs_cache
+        if a is None:
+            a, simple = _convert_attrs(node.attribute)
+            node.attrs_cache, node.attrs_simple = a, simple
+        else:
+            simple = node.attrs_simple
     else:
         a, simple = _convert_attrs(node.attribute)
     if not simple:
@@ -237,6 +255,8 @@ def _broadcast(*shapes: Shape) -> Shape:
             return first
         if len(b) < len(first) and first[len(first) - len(b):] == b:  # a bias over the last dims
             return first
+        if len(first) < len(b) and b[len(b) - len(first):] == first:  # the same, the bias first
+            return b
     elif all(s == first for s in shapes):
         return first
     r = max(len(s) for s in shapes)
@@ -283,7 +303,10 @@ class _Prop:
         return v
 
     def ints(self, name: str) -> list[int]:
-        return [int(x) for x in np.ravel(self.need(name))]
+        v = self.need(name)
+        if v.dtype.kind in "iu":
+            return v.ravel().tolist()  # (Python ints, as int() of each)
+        return [int(x) for x in np.ravel(v)]
 
     def shp(self, name: str) -> Shape:
         s = self.shapes.get(name)
@@ -319,21 +342,39 @@ class _Prop:
             self.shapes[vi.name] = tuple(int(x) for x in d)  # type: ignore[arg-type]
             self.dtypes[vi.name] = vi.type.tensor_type.elem_type
         shapes, values = self.shapes, self.values
+        handlers, no_attrs, known = _HANDLERS, {}, shapes.__contains__
         for n in self.nodes:
             if n.domain:
                 if n.domain != "ai.onnx":
                     raise _Give("non-default domain")
-            for x in n.input:
-                if x and x not in shapes:
-                    raise _Give("not in topological order or unknown input")
+            if not all(map(known, n.input)):  # (an omitted optional input, or a tensor not yet computed)
+                for x in n.input:
+                    if x and x not in shapes:
+                        raise _Give("not in topological order or unknown input")
             op = n.op_type
-            handler = _HANDLERS.get(op)
+            handler = handlers.get(op)
             if handler is None:
                 raise _Give(f"op {op}")
-            outs = handler(self, n, _attr_map(n) if n.attribute else {})
+            if n.attribute:
+                a = getattr(n, "attrs_cache", None)
+                if a is None or not n.attrs_simple:
+                    a = _attr_map(n)
+            else:
+                a = no_attrs
+            outs = handler(self, n, a)
             names = n.output
             if len(outs) < len(names):
                 raise _Give("missing outputs")
+            if len(names) == 1 and names[0]:  # (the usual case: the loop below for one output)
+                s, v = outs[0]
+                if s and min(s) < 1 and (min(s) < 0 or op not in _ZERO_OK):
+                    raise _Give("non-positive dimension")
+                if v is not None:
+                    if v.shape != s:
+                        raise _Give("value/shape mismatch")
+                    values[names[0]] = v
+                shapes[names[0]] = s
+                continue
             for name, (s, v) in zip(names, outs):
                 if not name:
                     continue
@@ -453,11 +494,16 @@ _FOLDED_BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Equal", "Where", "Max",
 
 
 def _binary(p: _Prop, n: onnx.NodeProto, a: dict) -> list:
-    ins = [x for x in n.input if x]
-    if not ins:
-        raise _Give("no inputs")
+    ins = n.input
     shapes = p.shapes  # (the run loop has checked that every input has one)
-    s = _broadcast(*[shapes[x] for x in ins])
+    if len(ins) == 2 and ins[0] and ins[1]:  # (the usual case)
+        sa, sb = shapes[ins[0]], shapes[ins[1]]
+        s = sa if sa == sb else _broadcast(sa, sb)
+    else:
+        ins = [x for x in ins if x]
+        if not ins:
+            raise _Give("no inputs")
+        s = _broadcast(*[shapes[x] for x in ins])
     values = p.values
     if ins[0] in values and n.op_type in _FOLDED_BINARY and all(x in values for x in ins):
         vals = [p.values[x] for x in ins]
@@ -568,7 +614,14 @@ def _gemm(p: _Prop, n: onnx.NodeProto, a: dict) -> list:
 
 
 def _matmul(p: _Prop, n: onnx.NodeProto, a: dict) -> list:
-    sa, sb = list(p.shp(n.input[0])), list(p.shp(n.input[1]))
+    sa, sb = p.shp(n.input[0]), p.shp(n.input[1])
+    if len(sa) >= 2 and len(sb) >= 2:  # (the usual case)
+        if sa[-1] != sb[-2]:
+            raise _Give("matmul inner dims")
+        if len(sa) == 2 and len(sb) == 2:
+            return [((sa[0], sb[1]), None)]
+        return [((*_broadcast(sa[:-2], sb[:-2]), sa[-2], sb[-1]), None)]
+    sa, sb = list(sa), list(sb)
     if not sa or not sb:
         raise _Give("matmul scalar")
     a1, b1 = len(sa) == 1, len(sb) == 1
@@ -636,10 +689,12 @@ def _reshape(p: _Prop, n: onnx.NodeProto, a: dict) -> list:
 
 def _transpose(p: _Prop, n: onnx.NodeProto, a: dict) -> list:
     xs = p.shp(n.input[0])
-    perm = a.get("perm", list(range(len(xs) - 1, -1, -1)))
+    perm = a.get("perm")
+    if perm is None:
+        perm = list(range(len(xs) - 1, -1, -1))
     if sorted(perm) != list(range(len(xs))):
         raise _Give("perm")
-    s = tuple(xs[i] for i in perm)
+    s = tuple(map(xs.__getitem__, perm))
     v = p.val(n.input[0])
     return [(s, np.transpose(v, perm) if v is not None else None)]
 
@@ -821,6 +876,8 @@ def _gather(p: _Prop, n: onnx.NodeProto, a: dict) -> list:
         raise _Give("gather scalar")
     ax = _axis(int(a.get("axis", 0)), len(xs))
     s = xs[:ax] + ids + xs[ax + 1:]
+    if n.input[0] not in p.values or n.input[1] not in p.values:
+        return [(s, None)]
 
     def fold() -> np.ndarray:
         data, idx = p.values[n.input[0]], p.values[n.input[1]].astype(np.int64)

@@ -114,9 +114,11 @@ class Activation(LayerTypeSpec):
         or the tanh form ``x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) * 0.5`` (from
         ``Mul(x, x)``); the two final products in either order, or the product with x alone where
         onnxsim folded the 0.5 into the next layer's weights. None if ``n`` starts neither."""
-        ins = [i for i in n.input if i]
-        if len(ins) != 2:
-            return None
+        ins = n.input
+        if len(ins) != 2 or not ins[0] or not ins[1]:
+            ins = [i for i in ins if i]
+            if len(ins) != 2:
+                return None
         x = g.canon(ins[0])
         if g.is_static(x):
             return None

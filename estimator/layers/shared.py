@@ -144,21 +144,23 @@ class BinaryEltwise(LayerTypeSpec):
     def from_onnx(self, n: Any, g: Any) -> Any:
         """A two-input element-wise node; an operand of fewer elements is broadcast
         (``elems_b``), a constant operand is flagged ``const_operand``."""
-        ins = [x for x in n.input if x]
-        if len(ins) != 2:
-            return None
+        ins = n.input
+        if len(ins) != 2 or not ins[0] or not ins[1]:
+            ins = [x for x in ins if x]
+            if len(ins) != 2:
+                return None
+        a, b = ins
         d = g.base(n, self.name)
         out = n.output[0]
         g.rows_params(d, out)
-        sizes = [g.elems(x) for x in ins]
-        total = g.elems(out)
-        if any(s is None for s in sizes) or total is None:
+        size_a, size_b, total = g.elems(a), g.elems(b), g.elems(out)
+        if size_a is None or size_b is None or total is None:
             d.flag("unknown_shape")
             return d
-        known = [int(x) for x in sizes if x is not None]
-        if min(known) != total or max(known) != total:
-            d.params.update(broadcast=1, elems_b=max(min(known), 1))
-        if any(g.is_static(x) for x in ins):
+        small, big = sorted((int(size_a), int(size_b)))
+        if small != total or big != total:
+            d.params.update(broadcast=1, elems_b=max(small, 1))
+        if g.is_static(a) or g.is_static(b):
             d.flag("const_operand")
         return d
 
@@ -273,10 +275,10 @@ def gemm_dims(n: Any, g: Any) -> tuple[int, int, int, int, int]:
         m, k = (sa[1], sa[0]) if at.get("transA", 0) else (sa[0], sa[1])
         cols = sb[0] if at.get("transB", 0) else sb[1]
         return m, k, cols, 1, 1 if len(n.input) > 2 and n.input[2] else 0
-    a_ = list(sa) if len(sa) > 1 else [1] + list(sa)
-    b_ = list(sb) if len(sb) > 1 else list(sb) + [1]
+    a_ = sa if len(sa) > 1 else (1, *sa)
+    b_ = sb if len(sb) > 1 else (*sb, 1)
     m, k, cols = a_[-2], a_[-1], b_[-1]
-    batch = max(math.prod(a_[:-2]), math.prod(b_[:-2]))
-    if g.is_static(n.input[1]) and len(b_) == 2:
-        m, batch = m * math.prod(a_[:-2]), 1
-    return m, k, cols, batch, 0
+    rows = math.prod(a_[:-2])
+    if len(b_) == 2 and g.is_static(n.input[1]):
+        return m * rows, k, cols, 1, 0
+    return m, k, cols, max(rows, math.prod(b_[:-2])), 0
