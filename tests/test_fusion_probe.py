@@ -4,6 +4,7 @@ timing: the verdicts of a real run depend on the machine."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -141,7 +142,10 @@ def test_cli_prints_a_table_and_writes_the_profile(profiles_root, capsys):
     assert "T(A) ms" in out and "T(A->B) ms" in out and "saving" in out
     lines = [ln for ln in out.splitlines() if ln.strip().startswith(("conv2d+relu ", "conv2d+gelu "))]
     assert len(lines) == 2
-    assert all(ln.rstrip().endswith(("fused", "undecided")) for ln in lines)
+    # each row ends in its verdict, then why a configuration could not be decided, if it could not
+    # (on a loaded core an activation's own time can drown in its padding's: undecided, not a fault)
+    verdicts = [re.sub(r" \((not timed|B's own time is not above its padding's)\)$", "", ln.rstrip()) for ln in lines]
+    assert all(v.endswith(("fused", "undecided")) for v in verdicts), lines
     assert "wrote the fusion rules of profile dev" in out
     meta = json.loads((profiles_root / "dev" / "profile.json").read_text())
     det = meta["fusion"]["detected"]
