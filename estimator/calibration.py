@@ -364,7 +364,7 @@ class NetworkCalibration:
         return frozenset(t for s in self.shares for t, v in by_type(s).items() if v > 0)
 
     @functools.cached_property
-    def _share_matrix(self) -> tuple[dict[str, int], np.ndarray]:
+    def _rows_matrix(self) -> tuple[dict[str, int], np.ndarray]:
         """The rows' type shares as a matrix, one column per type some row has."""
         return _share_matrix(self.shares)
 
@@ -372,7 +372,7 @@ class NetworkCalibration:
                ) -> tuple[bool, str, float, str]:
         """``(in scope, nearest row, its distance, why not)``."""
         shares = by_type(shares)
-        cols, mat = self._share_matrix
+        cols, mat = self._rows_matrix
         v = np.zeros(len(cols))
         beyond = 0.0  # the shares of types no row has
         for t, x in shares.items():

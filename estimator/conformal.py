@@ -59,4 +59,4 @@ class BatchPrediction:
     dists: dict[str, DistBatch]  # metric -> per-layer predictive distributions
     #: each layer's k-NN difficulty (its model's distance to the benchmarked rows; nan
     #: without a model): what CM_O grows with, read again to explain it (estimator.drivers)
-    knn_distance: np.ndarray | None = None
+    knn_distance: np.ndarray

@@ -100,17 +100,16 @@ def _why(layer: Any, reasons: Sequence[str], out_of_range: list[dict[str, Any]],
 
 
 def cm_o_drivers(layers: Sequence[Any], pred_ms: Sequence[float], cm_o_upper_ms: Sequence[float],
-                 reasons: Sequence[Sequence[str]], models: Any, confidence: float,
-                 limit: int = MAX_DRIVERS, knn_distance: Sequence[float] | None = None) -> list[dict[str, Any]]:
+                 reasons: Sequence[Sequence[str]], knn_distance: Sequence[float], models: Any, confidence: float,
+                 limit: int = MAX_DRIVERS) -> list[dict[str, Any]]:
     """The layers that drive a network's CM_O interval (see the module docstring), as
     :func:`estimator.interface.cm_o_driver_record` dicts, largest share first.
 
     ``layers``: the estimated layers (per-layer row order); ``pred_ms`` and
     ``cm_o_upper_ms``: their estimates and CM_O upper bounds at ``confidence``;
-    ``reasons``: their ``ood_reasons``; ``models``: the
-    :class:`~estimator.models.DeviceModels` that estimated them; ``knn_distance``: their k-NN
-    difficulty where the prediction kept it (:class:`~estimator.conformal.BatchPrediction`),
-    else the named layers are queried again."""
+    ``reasons``: their ``ood_reasons``; ``knn_distance``: their k-NN difficulty as the
+    prediction computed it (:class:`~estimator.conformal.BatchPrediction`); ``models``: the
+    :class:`~estimator.models.DeviceModels` that estimated them."""
     n = len(layers)
     if n == 0:
         return []
@@ -120,23 +119,13 @@ def cm_o_drivers(layers: Sequence[Any], pred_ms: Sequence[float], cm_o_upper_ms:
     order = np.argsort(-width, kind="stable")[:limit].tolist()
     # a layer in the design space with a negligible share is left to "the other layers"
     order = order[:1] + [i for i in order[1:] if reasons[i] or (total > 0 and width[i] >= MIN_SHARE * total)]
-    # k-NN distances of the named layers with a model and every feature in range, one query per type
+    # the k-NN ratio of the named layers with a model and every feature in range
     knn: dict[int, float] = {}
-    by_type: dict[str, list[int]] = {}
     for i in order:
-        if (layers[i].type in models.types and "cpu_unverified" not in reasons[i]
+        m = models.types.get(layers[i].type)
+        if (m is not None and m.knn_threshold > 0 and "cpu_unverified" not in reasons[i]
                 and not any(r.startswith("range:") for r in reasons[i])):
-            by_type.setdefault(layers[i].type, []).append(i)
-    for t, idx in by_type.items():
-        m = models.types[t]
-        if knn_distance is not None:
-            d = np.asarray([knn_distance[i] for i in idx], dtype=float)
-        else:
-            X = np.array([[float(layers[i].features.get(f, 0.0)) for f in m.feature_names] for i in idx])
-            d = m.knn.apply(X)
-        for i, di in zip(idx, d.tolist()):
-            if m.knn_threshold > 0:
-                knn[i] = di / m.knn_threshold
+            knn[i] = float(knn_distance[i]) / m.knn_threshold
     out = []
     for i in order:
         l, why = layers[i], list(reasons[i])

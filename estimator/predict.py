@@ -458,9 +458,8 @@ class Estimator:
         reasons = [list(r) for r in bp.reasons]
         for i in idx.tolist():
             reasons[i] = ["cpu_unverified"] + [r for r in reasons[i] if r != "no_data"]
-        knn = None if bp.knn_distance is None else bp.knn_distance.copy()
-        if knn is not None:
-            knn[idx] = np.nan
+        knn = bp.knn_distance.copy()
+        knn[idx] = np.nan
         return BatchPrediction(pred, t_op, bp.ops, fb, ood, reasons, dists, knn)
 
     def _split_free(self, layers: Iterable[Layer]) -> tuple[list[Layer], dict[str, str], list[str]]:
@@ -625,8 +624,8 @@ class Estimator:
             upper = [row.intervals["CM_O"][c][1] for row in est.layers]
         else:
             upper = self._bounds(layers, bp, "CM_O", c, self._use_fast(fast))[1].tolist()
-        est.cm_o_drivers = cm_o_drivers(layers, bp.pred_ms.tolist(), upper, bp.reasons, self.models, c,
-                                        knn_distance=bp.knn_distance)
+        est.cm_o_drivers = cm_o_drivers(layers, bp.pred_ms.tolist(), upper, bp.reasons, bp.knn_distance,
+                                        self.models, c)
         return est
 
     def _estimate(self, network: Any, confs: list[float], mc_confs: list[float], input_shapes: Any, name: str,
