@@ -1354,7 +1354,7 @@ class _Extractor:
     def _draft(self, n: onnx.NodeProto) -> _Draft:
         if n.domain not in ("", "ai.onnx"):
             return self.other(n, extra_flags=[f"domain={n.domain}"])
-        if n.attribute and _has_subgraph(n):
+        if _has_subgraph(n):
             return self.other(n, extra_flags=["subgraph"])
         op = n.op_type
         try:
@@ -1477,12 +1477,10 @@ def _finish_layer(d: _Draft, shape: Any, graph_inputs: Any, warnings: list[str])
     core): raw parameters, counts, shapes and flags. ``shape``: tensor name -> shape (a tuple) or None;
     ``graph_inputs``: the graph's input names; warnings are appended to ``warnings``."""
     params = dict(d.params)
-    for v in params.values():
-        if type(v) not in _PLAIN_TYPES:  # (the usual case: none, nothing to convert)
-            for k, v in params.items():
-                if type(v) is not int and isinstance(v, (int, np.integer)) and not isinstance(v, bool):
-                    params[k] = int(v)
-            break
+    if not _PLAIN_TYPES.issuperset(map(type, params.values())):  # (the usual case: nothing to convert)
+        for k, v in params.items():
+            if type(v) is not int and isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+                params[k] = int(v)
     if d.activation is not None and d.type in FUSED_ACT_TYPES:
         params["act"] = d.activation  # the fused activation is a feature (estimator.layers)
     if d.type == _CONV2D and d.inputs and d.inputs[0] in graph_inputs:

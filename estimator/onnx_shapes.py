@@ -120,12 +120,8 @@ def node_attrs(node: Any) -> dict[str, Any]:
 
 def _attr_map(node: Any) -> dict[str, Any]:
     if isinstance(node, GraphNode):
-        a = node.attrs_cache
-        if a is None:
-            a, simple = _convert_attrs(node.attribute)
-            node.attrs_cache, node.attrs_simple = a, simple
-        else:
-            simple = node.attrs_simple
+        a = node_attrs(node)
+        simple = node.attrs_simple
     else:
         a, simple = _convert_attrs(node.attribute)
     if not simple:
@@ -355,26 +351,10 @@ class _Prop:
             handler = handlers.get(op)
             if handler is None:
                 raise _Give(f"op {op}")
-            if n.attribute:
-                a = getattr(n, "attrs_cache", None)
-                if a is None or not n.attrs_simple:
-                    a = _attr_map(n)
-            else:
-                a = no_attrs
-            outs = handler(self, n, a)
+            outs = handler(self, n, _attr_map(n) if n.attribute else no_attrs)
             names = n.output
             if len(outs) < len(names):
                 raise _Give("missing outputs")
-            if len(names) == 1 and names[0]:  # (the usual case: the loop below for one output)
-                s, v = outs[0]
-                if s and min(s) < 1 and (min(s) < 0 or op not in _ZERO_OK):
-                    raise _Give("non-positive dimension")
-                if v is not None:
-                    if v.shape != s:
-                        raise _Give("value/shape mismatch")
-                    values[names[0]] = v
-                shapes[names[0]] = s
-                continue
             for name, (s, v) in zip(names, outs):
                 if not name:
                     continue
