@@ -13,9 +13,9 @@ benchmark's layers span 6-8 decades of ops and ``t_op`` spans 3-4 decades (dispa
 overhead dominates small layers), so a squared-error forest on raw ``t_op`` spends its
 splits on the small layers and mispredicts the large ones (measured on an ONNX Runtime
 CPU benchmark: held-out RMSPE 0.6-2 with log vs 2-1900 with the raw target, per type).
-Rows measured at or below 0 ms
-(below the timing resolution) are trained on half the type's smallest positive latency,
-and their calibration residuals are taken at that floor too (below). The hyperparameters
+Rows that measured no latency (their whole interval at or below 0 ms or their padded
+model's run-to-run spread, :attr:`TrainingData.resolved`) are trained on half the type's
+smallest measured latency and calibrate nothing (below). The hyperparameters
 (``max_features`` x ``min_samples_leaf``) are chosen from a small grid by the out-of-bag
 RMSPE of ``t_op`` over the type's first :func:`grid_rows` rows (below); every forest uses a
 fixed seed, so training is deterministic.
@@ -105,30 +105,37 @@ costs ``pad_in(input shape) + pad_out(output shape) = a * T_b1 + (1 - a) * T_b2`
 row of that type trains on ``T_c - a * T_b1 - (1 - a) * T_b2`` clipped into ``[lo, hi]``
 (``a = 0.5`` is the midpoint); rows without ``T_c``, ``T_b1``, ``T_b2`` (and single-layer
 targets) always train on the midpoint.
-A row of a layer with weights (convolutions, fully connected) whose whole interval lies at
-or below zero although the layer alone (``t_single``) ran longer than its padding-only pair
-is not trained on (:func:`eq4_failed`; counted in the training report's ``skipped_rows``): such a
-layer cannot fuse into a 1x1 pad, so a padded model cannot hide it when it is slower than its
-pads; the padded and the padding-only model were timed in different states of the machine,
-and clipped to 0 the row would train the log target on its floor. Layers without weights
-keep such rows: they may fuse into a pad (a Vela activation: 44 of ``imx93``'s rows look
-like that) or cost nothing. Measured: 8 of ``host-cpu``'s 18,753 rows (1
-conv2d, 7 depthwise), none of ``imx93``'s. One such row, a depthwise layer of 32 channels at
-112x112 (padded model 0.259 ms, its pair 0.262 ms, alone 0.376 ms), had MobileNetV2's first
-depthwise layer predicted at 0.017 ms (0.16 ms without it; 0.29 ms inside the network on a
-VM 1.4-1.6x slower). Rows at 0 whose layer alone is faster than its pads still train at 0.
+A row of a layer with weights (convolutions, fully connected) whose whole interval lies at or
+below zero (or its padded model's run-to-run spread) although the layer alone (``t_single``) ran
+longer than its padding-only pair is not trained on (:func:`eq4_failed`; counted in the training
+report's ``skipped_rows``): such a layer cannot fuse into a 1x1 pad, so a padded model cannot
+hide it when it is slower than its pads; the padded and the padding-only model were timed in
+different states of the machine, and clipped to 0 the row would train the log target on its
+floor. Layers without weights keep such rows: they may fuse into a pad (a Vela activation: 44 of
+``imx93``'s rows look like that) or cost nothing. Measured: 10 of ``host-cpu``'s 18,753 rows (1
+conv2d, 8 depthwise, 1 fc; 2 of them above 0 ms but within their spread), none of ``imx93``'s.
+One such row, a depthwise layer of 32 channels at 112x112 (padded model 0.259 ms, its pair 0.262
+ms, alone 0.376 ms), had MobileNetV2's first depthwise layer predicted at 0.017 ms (0.16 ms
+without it; 0.29 ms inside the network on a VM 1.4-1.6x slower). Rows at 0 whose layer alone is
+faster than its pads still train, at the floor.
 Every metric's residual is taken at the row's **training point**, not over the whole
 measured interval. An Eq. 4 interval's low end is at or below 0 ms on 15-85 % of
 ``host-cpu``'s rows per type (3-79 % on ``imx93``: a padding pair timed a little slower than
 the padded model), and no band of factors reaches 0: scored as the worst case over the
 interval, with the low end at the floor, the 90 % quantiles of log residuals rose to 11-34
 on ``host-cpu``'s add, avgpool, globalpool, matmul, maxpool, mul and resize; at the training
-point they are 1.7-2.8. Only rows whose interval reaches above 0 ms are scored: a row timed
-at or below 0 ms (8-34 % of ``host-cpu``'s rows per type, 0-25 % of ``imx93``'s) says the
-layer costs less than its padding pair's noise, a latency with no factor to score; it trains
-the forest at the floor and calibrates nothing (scored against the floor, two such rows of
-a 20-row profile made a network's CM_LV upper bound 10^4 times its estimate). The interval's width is a property of the measurement; where it is wide the
-training point is uncertain too, which the forest's spread (CM_TV, CM_LV) sees. The scores
+point they are 1.7-2.8. Only rows whose interval reaches above 0 ms and above the padded
+model's run-to-run spread (``padded_mad_ms``) are scored: a row timed at or below 0 ms (8-34 %
+of ``host-cpu``'s rows per type, 0-25 % of ``imx93``'s) or at or below that spread (another
+1-4 % of ``host-cpu``'s rows per type; ``imx93``'s Vela estimates have none) says the layer
+costs less than its padding pair's noise, a latency with no factor to score; it trains the
+forest at the floor and calibrates nothing. Scored against the floor, two rows at or below
+0 ms of a 20-row profile made a network's CM_LV upper bound 10^4 times its estimate; trained
+and scored at its own midpoint, one row of 20 whose interval was ``[0, 2e-5]`` ms (its padded
+model's runs spread 0.007 ms) took a ResNet's CM_LV upper bound from 22x to 9,000x its
+estimate and its estimate from 22.7 to 17.5 ms; a second such row, to 1.25 ms. The floor is
+half the smallest *measured* latency, so such a row cannot drag it down either. The
+interval's width is a property of the measurement; where it is wide the training point is uncertain too, which the forest's spread (CM_TV, CM_LV) sees. The scores
 are crepes ``ConformalRegressor`` alphas; per-layer intervals and the predictive
 distributions used for aggregation are built from them in :mod:`estimator.aggregate`.
 
@@ -379,13 +386,25 @@ class TrainingData:
     #: (n,) bool: the rows conformal calibration uses (``TrainingOptions.calibration_rows``);
     #: None: every row
     calibrate: np.ndarray | None = None
+    #: (n,) the padded model's run-to-run spread (its runs' MAD), ms: a row whose whole interval
+    #: lies at or below it measured no latency (:attr:`resolved`); None: 0 for every row
+    noise: np.ndarray | None = None
+
+    @property
+    def resolved(self) -> np.ndarray:
+        """(n,) bool: the rows that measured a latency, their interval's top ``hi`` above the
+        padded model's run-to-run spread (above 0 without one). The others say the layer costs
+        less than its padding pair's noise: they train at the type's floor and score nothing
+        (see the module docstring)."""
+        return self.hi > (0.0 if self.noise is None else self.noise)
 
     def head(self, n: int) -> "TrainingData":
         """The first ``n`` rows (in the measurements' order)."""
         if n >= self.X.shape[0]:
             return self
         return TrainingData(self.layer_type, self.X[:n], self.ops[:n], self.bytes[:n], self.lo[:n], self.hi[:n],
-                            self.mid[:n], self.params[:n], None if self.calibrate is None else self.calibrate[:n])
+                            self.mid[:n], self.params[:n], None if self.calibrate is None else self.calibrate[:n],
+                            None if self.noise is None else self.noise[:n])
 
     def calibration_mask(self) -> np.ndarray:
         """The rows that calibrate: :attr:`calibrate`, or every row when it is None or leaves
@@ -403,6 +422,8 @@ class TrainingData:
             h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
         if self.calibrate is not None and not self.calibrate.all():  # every row: the key as before
             h.update(b"calibrate:" + np.packbits(self.calibrate).tobytes())
+        if self.noise is not None and np.any(self.noise > 0):  # no spread: the key as before
+            h.update(b"noise:" + np.ascontiguousarray(self.noise, dtype=np.float64).tobytes())
         return h.hexdigest()
 
 
@@ -422,14 +443,20 @@ def _finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and math.isfinite(v)
 
 
+def _noise(row: Mapping[str, Any]) -> float:
+    """The padded model's run-to-run spread (``padded_mad_ms``), 0 where unknown."""
+    mad = row.get("padded_mad_ms", float("nan"))
+    return float(mad) if _finite(mad) and mad > 0 else 0.0
+
+
 def eq4_failed(row: Mapping[str, Any], interval: tuple[float, float], weights: float) -> bool:
     """Whether a smart-padding row's Eq. 4 lost its layer: a layer with ``weights`` (it
     cannot fuse into a 1x1 pad) whose interval (clipped at 0) is empty of time,
-    ``t_lum_hi <= 0``, although it alone ran longer than its padding-only pair
-    (``t_single > max(T_b1, T_b2)``). A padded model cannot hide such a layer; the timings
-    moved between the padded and the padding-only model, and the row says nothing about the
-    layer (see the module docstring)."""
-    if weights <= 0 or interval[1] > 0.0:
+    ``t_lum_hi`` at or below 0 or the padded model's run-to-run spread, although it alone
+    ran longer than its padding-only pair (``t_single > max(T_b1, T_b2)``). A padded model
+    cannot hide such a layer; the timings moved between the padded and the padding-only
+    model, and the row says nothing about the layer (see the module docstring)."""
+    if weights <= 0 or interval[1] > _noise(row):
         return False
     t_a, b1, b2 = (row.get(k, float("nan")) for k in ("t_single_ms", "t_b1_ms", "t_b2_ms"))
     return _finite(t_a) and _finite(b1) and _finite(b2) and t_a > max(b1, b2)
@@ -487,13 +514,14 @@ def prepare_training_data(rows: Iterable[Mapping[str, Any]], target: str = "lum"
             skip(f"{t}: invalid params ({e})")
             continue
         if target == "lum" and eq4_failed(row, iv, c.features.get("params", 0)):
-            skip(f"{t}: Eq. 4 lost the layer (T_LUM <= 0 although it alone outlasts its padding pair)")
+            skip(f"{t}: Eq. 4 lost the layer (T_LUM at or below 0 or its padded model's noise although it alone "
+                 "outlasts its padding pair)")
             continue
         stored = row.get("ops", float("nan"))
         if math.isfinite(stored) and abs(stored - c.ops) > 1e-6 * max(c.ops, 1.0):
             ops_mismatch += 1
         a = acc.setdefault(t, {"X": [], "ops": [], "bytes": [], "lo": [], "hi": [], "mid": [], "params": [],
-                               "cal": []})
+                               "cal": [], "noise": []})
         a["cal"].append(calibration_rows <= 0 or i < calibration_rows)
         a["X"].append(feature_vector(t, c.features))
         a["ops"].append(float(c.ops))
@@ -501,13 +529,16 @@ def prepare_training_data(rows: Iterable[Mapping[str, Any]], target: str = "lum"
         a["lo"].append(iv[0])
         a["hi"].append(iv[1])
         a["mid"].append(_training_point(row, iv[0], iv[1], target, by_type.get(t, 0.5)))
+        a["noise"].append(_noise(row) if target == "lum" else 0.0)
         a["params"].append(params)
     out: dict[str, TrainingData] = {}
     for t, a in acc.items():
         lo, hi = np.asarray(a["lo"]), np.asarray(a["hi"])
         cal = np.asarray(a["cal"], dtype=bool)
+        noise = np.asarray(a["noise"], dtype=float)
         out[t] = TrainingData(t, np.asarray(a["X"], dtype=float), np.asarray(a["ops"]), np.asarray(a["bytes"]),
-                              lo, hi, np.asarray(a["mid"], dtype=float), a["params"], None if cal.all() else cal)
+                              lo, hi, np.asarray(a["mid"], dtype=float), a["params"], None if cal.all() else cal,
+                              noise if np.any(noise > 0) else None)
     report = {"skipped": skipped, "ops_mismatch": ops_mismatch}
     return out, report
 
@@ -672,14 +703,17 @@ class TypeModel:
         names, X = _model_features(t, data.X)
         ops = data.ops
         t_op = data.mid / ops
-        pos = t_op[t_op > 0]
-        if pos.size == 0:
+        measured = data.resolved & (data.mid > 0)
+        if not measured.any():  # no row above its noise: every positive one
+            measured = data.mid > 0
+        if not measured.any():
             raise ModelError(f"{t}: no positive measured latency")
-        t_scale = float(np.median(pos))
+        t_scale = float(np.median(t_op[measured]))
         y = t_op / t_scale
-        # rows measured at <= 0 ms train on half the type's smallest positive latency
-        floor_ms = 0.5 * float(data.mid[data.mid > 0].min())
-        y_fit = np.log(np.maximum(data.mid, floor_ms) / ops / t_scale)
+        # rows that measured no latency (at or below 0 ms or their padded model's noise) train
+        # on half the type's smallest measured latency
+        floor_ms = 0.5 * float(data.mid[measured].min())
+        y_fit = np.log(np.where(measured, np.maximum(data.mid, floor_ms), floor_ms) / ops / t_scale)
         return names, X, t_scale, y, y_fit
 
     @classmethod
@@ -764,9 +798,10 @@ class TypeModel:
         # factor residual at the training point (floored as the forest's target; see the module
         # docstring): max(y / y_hat, y_hat / y) - 1, the same for t_op and for latency
         r_fac = np.expm1(np.abs(y_fit - oob_log))
-        # a row timed at or below 0 ms (its whole Eq. 4 interval) measured no latency: it trains
-        # the forest at the floor but has no log residual to score (see the module docstring)
-        scored = cal & (data.hi > 0)
+        # a row timed at or below 0 ms or its padded model's noise (its whole Eq. 4 interval)
+        # measured no latency: it trains the forest at the floor but has no log residual to
+        # score (see the module docstring)
+        scored = cal & data.resolved
         if scored.sum() < 2:
             scored = cal
         regressors = {m: ConformalRegressor().fit(r_fac[scored], sigmas=sig[m][scored]) for m in METRICS}
@@ -870,7 +905,9 @@ class FallbackModel:
         ops = np.concatenate([d.ops for d in data.values()]) if data else np.zeros(0)
         byt = np.concatenate([d.bytes for d in data.values()]) if data else np.zeros(0)
         t = np.concatenate([d.mid for d in data.values()]) if data else np.zeros(0)
-        ok = t > 0
+        ok = (t > 0) & (np.concatenate([d.resolved for d in data.values()]) if data else np.zeros(0, dtype=bool))
+        if ok.sum() < 2:  # too few rows above their noise: every positive one
+            ok = t > 0
         if ok.sum() < 2:
             raise ModelError("the profile has fewer than 2 usable measurements with a positive latency; "
                              "no model (not even the roofline fallback) can be fitted")

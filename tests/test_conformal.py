@@ -136,6 +136,7 @@ def test_scores_are_log_residuals_at_the_training_point():
     floor = 0.5 * d.mid[d.mid > 0].min()
     r = np.expm1(np.abs(np.log(np.maximum(d.mid, floor) / d.ops / ti.t_scale) - oob_log))
     scored = d.hi > 0
+    assert np.array_equal(scored, d.resolved)  # synthetic rows: no padded-model spread
     s_rel = np.sqrt(ti.var_de.apply())
     y_hat_ms = np.exp(oob_log) * ti.t_scale * d.ops
     sig = {"CM_TV": s_rel + ti.betas["CM_TV"],

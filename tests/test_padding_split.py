@@ -67,6 +67,7 @@ def test_split_moves_the_target_and_the_scores_with_it():
     d = prepare_training_data(rs, padding_split_by_type={"conv2d": 1.0})[0]["conv2d"]
     mid = (d.lo + d.hi) / 2
     assert not np.allclose(d.mid, mid)
+    assert d.resolved.all()  # synthetic rows: no spread, every row above 0 ms
     floor = 0.5 * d.mid[d.mid > 0].min()
     r = np.expm1(np.abs(np.log(np.maximum(d.mid, floor) / d.ops / tm.t_scale) - tm.forest.oob_prediction_))
     y_hat = np.exp(tm.forest.oob_prediction_) * tm.t_scale * d.ops
@@ -150,9 +151,40 @@ def test_rows_whose_eq4_lost_a_layer_slower_than_its_pads_are_skipped_and_counte
     data, report = prepare_training_data([lost, free, straddling] + rs[3:])
     d = data["conv2d"]
     assert len(d.mid) == len(rs) - 1
-    assert report["skipped"] == {"conv2d: Eq. 4 lost the layer (T_LUM <= 0 although it alone outlasts its padding "
-                                 "pair)": 1}
+    assert report["skipped"] == {"conv2d: Eq. 4 lost the layer (T_LUM at or below 0 or its padded model's noise "
+                                 "although it alone outlasts its padding pair)": 1}
     assert d.lo[0] == d.hi[0] == d.mid[0] == 0.0  # the free one, first now
     assert d.hi[1] == 0.008
     # single-layer targets do not use Eq. 4: every row stays
     assert len(prepare_training_data([lost, free, straddling] + rs[3:], target="single")[0]["conv2d"].mid) == len(rs)
+
+
+def test_rows_within_their_padded_models_noise_measured_no_latency():
+    """A row whose whole interval lies at or below its padded model's run-to-run spread
+    (``padded_mad_ms``) measured no latency, as one at or below 0 ms: it trains at the
+    type's floor, half its smallest measured latency, and scores nothing. Trained and scored
+    at its own midpoint (1e-5 ms against neighbours near 0.1 ms), one such row of a 20-row
+    profile took a ResNet's CM_LV upper bound to 9,000x its estimate. With weights and a
+    layer alone slower than its pads, it is a row whose Eq. 4 lost the layer."""
+    from estimator.models import TypeModel
+
+    opts = TrainingOptions(**OPTS)
+    rs = _rows()
+    near = dict(rs[0], t_lum_lo_ms=-0.004, t_lum_hi_ms=2e-5, padded_mad_ms=0.007, t_single_ms=0.01,
+                t_b1_ms=0.5, t_b2_ms=0.5)
+    lost = dict(rs[1], t_lum_lo_ms=-0.004, t_lum_hi_ms=2e-5, padded_mad_ms=0.007, t_single_ms=0.9,
+                t_b1_ms=0.5, t_b2_ms=0.5)
+    above = dict(rs[2], padded_mad_ms=1e-4)  # its interval reaches above its spread: measured
+    data, report = prepare_training_data([near, lost, above] + rs[3:])
+    d = data["conv2d"]
+    assert len(d.mid) == len(rs) - 1 and sum(report["skipped"].values()) == 1
+    assert d.resolved.tolist() == [False] + [True] * (len(rs) - 2)
+    _, _, t_scale, _, y_fit = TypeModel._targets(d, opts)
+    floor = 0.5 * d.mid[1:].min()
+    assert y_fit[0] == pytest.approx(np.log(floor / d.ops[0] / t_scale))
+    tm = TypeModel.fit(d, opts)
+    clean = TypeModel.fit(prepare_training_data(rs[2:])[0]["conv2d"], opts)
+    for m in ("CM_TV", "CM_LV", "CM_O"):
+        assert tm.families[m].n == len(rs) - 2  # the near row scores nothing
+        # its residual against its own midpoint would be a factor of about 10^4
+        assert tm.families[m].scores.max() < 3 * clean.families[m].scores.max()
