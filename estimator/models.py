@@ -17,7 +17,8 @@ Rows that measured no latency (their whole interval at or below 0 ms or their pa
 model's run-to-run spread, :attr:`TrainingData.resolved`) are trained on half the type's
 smallest measured latency and calibrate nothing (below). The hyperparameters
 (``max_features`` x ``min_samples_leaf``) are chosen from a small grid by the out-of-bag
-RMSPE of ``t_op`` over the type's first :func:`grid_rows` rows (below); every forest uses a
+RMSPE of ``t_op`` over the type's first :func:`grid_rows` rows (below; those that measured a
+latency: a relative error against ~0 ms is noise over nothing); every forest uses a
 fixed seed, so training is deterministic.
 
 Incremental retraining
@@ -719,8 +720,11 @@ class TypeModel:
     @classmethod
     def grid_search(cls, data: TrainingData, options: TrainingOptions, n_jobs: int = 1) -> list[dict[str, Any]]:
         """The out-of-bag RMSPE of ``t_op`` of every grid cell (``grid_estimators`` trees),
-        fitted on all of ``data`` (:meth:`fit` passes the first :func:`grid_rows`)."""
+        fitted on all of ``data`` (:meth:`fit` passes the first :func:`grid_rows`), scored on
+        the rows that measured a latency (:attr:`TrainingData.resolved`): a relative error
+        against a row within its noise is that noise over ~0."""
         _, X, _, y, y_fit = cls._targets(data, options)
+        ok = data.resolved if data.resolved.any() else np.ones(len(y), dtype=bool)
         grid: list[dict[str, Any]] = []
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "Some inputs do not have OOB scores"
@@ -728,9 +732,9 @@ class TypeModel:
                 for msl in options.grid_min_samples_leaf:
                     rf = _forest(options.grid_estimators, mf, msl, options.seed, n_jobs).fit(X, y_fit)
                     oob = np.exp(rf.oob_prediction_)
-                    score = _rmspe(oob, y)
+                    score = _rmspe(oob[ok], y[ok])
                     if not math.isfinite(score):
-                        score = float(np.sqrt(np.nanmean((oob - y) ** 2)))
+                        score = float(np.sqrt(np.nanmean((oob[ok] - y[ok]) ** 2)))
                     grid.append({"max_features": mf, "min_samples_leaf": msl, "oob_rmspe": score,
                                  "rows": int(X.shape[0])})
         return grid
@@ -818,14 +822,18 @@ class TypeModel:
         return model
 
     def _oob_report(self, data: TrainingData, oob: np.ndarray, sigmas: Mapping[str, np.ndarray]) -> dict[str, Any]:
-        """Out-of-bag metrics (latency RMSPE, share within +-10 %, calibration coverage)."""
+        """Out-of-bag metrics (latency RMSPE, share within +-10 %, calibration coverage) over the
+        rows that measured a latency: a row at the floor has no factor to err by or to cover."""
         ops, s = data.ops, self.t_scale
         pred_ms = oob * s * ops
+        ok = data.resolved if data.resolved.any() else np.ones(len(pred_ms), dtype=bool)
         rep: dict[str, Any] = {
             "n_rows": self.n_rows,
+            # rows at or below 0 ms or their padded model's spread: at the floor, unscored
+            "no_latency_rows": int((~data.resolved).sum()),
             "hyperparams": dict(self.hyperparams),
-            "oob_rmspe": _rmspe(pred_ms, data.mid),
-            "oob_within_10pct": _within(pred_ms, data.mid),
+            "oob_rmspe": _rmspe(pred_ms[ok], data.mid[ok]),
+            "oob_within_10pct": _within(pred_ms[ok], data.mid[ok]),
             "median_interval_rel_width": float(np.median((data.hi - data.lo) / np.maximum(data.mid, 1e-300))),
             "coverage": {},
         }
@@ -833,7 +841,8 @@ class TypeModel:
             cov: dict[str, float] = {}
             for m in METRICS:  # each interval against the row's training point (see the module docstring)
                 f = 1.0 + self.regressors[m].predict_int(np.zeros_like(pred_ms), sigmas=sigmas[m], confidence=c)[:, 1]
-                cov[m] = float(np.mean((pred_ms / f <= data.mid * (1 + 1e-12)) & (data.mid <= pred_ms * f * (1 + 1e-12))))
+                inside = (pred_ms / f <= data.mid * (1 + 1e-12)) & (data.mid <= pred_ms * f * (1 + 1e-12))
+                cov[m] = float(np.mean(inside[ok]))
             rep["coverage"][str(c)] = cov
         return rep
 

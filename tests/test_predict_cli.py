@@ -108,10 +108,11 @@ def test_train_reports_metrics_and_caches(env, capsys):
         # 30 rows a type, less those whose Eq. 4 lost the layer (measured here: a noisy machine may leave some)
         assert r["n_rows"] == 30 - sum(n for why, n in skipped.items() if why.startswith(f"{t}: Eq. 4 lost"))
         assert 0 <= r["oob_within_10pct"] <= 1 and r["oob_rmspe"] > 0
+        assert 0 <= r["no_latency_rows"] < r["n_rows"]  # rows at the floor: within their noise or at 0 ms
         assert set(r["coverage"]["0.9"]) == {"CM_TV", "CM_LV", "CM_O"}
     assert _estimator(["train", "--device", "tiny-cpu", "--profiles", str(env["root"])]) == 0
     out = capsys.readouterr().out
-    assert "OOB RMSPE %" in out and "loaded from cache" in out
+    assert "OOB RMSPE %" in out and "no latency" in out and "loaded from cache" in out
 
 
 def test_devices_lists_provenance(env, capsys):
