@@ -560,8 +560,12 @@ def test_service_answers_calibrated_with_uncalibrated_beside(cal):
             assert plain.total_ms == pytest.approx(r.uncalibrated["total_ms"])
 
 
+#: The budget never binds: what these searches test is the calibration around them. The tiny
+#: profile's bands rest on 18-20 rows a type, timed in 3 runs on whatever load the machine has,
+#: and at 90 % such a type's band is its largest or second-largest score: one outlier row sets it
+#: (a CI run's ResNets of 10-25 ms had a smallest CM_LV upper bound of 5.7e8 ms).
 NAS_SPACE_ARGS = ["--space-option", "resolutions=[64]", "--space-option", "max_depth=1", "--space-option",
-                  "widths=[0.5]", "--budget", "10s", "--trials", "3", "--seed", "0", "--no-progress"]
+                  "widths=[0.5]", "--budget", "1e9s", "--trials", "3", "--seed", "0", "--no-progress"]
 
 
 def test_nas_search_calibrate_measures_its_own_space_first(cal, tmp_path, capsys):
