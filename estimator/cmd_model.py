@@ -268,11 +268,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
     for t, r in sorted(rep["types"].items()):
         cov = r["coverage"]["0.9"]
         hp = r["hyperparams"]
-        rows.append([t, str(r["n_rows"]), str(r.get("no_latency_rows", "-")), f"{100 * r['oob_rmspe']:.1f}", f"{100 * r['oob_within_10pct']:.1f}",
+        rows.append([t, str(r["n_rows"]), str(r["no_latency_rows"]), f"{100 * r['oob_rmspe']:.1f}",
+                     f"{100 * r['oob_within_10pct']:.1f}",
                      f"{cov['CM_TV']:.3f}", f"{cov['CM_LV']:.3f}", f"{cov['CM_O']:.3f}",
                      f"mf={hp['max_features']:g} msl={hp['min_samples_leaf']} (grid on {r.get('grid_rows', '-')} rows)"])
-    print(_table(rows, ["type", "rows", "no latency", "OOB RMSPE %", "within 10 %", "cov TV .9", "cov LV .9", "cov O .9",
-                        "forest"]))
+    print(_table(rows, ["type", "rows", "no latency", "OOB RMSPE %", "within 10 %", "cov TV .9", "cov LV .9",
+                        "cov O .9", "forest"]))
     if rep["too_few_rows"]:
         print("too few rows (roofline fallback): " + ", ".join(f"{t} ({n})" for t, n in rep["too_few_rows"].items()))
     if rep["skipped_rows"]:

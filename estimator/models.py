@@ -136,7 +136,8 @@ and scored at its own midpoint, one row of 20 whose interval was ``[0, 2e-5]`` m
 model's runs spread 0.007 ms) took a ResNet's CM_LV upper bound from 22x to 9,000x its
 estimate and its estimate from 22.7 to 17.5 ms; a second such row, to 1.25 ms. The floor is
 half the smallest *measured* latency, so such a row cannot drag it down either. The
-interval's width is a property of the measurement; where it is wide the training point is uncertain too, which the forest's spread (CM_TV, CM_LV) sees. The scores
+interval's width is a property of the measurement; where it is wide the training point is
+uncertain too, which the forest's spread (CM_TV, CM_LV) sees. The scores
 are crepes ``ConformalRegressor`` alphas; per-layer intervals and the predictive
 distributions used for aggregation are built from them in :mod:`estimator.aggregate`.
 
@@ -398,6 +399,15 @@ class TrainingData:
         less than its padding pair's noise: they train at the type's floor and score nothing
         (see the module docstring)."""
         return self.hi > (0.0 if self.noise is None else self.noise)
+
+    @property
+    def measured(self) -> np.ndarray:
+        """(n,) bool: the rows whose latency the model's errors are taken against and whose
+        smallest sets the floor: :attr:`resolved` with a positive training point, or every
+        positive one where no row is above its noise."""
+        pos = self.mid > 0
+        m = self.resolved & pos
+        return m if m.any() else pos
 
     def head(self, n: int) -> "TrainingData":
         """The first ``n`` rows (in the measurements' order)."""
@@ -704,9 +714,7 @@ class TypeModel:
         names, X = _model_features(t, data.X)
         ops = data.ops
         t_op = data.mid / ops
-        measured = data.resolved & (data.mid > 0)
-        if not measured.any():  # no row above its noise: every positive one
-            measured = data.mid > 0
+        measured = data.measured
         if not measured.any():
             raise ModelError(f"{t}: no positive measured latency")
         t_scale = float(np.median(t_op[measured]))
@@ -724,7 +732,7 @@ class TypeModel:
         the rows that measured a latency (:attr:`TrainingData.resolved`): a relative error
         against a row within its noise is that noise over ~0."""
         _, X, _, y, y_fit = cls._targets(data, options)
-        ok = data.resolved if data.resolved.any() else np.ones(len(y), dtype=bool)
+        ok = data.measured
         grid: list[dict[str, Any]] = []
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "Some inputs do not have OOB scores"
@@ -826,7 +834,7 @@ class TypeModel:
         rows that measured a latency: a row at the floor has no factor to err by or to cover."""
         ops, s = data.ops, self.t_scale
         pred_ms = oob * s * ops
-        ok = data.resolved if data.resolved.any() else np.ones(len(pred_ms), dtype=bool)
+        ok = data.measured
         rep: dict[str, Any] = {
             "n_rows": self.n_rows,
             # rows at or below 0 ms or their padded model's spread: at the floor, unscored
@@ -914,9 +922,7 @@ class FallbackModel:
         ops = np.concatenate([d.ops for d in data.values()]) if data else np.zeros(0)
         byt = np.concatenate([d.bytes for d in data.values()]) if data else np.zeros(0)
         t = np.concatenate([d.mid for d in data.values()]) if data else np.zeros(0)
-        ok = (t > 0) & (np.concatenate([d.resolved for d in data.values()]) if data else np.zeros(0, dtype=bool))
-        if ok.sum() < 2:  # too few rows above their noise: every positive one
-            ok = t > 0
+        ok = np.concatenate([d.measured for d in data.values()]) if data else np.zeros(0, dtype=bool)
         if ok.sum() < 2:
             raise ModelError("the profile has fewer than 2 usable measurements with a positive latency; "
                              "no model (not even the roofline fallback) can be fitted")
