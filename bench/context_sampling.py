@@ -46,6 +46,22 @@ stems it also needed the ``stem-input`` variant below):
   by 1/4..6. The broad space draws such maps mostly rectangular and the prior caps the
   channels at ``14336 / h``: the profile had 2 square 3x3 stride-1 depthwise rows at
   112x112 and 12 adds above 56x56.
+* ``pass-act``: convolutions from :mod:`bench.sampling`'s network prior with the fused
+  activations Vela runs as a second pass over the output: hard-swish (55 %), sigmoid,
+  hard-sigmoid, tanh (15 % each). ``fused-act`` spreads its draws over seven kinds and two
+  types, which left 17 1x1 convolutions with hard-swish among 2,328 conv2d rows; the
+  model then predicted a fused hard-swish at 1.12x the ReLU convolution where the rows
+  measured it at 1.19x that prediction again (a MobileNet block's 1x1 convolutions with
+  hard-swish ran about 2x their estimate in Vela's whole networks).
+* ``concat-shared``: concatenations whose inputs another layer also reads (raw param
+  ``shared``, each input with probability 1/2, so a quarter of the two-input draws share
+  none), half from :mod:`bench.sampling`'s network prior, half with 2-4 inputs on the
+  square maps of detectors and DenseNets (20..160, 2^14..2^20 elements in all). Vela
+  writes a producer with no other reader straight into the concatenation's output, so the
+  earlier concat rows, each input fed by its own pad-in conv, measured a concatenation that
+  costs almost nothing; one whose input is also read elsewhere is a copy (the YOLOs'
+  C3/C2f/SPPF blocks and necks, every DenseNet block): on ``yolov5s`` at 320, Vela's
+  concatenations took 2.85 ms where the profile predicted 0.42 ms.
 * ``activation``: standalone activations of the kinds networks use (SiLU, sigmoid,
   hard-swish, hard-sigmoid, ReLU6, ReLU, LeakyReLU, tanh, with those weights), with a
   tensor size drawn log-uniformly between 2**10 and 2**20 elements (the runner's limit)
@@ -169,6 +185,33 @@ def _draw_large_map(r: np.random.Generator) -> tuple[str, dict[str, Any]]:
                                   p_r=0, act=str(_choice(r, (("relu", .4), ("none", .4), ("relu6", .2)))))
 
 
+#: the fused activations Vela runs as a second pass over a convolution's output (a LUT or a
+#: hard-swish operator under the convolution's name), hard-swish first: MobileNetV3-style blocks
+_PASS_ACTS = (("hardswish", .55), ("sigmoid", .15), ("hardsigmoid", .15), ("tanh", .15))
+
+
+def _draw_pass_act(r: np.random.Generator) -> tuple[str, dict[str, Any]]:
+    p = SPECS[LayerType.CONV2D].draw(r, True)
+    p["act"] = str(_choice(r, _PASS_ACTS))
+    return LayerType.CONV2D, p
+
+
+def _draw_concat_shared(r: np.random.Generator) -> tuple[str, dict[str, Any]]:
+    if r.random() < 0.5:  # the network prior's concatenations
+        p = SPECS[LayerType.CONCAT].draw(r, True)
+    else:  # a detector's or a DenseNet's: 2-4 inputs on a large map
+        h = int(_MAP_HW[r.integers(len(_MAP_HW))]) if r.random() < 0.7 else int(r.choice((20, 28, 40)))
+        k = 2 if r.random() < 0.7 else int(r.integers(3, 5))
+        elems = math.exp(r.uniform(math.log(2 ** 14), math.log(2 ** 20)))
+        c = max(8, int(round(elems / (h * h * k) / 8)) * 8)
+        p = dict(h=h, w=h, channels=[c] * k if r.random() < 0.5 else [max(8, c // 2 * int(r.integers(1, 4))) for _ in range(k)])
+    k = len(p["channels"]) if "channels" in p else 2
+    shared = [i for i in range(k) if r.random() < 0.5]
+    if shared:
+        p["shared"] = shared
+    return LayerType.CONCAT, p
+
+
 #: plan name -> draw function (one configuration per call)
 PLANS: dict[str, Callable[[np.random.Generator], tuple[str, dict[str, Any]]]] = {
     "stem": _draw_stem,
@@ -176,6 +219,8 @@ PLANS: dict[str, Callable[[np.random.Generator], tuple[str, dict[str, Any]]]] = 
     "activation": _draw_activation,
     "fused-act": _draw_fused_act,
     "large-maps": _draw_large_map,
+    "concat-shared": _draw_concat_shared,
+    "pass-act": _draw_pass_act,
     # the same kinds at 2^20..2^22 elements (112x112x96 in EfficientNet-B0, 640-input detectors)
     "activation-large": lambda r: _draw_activation(r, 20, 22, _ACT_HW + (416, 640)),
 }

@@ -9,7 +9,10 @@ vocabulary (:mod:`estimator.layers`), three kinds of model are built:
 (b) :func:`padding_model` ``(h, w, c)``: the padding-only pair. Graph input ``(1, 1, h, w)``
     -> 1x1 conv 1 -> c + ReLU -> 1x1 conv c -> 1 + ReLU -> ``(1, 1, h, w)``.
 (c) :func:`padded_model`: 1x1 conv (1 -> c_in) + ReLU for *each* LUM input, then the LUM,
-    then 1x1 conv (c_out -> 1) + ReLU.
+    then 1x1 conv (c_out -> 1) + ReLU. A LUM input that another layer of the network also
+    reads (:meth:`~estimator.layers.registry.LayerTypeSpec.shared_inputs`: a concat's)
+    gets a second reader, its padding pair's pad-out conv (c_i -> 1) writing a graph output
+    of its own.
 
 A model is a :class:`ModelIR`: graph inputs, outputs, and a topologically ordered list of
 :class:`Op` with NCHW shapes. The ONNX emitter here (:func:`to_onnx`) and the TFLite/Keras
@@ -70,7 +73,8 @@ conv, i.e. padding time ``sum_i t_in(k_i) + t_out(k_out)``, while ``T_b1`` conta
 paper's assumption that each pair's time splits between its two convs in proportion to
 their (equal) work, the true padding time lies between them (for two equal inputs it is
 exactly their midpoint, and so is the number of op dispatches), which is what Eq. 4
-needs.
+needs. A shared input's second reader adds its ``t_out(k_i)``, which ``T_b1`` already
+counts: the padding time stays within the same bounds, nearer the upper one.
 
 Each type's module says how its LUM is fed and read (a one-input map, two operands, a
 broadcast SE-style operand from a ``(1, 1, 1, 1)`` graph input, token tensors padded as rows,
@@ -329,8 +333,15 @@ def padded_model(layer_type: str, params: Mapping[str, Any], model_format: str =
     ops += _lum_ops(layer_type, params, lum_ins, s, "lum_out", model_format=model_format)
     _, c_out, h_out, w_out = s.output_shape
     ops.append(_pad_conv("pad_out", "lum_out", "y", c_out, 1, h_out, w_out, "pad_out"))
+    outputs = [TensorSpec("y", (1, 1, h_out, w_out))]
+    for i in SPECS[layer_type].shared_inputs(params):  # a second reader: its padding pair's pad-out conv
+        if i >= len(lum_ins) or lum_ins[i] == "x" and _reads_graph_input(layer_type, params):
+            raise LayerSpecError(f"{layer_type}: shared input {i} is not a padded input of its LUM")
+        _, c, h, w = s.input_shapes[i]
+        outputs.append(TensorSpec(f"y_shared{i}", (1, 1, h, w)))
+        ops.append(_pad_conv(f"pad_out_shared{i}", lum_ins[i], outputs[-1].name, c, 1, h, w, "pad_out"))
     return ModelIR(_model_name("padded", layer_type, params), "padded", graph_inputs,
-                   (TensorSpec("y", (1, 1, h_out, w_out)),), tuple(ops), layer_type, dict(params))
+                   tuple(outputs), tuple(ops), layer_type, dict(params))
 
 
 def chained_model(first: tuple[str, Mapping[str, Any]], second: tuple[str, Mapping[str, Any]]) -> ModelIR:

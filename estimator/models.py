@@ -611,9 +611,10 @@ def _forest(n_estimators: int, max_features: float, min_samples_leaf: int, seed:
 
 
 #: Features a type's model leaves out when every row has the same value: ``act`` and
-#: ``graph_input`` (below), and ``cold`` (fc, conv2d), set only on rows a profile took from a
-#: cache-flushed environment (``bench profile --cold-from``).
-OPTIONAL_FEATURES = ("act", "graph_input", "cold")
+#: ``graph_input`` (below), ``cold`` (fc, conv2d), set only on rows a profile took from a
+#: cache-flushed environment (``bench profile --cold-from``), and ``c_shared`` (concat),
+#: set only on rows measured with shared inputs (``bench run --context concat-shared``).
+OPTIONAL_FEATURES = ("act", "graph_input", "cold", "c_shared")
 
 
 def _model_features(layer_type: str, X: np.ndarray) -> tuple[tuple[str, ...], np.ndarray]:
@@ -621,7 +622,8 @@ def _model_features(layer_type: str, X: np.ndarray) -> tuple[tuple[str, ...], np
     less ``act`` where the benchmark held the fused activation fixed (a profile measured
     with one activation per type then treats every activation its fusion rules fold as
     that one, instead of flagging them all out of range), ``graph_input`` (conv2d)
-    where no row read the network's input, and ``cold`` where no row was measured cold."""
+    where no row read the network's input, ``cold`` where no row was measured cold and
+    ``c_shared`` (concat) where no row had a shared input."""
     names = feature_names(layer_type)
     keep = [j for j, f in enumerate(names) if f not in OPTIONAL_FEATURES or (X.size and np.ptp(X[:, j]) > 0)]
     return tuple(names[j] for j in keep), X[:, keep]

@@ -119,7 +119,7 @@ from onnx import TensorProto, numpy_helper
 
 from .errors import NotFoundError
 from .fusion import FusionRules
-from .layers import FUSED_ACT_TYPES, Layer, LayerSpecError, LayerType, describe, hwc
+from .layers import FUSED_ACT_TYPES, SPECS, Layer, LayerSpecError, LayerType, describe, hwc
 from .layers.importing import Draft as _Draft
 from .layers.importing import ImpossibleShapeError, OnnxImportError
 from .layers.importing import Unsupported as _Unsupported
@@ -606,7 +606,9 @@ def _load_native(src: ModelSource, rules: FusionRules) -> Network | None:
     drafts, free, shapes, graph_inputs, inputs, outputs, opset, name, n_dataless, first_dataless = res
     warnings = [_onnxsim_skipped(n_dataless, first_dataless)]
     get = shapes.get
-    layers = [_finish_layer(_Draft(*d), get, graph_inputs, warnings) for d in drafts]
+    ds = [_Draft(*d) for d in drafts]
+    shared = _shared_tensors(ds, outputs)
+    layers = [_finish_layer(d, get, graph_inputs, warnings, shared) for d in ds]
     return _network(layers, inputs, outputs, warnings, free, model, False, opset, name, True, unprepared=True)
 
 
@@ -1349,7 +1351,8 @@ class _Extractor:
             drafts.append(d)
         drafts = self._fuse(drafts)
         shape, graph_inputs, warnings = self.shape, self.graph_inputs, self.warnings
-        return [_finish_layer(d, shape, graph_inputs, warnings) for d in drafts], free
+        shared = _shared_tensors(drafts, self.graph_outputs)
+        return [_finish_layer(d, shape, graph_inputs, warnings, shared) for d in drafts], free
 
     def _draft(self, n: onnx.NodeProto) -> _Draft:
         if n.domain not in ("", "ai.onnx"):
@@ -1472,10 +1475,26 @@ class _Extractor:
         return _finish_layer(d, self.shape, self.graph_inputs, self.warnings)
 
 
-def _finish_layer(d: _Draft, shape: Any, graph_inputs: Any, warnings: list[str]) -> Layer:
+def _shared_tensors(drafts: Sequence[_Draft], graph_outputs: Any) -> set[str]:
+    """The tensors a layer cannot write straight into the one layer that reads them: those more
+    than one layer reads, or a layer and the graph's outputs, and those no layer computes (a
+    graph input, a free node's output, a view: :attr:`~estimator.layers.registry.LayerTypeSpec.
+    output_is_view`, such as a reshape or a part of a split). From the fused drafts' inputs
+    and outputs; a reader behind a free node is not seen."""
+    seen, shared = set(graph_outputs), set()
+    written = {o for d in drafts if d.type not in _VIEW_TYPES for o in d.outputs}
+    for d in drafts:
+        for x in d.inputs:
+            (shared if x in seen or x not in written else seen).add(x)
+    return shared
+
+
+def _finish_layer(d: _Draft, shape: Any, graph_inputs: Any, warnings: list[str], shared: Any = ()) -> Layer:
     """The :class:`Layer` of a fused draft (shared by the Python extractor and the native
     core): raw parameters, counts, shapes and flags. ``shape``: tensor name -> shape (a tuple) or None;
-    ``graph_inputs``: the graph's input names; warnings are appended to ``warnings``."""
+    ``graph_inputs``: the graph's input names; ``shared``: the tensors no layer can write
+    straight into their reader (:func:`_shared_tensors`; raw param ``shared`` of the types that
+    track it); warnings are appended to ``warnings``."""
     params = dict(d.params)
     if not _PLAIN_TYPES.issuperset(map(type, params.values())):  # (the usual case: nothing to convert)
         for k, v in params.items():
@@ -1485,6 +1504,11 @@ def _finish_layer(d: _Draft, shape: Any, graph_inputs: Any, warnings: list[str])
         params["act"] = d.activation  # the fused activation is a feature (estimator.layers)
     if d.type == _CONV2D and d.inputs and d.inputs[0] in graph_inputs:
         params["graph_input"] = 1  # a stem: reads the network's input (a feature, estimator.layers)
+    if (d.type in _TRACKS_SHARED and shared and len(set(d.inputs)) == len(d.inputs)
+            and len(params.get("channels", ())) == len(d.inputs)):  # (not with a constant input)
+        idx = [i for i, x in enumerate(d.inputs) if x in shared]
+        if idx:
+            params["shared"] = idx  # inputs a concat copies (a feature, estimator.layers)
     try:
         counts = _describe(d.type, params)
     except (LayerSpecError, TypeError, ValueError) as e:
@@ -1521,6 +1545,10 @@ def _elems(s: Shape | None) -> int | None:
 
 
 _CONV2D = LayerType.CONV2D
+#: the types whose raw param ``shared`` lists the inputs another layer also reads
+_TRACKS_SHARED = frozenset(t for t, spec in SPECS.items() if spec.tracks_shared_inputs)
+#: the types whose output is a view of their input (see :func:`_shared_tensors`)
+_VIEW_TYPES = frozenset(t for t, spec in SPECS.items() if spec.output_is_view)
 #: parameter value types that _finish_layer leaves as they are
 _PLAIN_TYPES = frozenset({int, bool, float, str, list, tuple, type(None)})
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import onnx
 import torch
 from torch import nn
@@ -141,3 +142,59 @@ def test_bench_run_context_measures_the_plan_and_rejects_bad_specs(tmp_path, cap
     assert main(argv + ["--context", "stems:3"]) == 2
     assert main(argv + ["--context", "stem:1", "--layers", "conv2d"]) == 2
     assert "replaces the sampling plan" in capsys.readouterr().err
+
+
+def test_concat_inputs_read_elsewhere_are_a_feature_and_a_second_reader_in_the_padded_model():
+    """A concat input another layer also reads (raw param ``shared``) is a copy on Vela, not
+    a free write into the concatenation: feature ``c_shared``, and in the padded model that
+    input gets a second reader, its padding pair's pad-out conv."""
+    import onnxruntime as ort
+
+    from bench.modelgen import make_inputs
+    from estimator.layers import LayerSpecError
+
+    p = dict(h=20, w=20, channels=[16, 8])
+    assert describe("concat", p).features["c_shared"] == 0
+    assert describe("concat", dict(p, shared=[0])).features["c_shared"] == 16
+    assert describe("concat", dict(p, shared="0,1")).features["c_shared"] == 24
+    for bad in ([2], [-1], "x"):
+        with pytest.raises(LayerSpecError, match="shared"):
+            describe("concat", dict(p, shared=bad))
+    plain, shared = padded_model("concat", p), padded_model("concat", dict(p, shared=[0]))
+    assert [t.name for t in plain.outputs] == ["y"]
+    assert [t.name for t in shared.outputs] == ["y", "y_shared0"] and shared.name != plain.name
+    second = shared.op("pad_out_shared0")
+    assert second.role == "pad_out" and second.inputs == ("pad_in0_out",) and second.attrs["c_in"] == 16
+    assert padding_keys("concat", dict(p, shared=[0])) == padding_keys("concat", p)
+    sess = ort.InferenceSession(to_onnx(shared), providers=["CPUExecutionProvider"])
+    outs = sess.run(None, make_inputs(shared))
+    assert [o.shape for o in outs] == [(1, 1, 20, 20), (1, 1, 20, 20)]
+
+
+def test_importer_marks_concat_inputs_another_layer_reads():
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Conv2d(3, 16, 1), nn.Conv2d(3, 8, 1)
+            self.o, self.x = nn.Conv2d(24, 8, 1), nn.Conv2d(16, 8, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            a, b = self.a(x), self.b(x)
+            return self.o(torch.cat([a, b], 1)) + self.x(a)  # a: read by the concat and by x
+
+    cat = [l for l in load_network(zoo.export_onnx(Net().eval(), 32)).layers if l.type == "concat"]
+    assert len(cat) == 1 and cat[0].params["shared"] == [0] and cat[0].features["c_shared"] == 16
+    # a DenseNet block concatenates maps every later layer of the block reads too
+    dense = [l for l in load_network(zoo.export_onnx(zoo.build("densenet121", 64), 64)).layers if l.type == "concat"]
+    assert dense and sum(l.features["c_shared"] > 0 for l in dense) >= len(dense) // 2
+    # a concat whose inputs nothing else reads (GoogLeNet's inception branches) has none
+    goog = [l for l in load_network(zoo.export_onnx(zoo.build("googlenet", 64), 64)).layers if l.type == "concat"]
+    assert goog and all("shared" not in l.params for l in goog)
+
+
+def test_concat_shared_plan_draws_shared_and_unshared_inputs():
+    cfgs = context_plan({"concat-shared": 40}, seed=0)
+    assert len(cfgs) == 40 and {c.layer_type for c in cfgs} == {"concat"}
+    c_shared = [describe("concat", c.params).features["c_shared"] for c in cfgs]
+    assert 0 < sum(s > 0 for s in c_shared) < 40
+    assert [c.key for c in context_plan({"concat-shared": 40}, seed=0)] == [c.key for c in cfgs]

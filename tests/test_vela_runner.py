@@ -75,6 +75,21 @@ def test_vela_estimates_each_layer_type(vela: VelaRunner, layer_type, params) ->
     assert prep.info["npu_ops"] >= 1
 
 
+def test_a_concat_input_another_layer_reads_is_a_copy(vela: VelaRunner) -> None:
+    """Vela writes an input's producer straight into the concatenation unless another layer
+    reads that input too; then it copies it. The shared input's padded model shows the copy
+    beyond its second reader (a pad-out conv, the cost of which Eq. 4's T_b1 covers)."""
+    from bench.modelgen import padding_model
+
+    def ms(ir):
+        return vela.time(vela.prepare(tm.to_tflite(ir, "int8")), warmup=0, runs=1).median_ms
+
+    p = dict(h=64, w=64, channels=[64, 64])
+    plain, shared = ms(padded_model("concat", p)), ms(padded_model("concat", dict(p, shared=[0])))
+    pair = ms(padding_model(64, 64, 64))  # the shared input's pad-in + pad-out: at most what the second reader adds
+    assert shared - plain > pair  # more than the second reader: the copy
+
+
 def test_environment_says_estimated_and_names_the_imx93_configuration(vela: VelaRunner) -> None:
     env = vela.environment()
     assert env["provenance"] == "estimated" == vela.provenance

@@ -35,13 +35,21 @@ def _listed(chans: Any) -> list[int]:
 @register
 class Concat(LayerTypeSpec):
     """Smart padding: one pad-in conv 1 -> c_i per input from the shared graph input; keys
-    ``(h, w, c_i)`` in, ``(h, w, sum c_i)`` out."""
+    ``(h, w, c_i)`` in, ``(h, w, sum c_i)`` out. Vela writes an input's producer straight
+    into the concatenation's output when the concatenation is its only reader, and copies the
+    input otherwise (80x80, 64 + 64 channels: 0.44 ms for the copy against 0.21 ms for the
+    conv that wrote it). Raw param ``shared`` lists the inputs that are copied: those another
+    layer of the network also reads, and those no layer writes (a split's part, a graph
+    input); feature ``c_shared`` counts their channels. In the padded model each of them gets
+    a second reader, its own pad-out conv."""
 
     name = "concat"
     order = 100
-    features = ("h", "w", "c_out", "n_inputs", "c_in1", "c_in2")
+    features = ("h", "w", "c_out", "n_inputs", "c_in1", "c_in2", "c_shared")
     ops_unit = "elements"
-    summary = "channel concatenation (ops = elements moved = bytes moved / element size)"
+    summary = ("channel concatenation (ops = elements moved = bytes moved / element size; c_shared: the channels "
+               "of the inputs another layer also reads or no layer writes)")
+    tracks_shared_inputs = True
     required = ("h", "w")
     benchable = True
     sampled = True
@@ -77,8 +85,11 @@ class Concat(LayerTypeSpec):
         chans = input_channels(p)
         c_out = sum(chans)
         out = n * h * w * c_out
+        shared = self.shared_inputs(p)
+        if shared and shared[-1] >= len(chans):
+            raise LayerSpecError(f"shared input {shared[-1]} of a concat of {len(chans)} inputs")
         feats = dict(h=h, w=w, c_out=c_out, n_inputs=len(chans), c_in1=chans[0],
-                     c_in2=chans[1] if len(chans) > 1 else 0)
+                     c_in2=chans[1] if len(chans) > 1 else 0, c_shared=sum(chans[i] for i in shared))
         return LayerCounts(feats, 0, 0, float(out), io_bytes(out, out, 0, eb), (n, c_out, h, w))
 
     def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts,

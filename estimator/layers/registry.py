@@ -192,6 +192,31 @@ class LayerTypeSpec:
         """Whether the LUM reads the network's input (its padded model has no input side)."""
         return False
 
+    #: Whether the type's cost depends on which of its inputs another layer reads too, or no
+    #: layer writes (raw param ``shared``: those inputs' indices, which the importer sets from
+    #: the network's layers and :meth:`shared_inputs` returns); concat: an NPU compiler writes
+    #: a producer with no other reader straight into the concatenation and copies the others.
+    tracks_shared_inputs: ClassVar[bool] = False
+    #: Whether the type's output is a view or a part of its input (a reshape, a slice or a
+    #: split's part): no layer computes it, so a concatenation reading it copies it.
+    output_is_view: ClassVar[bool] = False
+
+    def shared_inputs(self, p: Mapping[str, Any]) -> tuple[int, ...]:
+        """The inputs another layer also reads or no layer writes (raw param ``shared``:
+        indices, a list or "0,2"); the padded model gives each of them a second reader
+        (``bench.modelgen.padded_model``)."""
+        if not self.tracks_shared_inputs or p.get("shared") in (None, "", []):
+            return ()
+        raw = p["shared"]
+        items = raw.replace(",", " ").split() if isinstance(raw, str) else list(raw)
+        try:
+            idx = tuple(sorted({int(i) for i in items}))
+        except (TypeError, ValueError):
+            raise LayerSpecError(f"shared must list input indices, got {raw!r}") from None
+        if idx and idx[0] < 0:
+            raise LayerSpecError(f"shared must list input indices >= 0, got {raw!r}")
+        return idx
+
     # --------------------------------------------------------- channel pruning
 
     #: The raw parameter holding the channels of a layer that keeps its input's channels

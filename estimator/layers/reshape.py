@@ -23,6 +23,7 @@ _PRIOR_SMALL = (1, 2, 3, 4, 8, 12, 16, 32, 64, 96, 128, 192, 256, 384)
 class Reshape(MemoryBound):
     name = "reshape"
     order = 160
+    output_is_view = True
     features = ("h", "w", "c")
     summary = "reshape / flatten / squeeze (often free)"
     onnx_ops = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")

@@ -25,6 +25,7 @@ from .shared import MemoryBound
 class Slice(MemoryBound):
     name = "slice"
     order = 140
+    output_is_view = True
     features = ("h", "w", "c", "elems_out", "n_outputs")
     summary = "slice / split / gather"
     with_out = True
