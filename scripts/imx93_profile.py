@@ -2,6 +2,7 @@
 
     python scripts/imx93_profile.py [--root profiles] [--keep-padded-stems] [--midpoint]
                                     [--attention-db bench-data/imx93-attn.sqlite]
+                                    [--context-db bench-data/imx93-concat.sqlite]
 
 ``bench profile`` with the provenance text below, then one documented exclusion: the
 ``stem`` context plan's 120 configurations measured with an input-side padding conv
@@ -22,9 +23,10 @@ trains on Eq. 4's midpoint).
 
 The transformer types (layernorm, matmul, softmax, transpose, slice, reshape, fc over token
 rows) were measured into their own database (``--attention-db``, :data:`ATTENTION_PASS`),
-whose rows join the table (they replace a row of the same configuration). Where the main
-database is not at hand, the table as it stands in ``profiles/imx93/measurements.csv`` is the
-base and only the attention rows are (re)placed: the two routes give the same table.
+whose rows join the table (they replace a row of the same configuration); so were the
+thirteenth and fourteenth passes, context plans (``--context-db``, :data:`CONTEXT_PASS`). Where
+the main database is not at hand, the table as it stands in ``profiles/imx93/measurements.csv``
+is the base and only those passes' rows are (re)placed: the two routes give the same table.
 
 ``op_mapping.cpu_estimate`` (:data:`CPU_ESTIMATE`) is how the estimator prices the layers
 Vela leaves on the i.MX93's Cortex-A55 (GATHER, ...): no row measures them, so it is a
@@ -117,6 +119,18 @@ ATTENTION_PASS = (
     "Vela placed every operator of the others on the NPU (layer norm as MEAN/SQUARED_DIFFERENCE/RSQRT/MUL/ADD, "
     "SOFTMAX, BATCH_MATMUL, TRANSPOSE, FULLY_CONNECTED; SLICE and RESHAPE as views).")
 
+#: The context plans' passes (bench-data/imx93-concat.sqlite), added to the provenance text.
+CONTEXT_PASS = (
+    " A thirteenth pass (2026-11-27; bench run --runner vela --warmup 0 --runs 1 --context concat-shared:160 --seed 0, "
+    "bench-data/imx93-concat.sqlite, 5.4 min): {concat} concatenations whose inputs another layer also reads or no "
+    "layer computes (raw param shared, feature c_shared: the inputs Vela copies instead of having their producer write "
+    "into the concatenation; the earlier concat rows, each input fed by its own pad-in conv, all had c_shared = 0), "
+    "half from the network prior, half with 2-4 inputs on square 20..160 maps, {shared} of them with a shared input. "
+    "A fourteenth pass (2026-11-27; --context pass-act:300 --seed 0, the same database, 9.2 min): {conv2d} "
+    "convolutions from the network prior with the fused activations Vela runs as a second pass over the output "
+    "(hard-swish 55 %, sigmoid, hard-sigmoid, tanh 15 % each); before it 17 of the 2,328 conv2d rows were 1x1 "
+    "convolutions with hard-swish.")
+
 #: How the estimator prices layers Vela leaves on the CPU (op_mapping.cpu_estimate): a
 #: roofline of one Cortex-A55 core of the i.MX93 (1.7 GHz; NEON int8, 8 MACs per cycle =
 #: 27 Gop/s peak, 8 Gop/s taken for TFLite's reference int8 kernels; LPDDR4X-3733 x16 =
@@ -131,8 +145,21 @@ CPU_ESTIMATE = {
 }
 
 
-def _attention_rows(db: Path) -> tuple[list[dict], list[dict]]:
-    """Rows and failures of the attention pass's database."""
+def _kept_text(old_source: str, template: str) -> str:
+    """A pass's sentence as the previous provenance text has it (its database is not at hand,
+    its rows are in the base table): from the template's fixed opening to the next pass's or
+    the closing sentence."""
+    head = template.split("{", 1)[0][:60]
+    i = old_source.find(head)
+    if i < 0:
+        return ""
+    ends = [j for j in (old_source.find(t.split("{", 1)[0][:60], i + 1) for t in (ATTENTION_PASS, CONTEXT_PASS))
+            if j > i] + [old_source.find(" Layers Vela places", i)]
+    return old_source[i:min(j for j in ends if j > i)]
+
+
+def _pass_rows(db: Path) -> tuple[list[dict], list[dict]]:
+    """Rows and failures of a pass's own database."""
     from bench.storage import Store  # noqa: PLC0415
 
     with Store.open_existing(db) as store:
@@ -147,6 +174,8 @@ def main() -> int:
     ap.add_argument("--midpoint", action="store_true", help="no per-type padding split (comparison)")
     ap.add_argument("--attention-db", default=str(ROOT / "bench-data" / "imx93-attn.sqlite"),
                     help="the transformer types' pass (joined to the table)")
+    ap.add_argument("--context-db", default=str(ROOT / "bench-data" / "imx93-concat.sqlite"),
+                    help="the concat-shared and pass-act context plans' passes (joined to the table)")
     a = ap.parse_args()
     training = None if a.midpoint or not PADDING_SPLIT_BY_TYPE else {"padding_split_by_type": PADDING_SPLIT_BY_TYPE}
     old = ROOT / "profiles" / "imx93" / "profile.json"
@@ -169,12 +198,20 @@ def main() -> int:
     left_out = len(rows) - len(keep)
     attn_text = ""
     new_failures: list[dict] = []
-    if Path(a.attention_db).is_file():
-        attn, new_failures = _attention_rows(Path(a.attention_db))
-        key = {(r["layer_type"], canonical_params(json.loads(r["params"]))) for r in attn}
+    old_source = (meta.get("provenance") or {}).get("source", "")
+    for db, text in ((a.attention_db, ATTENTION_PASS), (a.context_db, CONTEXT_PASS)):
+        if not Path(db).is_file():  # its rows stay in the base table: keep its sentence
+            attn_text += _kept_text(old_source, text)
+            continue
+        extra, failures = _pass_rows(Path(db))
+        new_failures += failures
+        key = {(r["layer_type"], canonical_params(json.loads(r["params"]))) for r in extra}
         keep = [r for r in keep if (r["layer_type"], canonical_params(json.loads(r["params"]))) not in key]
-        keep += [{k: r[k] for k in fields} for r in attn]
-        attn_text = ATTENTION_PASS.format(n_attn=len(attn), n_fail=len(new_failures))
+        keep += [{k: r[k] for k in fields} for r in extra]
+        by_type = Counter(r["layer_type"] for r in extra)
+        attn_text += text.format(n_attn=len(extra), n_fail=len(failures), concat=by_type["concat"],
+                                 conv2d=by_type["conv2d"],
+                                 shared=sum(1 for r in extra if json.loads(r["params"]).get("shared")))
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
