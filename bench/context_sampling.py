@@ -53,6 +53,12 @@ stems it also needed the ``stem-input`` variant below):
   model then predicted a fused hard-swish at 1.12x the ReLU convolution where the rows
   measured it at 1.19x that prediction again (a MobileNet block's 1x1 convolutions with
   hard-swish ran about 2x their estimate in Vela's whole networks).
+* ``basic-block``: dense 3x3 convolutions at the shapes of residual basic blocks (ResNet-18/34,
+  RegNet, detector backbones): square maps 4..112, 16..512 channels, 70 % ``c -> c`` at stride
+  1, 30 % a stage's first ``c -> 2c`` (or 1.5c) at stride 2, SAME padding, ReLU or (45 %) none,
+  the convolution before the residual add. The network prior draws dense 3x3 convolutions
+  rarely at these shapes: the profile had no row within 1.5x of a 40x40 32 -> 32 one and one
+  within 1.6x of a 5x5 256 -> 256 one, which it then predicted at 1.7x its exact benchmark.
 * ``concat-shared``: concatenations whose inputs another layer also reads (raw param
   ``shared``, each input with probability 1/2, so a quarter of the two-input draws share
   none), half from :mod:`bench.sampling`'s network prior, half with 2-4 inputs on the
@@ -196,6 +202,25 @@ def _draw_pass_act(r: np.random.Generator) -> tuple[str, dict[str, Any]]:
     return LayerType.CONV2D, p
 
 
+_BLOCK_HW = (4, 5, 7, 8, 10, 13, 14, 16, 20, 26, 28, 32, 40, 52, 56, 64, 80, 112)
+_BLOCK_C = (16, 24, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256, 320, 384, 512)
+
+
+def _draw_basic_block(r: np.random.Generator) -> tuple[str, dict[str, Any]]:
+    h = int(_BLOCK_HW[r.integers(len(_BLOCK_HW))])
+    c = int(_BLOCK_C[r.integers(len(_BLOCK_C))])
+    if r.random() < 0.7:  # the block's own convolutions: c -> c, stride 1
+        c_in, c_out, s = c, c, 1
+    else:  # a stage's first: c -> 2c (or 1.5c), stride 2
+        c_in, c_out, s = c, max(8, int(round(c * float(r.choice((2.0, 1.5))) / 8)) * 8), 2
+    (t, b), (left, right) = same_pads(h, 3, s), same_pads(h, 3, s)
+    p: dict[str, Any] = dict(h=h, w=h, c_in=c_in, c_out=c_out, k_h=3, k_w=3, s_h=s, s_w=s, p_t=t, p_l=left, p_b=b,
+                             p_r=right)
+    if r.random() < 0.45:
+        p["act"] = "none"  # the second convolution, before the residual add
+    return LayerType.CONV2D, p
+
+
 def _draw_concat_shared(r: np.random.Generator) -> tuple[str, dict[str, Any]]:
     if r.random() < 0.5:  # the network prior's concatenations
         p = SPECS[LayerType.CONCAT].draw(r, True)
@@ -221,6 +246,7 @@ PLANS: dict[str, Callable[[np.random.Generator], tuple[str, dict[str, Any]]]] = 
     "large-maps": _draw_large_map,
     "concat-shared": _draw_concat_shared,
     "pass-act": _draw_pass_act,
+    "basic-block": _draw_basic_block,
     # the same kinds at 2^20..2^22 elements (112x112x96 in EfficientNet-B0, 640-input detectors)
     "activation-large": lambda r: _draw_activation(r, 20, 22, _ACT_HW + (416, 640)),
 }

@@ -2,7 +2,7 @@
 
     python scripts/imx93_profile.py [--root profiles] [--keep-padded-stems] [--midpoint]
                                     [--attention-db bench-data/imx93-attn.sqlite]
-                                    [--context-db bench-data/imx93-concat.sqlite]
+                                    [--context-db bench-data/imx93-context.sqlite]
 
 ``bench profile`` with the provenance text below, then one documented exclusion: the
 ``stem`` context plan's 120 configurations measured with an input-side padding conv
@@ -24,7 +24,7 @@ trains on Eq. 4's midpoint).
 The transformer types (layernorm, matmul, softmax, transpose, slice, reshape, fc over token
 rows) were measured into their own database (``--attention-db``, :data:`ATTENTION_PASS`),
 whose rows join the table (they replace a row of the same configuration); so were the
-thirteenth and fourteenth passes, context plans (``--context-db``, :data:`CONTEXT_PASS`). Where
+thirteenth to fifteenth passes, context plans (``--context-db``, :data:`CONTEXT_PASS`). Where
 the main database is not at hand, the table as it stands in ``profiles/imx93/measurements.csv``
 is the base and only those passes' rows are (re)placed: the two routes give the same table.
 
@@ -119,17 +119,20 @@ ATTENTION_PASS = (
     "Vela placed every operator of the others on the NPU (layer norm as MEAN/SQUARED_DIFFERENCE/RSQRT/MUL/ADD, "
     "SOFTMAX, BATCH_MATMUL, TRANSPOSE, FULLY_CONNECTED; SLICE and RESHAPE as views).")
 
-#: The context plans' passes (bench-data/imx93-concat.sqlite), added to the provenance text.
+#: The context plans' passes (bench-data/imx93-context.sqlite), added to the provenance text.
 CONTEXT_PASS = (
     " A thirteenth pass (2026-11-27; bench run --runner vela --warmup 0 --runs 1 --context concat-shared:160 --seed 0, "
-    "bench-data/imx93-concat.sqlite, 5.4 min): {concat} concatenations whose inputs another layer also reads or no "
+    "bench-data/imx93-context.sqlite, 5.4 min): {concat} concatenations whose inputs another layer also reads or no "
     "layer computes (raw param shared, feature c_shared: the inputs Vela copies instead of having their producer write "
     "into the concatenation; the earlier concat rows, each input fed by its own pad-in conv, all had c_shared = 0), "
     "half from the network prior, half with 2-4 inputs on square 20..160 maps, {shared} of them with a shared input. "
-    "A fourteenth pass (2026-11-27; --context pass-act:300 --seed 0, the same database, 9.2 min): {conv2d} "
+    "A fourteenth pass (2026-11-27; --context pass-act:300 --seed 0, the same database, 9.2 min): {pass_act} "
     "convolutions from the network prior with the fused activations Vela runs as a second pass over the output "
     "(hard-swish 55 %, sigmoid, hard-sigmoid, tanh 15 % each); before it 17 of the 2,328 conv2d rows were 1x1 "
-    "convolutions with hard-swish.")
+    "convolutions with hard-swish. A fifteenth pass (2026-11-27; --context basic-block:250 --seed 0, the same "
+    "database, 5.8 min): {basic} dense 3x3 convolutions at the shapes of residual basic blocks (square 4..112 maps, "
+    "16..512 channels, c -> c at stride 1 or a stage's first c -> 2c at stride 2, ReLU or none); before it no row "
+    "lay within 1.5x of a 40x40 32 -> 32 one.")
 
 #: How the estimator prices layers Vela leaves on the CPU (op_mapping.cpu_estimate): a
 #: roofline of one Cortex-A55 core of the i.MX93 (1.7 GHz; NEON int8, 8 MACs per cycle =
@@ -174,8 +177,8 @@ def main() -> int:
     ap.add_argument("--midpoint", action="store_true", help="no per-type padding split (comparison)")
     ap.add_argument("--attention-db", default=str(ROOT / "bench-data" / "imx93-attn.sqlite"),
                     help="the transformer types' pass (joined to the table)")
-    ap.add_argument("--context-db", default=str(ROOT / "bench-data" / "imx93-concat.sqlite"),
-                    help="the concat-shared and pass-act context plans' passes (joined to the table)")
+    ap.add_argument("--context-db", default=str(ROOT / "bench-data" / "imx93-context.sqlite"),
+                    help="the concat-shared, pass-act and basic-block context plans' passes (joined to the table)")
     a = ap.parse_args()
     training = None if a.midpoint or not PADDING_SPLIT_BY_TYPE else {"padding_split_by_type": PADDING_SPLIT_BY_TYPE}
     old = ROOT / "profiles" / "imx93" / "profile.json"
@@ -209,8 +212,10 @@ def main() -> int:
         keep = [r for r in keep if (r["layer_type"], canonical_params(json.loads(r["params"]))) not in key]
         keep += [{k: r[k] for k in fields} for r in extra]
         by_type = Counter(r["layer_type"] for r in extra)
+        pass_act = sum(1 for r in extra if r["layer_type"] == "conv2d"
+                       and json.loads(r["params"]).get("act") in ("hardswish", "sigmoid", "hardsigmoid", "tanh"))
         attn_text += text.format(n_attn=len(extra), n_fail=len(failures), concat=by_type["concat"],
-                                 conv2d=by_type["conv2d"],
+                                 pass_act=pass_act, basic=by_type["conv2d"] - pass_act,
                                  shared=sum(1 for r in extra if json.loads(r["params"]).get("shared")))
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)

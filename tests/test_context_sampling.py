@@ -192,6 +192,17 @@ def test_importer_marks_concat_inputs_another_layer_reads():
     assert goog and all("shared" not in l.params for l in goog)
 
 
+def test_basic_block_plan_draws_dense_3x3_convolutions_at_residual_block_shapes():
+    cfgs = context_plan({"basic-block": 60}, seed=0, limits=limits_for("vela"))
+    assert len(cfgs) == 60 and {c.layer_type for c in cfgs} == {"conv2d"}
+    ps = [c.params for c in cfgs]
+    assert all(p["k_h"] == p["k_w"] == 3 and p.get("groups", 1) == 1 and p["h"] == p["w"] for p in ps)
+    same = [p for p in ps if p["s_h"] == 1]
+    assert same and all(p["c_in"] == p["c_out"] for p in same)
+    assert all(p["c_out"] > p["c_in"] for p in ps if p["s_h"] == 2)
+    assert {p.get("act", "relu") for p in ps} == {"relu", "none"}
+
+
 def test_concat_shared_plan_draws_shared_and_unshared_inputs():
     cfgs = context_plan({"concat-shared": 40}, seed=0)
     assert len(cfgs) == 40 and {c.layer_type for c in cfgs} == {"concat"}
