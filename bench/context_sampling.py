@@ -193,12 +193,12 @@ def _draw_large_map(r: np.random.Generator) -> tuple[str, dict[str, Any]]:
 
 #: the fused activations Vela runs as a second pass over a convolution's output (a LUT or a
 #: hard-swish operator under the convolution's name), hard-swish first: MobileNetV3-style blocks
-_PASS_ACTS = (("hardswish", .55), ("sigmoid", .15), ("hardsigmoid", .15), ("tanh", .15))
+PASS_ACTS = (("hardswish", .55), ("sigmoid", .15), ("hardsigmoid", .15), ("tanh", .15))
 
 
 def _draw_pass_act(r: np.random.Generator) -> tuple[str, dict[str, Any]]:
     p = SPECS[LayerType.CONV2D].draw(r, True)
-    p["act"] = str(_choice(r, _PASS_ACTS))
+    p["act"] = str(_choice(r, PASS_ACTS))
     return LayerType.CONV2D, p
 
 

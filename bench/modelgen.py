@@ -334,9 +334,7 @@ def padded_model(layer_type: str, params: Mapping[str, Any], model_format: str =
     _, c_out, h_out, w_out = s.output_shape
     ops.append(_pad_conv("pad_out", "lum_out", "y", c_out, 1, h_out, w_out, "pad_out"))
     outputs = [TensorSpec("y", (1, 1, h_out, w_out))]
-    for i in SPECS[layer_type].shared_inputs(params):  # a second reader: its padding pair's pad-out conv
-        if i >= len(lum_ins) or lum_ins[i] == "x" and _reads_graph_input(layer_type, params):
-            raise LayerSpecError(f"{layer_type}: shared input {i} is not a padded input of its LUM")
+    for i in SPECS[layer_type].shared_inputs(params):  # a second reader (count() checked the indices)
         _, c, h, w = s.input_shapes[i]
         outputs.append(TensorSpec(f"y_shared{i}", (1, 1, h, w)))
         ops.append(_pad_conv(f"pad_out_shared{i}", lum_ins[i], outputs[-1].name, c, 1, h, w, "pad_out"))

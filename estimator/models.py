@@ -731,7 +731,7 @@ class TypeModel:
     def grid_search(cls, data: TrainingData, options: TrainingOptions, n_jobs: int = 1) -> list[dict[str, Any]]:
         """The out-of-bag RMSPE of ``t_op`` of every grid cell (``grid_estimators`` trees),
         fitted on all of ``data`` (:meth:`fit` passes the first :func:`grid_rows`), scored on
-        the rows that measured a latency (:attr:`TrainingData.resolved`): a relative error
+        the rows that measured a latency (:attr:`TrainingData.measured`): a relative error
         against a row within its noise is that noise over ~0."""
         _, X, _, y, y_fit = cls._targets(data, options)
         ok = data.measured

@@ -1482,6 +1482,8 @@ def _shared_tensors(drafts: Sequence[_Draft], graph_outputs: Any) -> set[str]:
     output_is_view`, such as a reshape or a part of a split). From the fused drafts' inputs
     and outputs; a reader behind a free node is not seen."""
     seen, shared = set(graph_outputs), set()
+    if not any(d.type in _TRACKS_SHARED for d in drafts):  # (no layer asks: most networks)
+        return shared
     written = {o for d in drafts if d.type not in _VIEW_TYPES for o in d.outputs}
     for d in drafts:
         for x in d.inputs:
@@ -1504,11 +1506,9 @@ def _finish_layer(d: _Draft, shape: Any, graph_inputs: Any, warnings: list[str],
         params["act"] = d.activation  # the fused activation is a feature (estimator.layers)
     if d.type == _CONV2D and d.inputs and d.inputs[0] in graph_inputs:
         params["graph_input"] = 1  # a stem: reads the network's input (a feature, estimator.layers)
-    if (d.type in _TRACKS_SHARED and shared and len(set(d.inputs)) == len(d.inputs)
-            and len(params.get("channels", ())) == len(d.inputs)):  # (not with a constant input)
-        idx = [i for i, x in enumerate(d.inputs) if x in shared]
-        if idx:
-            params["shared"] = idx  # inputs a concat copies (a feature, estimator.layers)
+    if d.type in _TRACKS_SHARED and shared and len(set(d.inputs)) == len(d.inputs):
+        # the inputs it copies (a feature, estimator.layers)
+        params = SPECS[d.type].with_shared_inputs(params, [x in shared for x in d.inputs])
     try:
         counts = _describe(d.type, params)
     except (LayerSpecError, TypeError, ValueError) as e:

@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.profile_db import profile_from_db, vela_op_mapping  # noqa: E402
-from bench.context_sampling import context_plan  # noqa: E402
+from bench.context_sampling import PASS_ACTS, context_plan  # noqa: E402
 from bench.sampling import canonical_params, limits_for  # noqa: E402
 
 SOURCE = (
@@ -199,12 +199,12 @@ def main() -> int:
     keep = [r for r in rows if a.keep_padded_stems or not (
         r["layer_type"] == "conv2d" and canonical_params(json.loads(r["params"])) in padded_stems)]
     left_out = len(rows) - len(keep)
-    attn_text = ""
+    pass_text = ""
     new_failures: list[dict] = []
     old_source = (meta.get("provenance") or {}).get("source", "")
     for db, text in ((a.attention_db, ATTENTION_PASS), (a.context_db, CONTEXT_PASS)):
         if not Path(db).is_file():  # its rows stay in the base table: keep its sentence
-            attn_text += _kept_text(old_source, text)
+            pass_text += _kept_text(old_source, text)
             continue
         extra, failures = _pass_rows(Path(db))
         new_failures += failures
@@ -213,8 +213,8 @@ def main() -> int:
         keep += [{k: r[k] for k in fields} for r in extra]
         by_type = Counter(r["layer_type"] for r in extra)
         pass_act = sum(1 for r in extra if r["layer_type"] == "conv2d"
-                       and json.loads(r["params"]).get("act") in ("hardswish", "sigmoid", "hardsigmoid", "tanh"))
-        attn_text += text.format(n_attn=len(extra), n_fail=len(failures), concat=by_type["concat"],
+                       and json.loads(r["params"]).get("act") in dict(PASS_ACTS))
+        pass_text += text.format(n_attn=len(extra), n_fail=len(failures), concat=by_type["concat"],
                                  pass_act=pass_act, basic=by_type["conv2d"] - pass_act,
                                  shared=sum(1 for r in extra if json.loads(r["params"]).get("shared")))
     with open(path, "w", newline="") as f:
@@ -230,7 +230,7 @@ def main() -> int:
         for t, c in n.most_common()) + ".")
     pj = path.parent / "profile.json"
     doc = json.loads(pj.read_text())
-    doc["provenance"]["source"] = SOURCE.format(rows=rows_txt).replace(" Layers Vela places", attn_text + " Layers Vela places")
+    doc["provenance"]["source"] = SOURCE.format(rows=rows_txt).replace(" Layers Vela places", pass_text + " Layers Vela places")
     mapping = dict(doc.get("op_mapping") or op_mapping or {})
     placements = dict((op_mapping or {}).get("benchmark_cpu_placements") or {})
     placements.update(vela_op_mapping(new_failures).get("benchmark_cpu_placements") or {})

@@ -58,6 +58,9 @@ class Concat(LayerTypeSpec):
     def channel_flow(self, p: Mapping[str, Any]) -> str:
         return "concat"
 
+    def n_inputs(self, p: Mapping[str, Any]) -> int:
+        return len(input_channels(p))
+
     def channels_at(self, p: Mapping[str, Any], port: str | int) -> int:
         if not isinstance(port, int):
             return super().channels_at(p, port)

@@ -201,6 +201,20 @@ class LayerTypeSpec:
     #: split's part): no layer computes it, so a concatenation reading it copies it.
     output_is_view: ClassVar[bool] = False
 
+    def n_inputs(self, p: Mapping[str, Any]) -> int:
+        """How many activation inputs the layer reads (default 1)."""
+        return 1
+
+    def with_shared_inputs(self, p: Mapping[str, Any], shared: Sequence[bool]) -> dict[str, Any]:
+        """``p`` with raw param ``shared`` set from the importer's flag per activation input
+        (one per input the layer reads, in order); ``p`` as it is where the type does not
+        track shared inputs, none is flagged, or the flags do not match :meth:`n_inputs` (a
+        constant input, which no layer writes either, is not among the activation inputs)."""
+        idx = [i for i, f in enumerate(shared) if f]
+        if not self.tracks_shared_inputs or not idx or len(shared) != self.n_inputs(p):
+            return dict(p)
+        return {**p, "shared": idx}
+
     def shared_inputs(self, p: Mapping[str, Any]) -> tuple[int, ...]:
         """The inputs another layer also reads or no layer writes (raw param ``shared``:
         indices, a list or "0,2"); the padded model gives each of them a second reader
