@@ -68,6 +68,20 @@ stems it also needed the ``stem-input`` variant below):
   costs almost nothing; one whose input is also read elsewhere is a copy (the YOLOs'
   C3/C2f/SPPF blocks and necks, every DenseNet block): on ``yolov5s`` at 320, Vela's
   concatenations took 2.85 ms where the profile predicted 0.42 ms.
+* ``const-operand``: element-wise ops whose second operand is a constant (raw param
+  ``const_b``): standalone batch normalizations (``batchnorm=1``, a per-channel scale and
+  shift after a concatenation: every DenseNet layer; 35 %), per-channel scales (layer
+  scale, 30 %), scalar scales (15 %) and additions of a per-channel, full-shape (a
+  detector's grid) or scalar constant (20 %), on the network prior's maps with 2^10..2^20
+  elements, ReLU or none; a scalar always with ReLU: Vela folds a scalar multiply or add
+  without an activation into the requantization of the tensor (0 ms: 21 such rows measured
+  nothing), and a row of 0 ms trains at its type's floor, which in a forest on log time per
+  element pulled every large ``mul`` estimate to a tenth of its rows. An Ethos-U fetches a
+  per-channel or full-shape operand from memory and broadcasts it:
+  a 40x40x64 multiply by a per-channel constant takes 0.22 ms on Vela, 5.7x the same multiply
+  by an SE branch's tensor (the only kind the earlier rows had), and a standalone batch
+  normalization is a multiply and an add, each that dear (DenseNet-121 at 160: 14.6 ms in
+  Vela's network against 2.0 ms predicted).
 * ``activation``: standalone activations of the kinds networks use (SiLU, sigmoid,
   hard-swish, hard-sigmoid, ReLU6, ReLU, LeakyReLU, tanh, with those weights), with a
   tensor size drawn log-uniformly between 2**10 and 2**20 elements (the runner's limit)
@@ -237,6 +251,28 @@ def _draw_concat_shared(r: np.random.Generator) -> tuple[str, dict[str, Any]]:
     return LayerType.CONCAT, p
 
 
+def _draw_const_operand(r: np.random.Generator) -> tuple[str, dict[str, Any]]:
+    elems = math.exp(r.uniform(math.log(2 ** 10), math.log(2 ** 20)))
+    fits = [x for x in _ACT_HW if x * x * 8 <= elems] or [_ACT_HW[0]]
+    h = int(fits[r.integers(len(fits))])
+    c = max(8, int(round(elems / (h * h) / 8)) * 8)
+    act = "relu" if r.random() < 0.5 else "none"
+    u = r.random()
+    if u < 0.35:  # a standalone batch normalization
+        return LayerType.MUL, dict(h=h, w=h, c=c, broadcast=1, elems_b=c, const_params=2 * c, const_b=1,
+                                   batchnorm=1, act="relu" if r.random() < 0.7 else "none")
+    if u < 0.8:  # a per-channel (layer scale) or a scalar scale
+        eb = c if u < 0.65 else 1
+        return LayerType.MUL, dict(h=h, w=h, c=c, broadcast=1, elems_b=eb, const_b=1, act="relu" if eb == 1 else act)
+    v = r.random()  # a constant shift: per channel, full shape (a detector's grid), scalar
+    p: dict[str, Any] = dict(h=h, w=h, c=c, const_b=1, act=act)
+    if v < 0.8:
+        p.update(broadcast=1, elems_b=c if v < 0.5 else 1)
+        if v >= 0.5:
+            p["act"] = "relu"  # a scalar without an activation is no operation on Vela (below)
+    return LayerType.ADD, p
+
+
 #: plan name -> draw function (one configuration per call)
 PLANS: dict[str, Callable[[np.random.Generator], tuple[str, dict[str, Any]]]] = {
     "stem": _draw_stem,
@@ -247,6 +283,7 @@ PLANS: dict[str, Callable[[np.random.Generator], tuple[str, dict[str, Any]]]] = 
     "concat-shared": _draw_concat_shared,
     "pass-act": _draw_pass_act,
     "basic-block": _draw_basic_block,
+    "const-operand": _draw_const_operand,
     # the same kinds at 2^20..2^22 elements (112x112x96 in EfficientNet-B0, 640-input detectors)
     "activation-large": lambda r: _draw_activation(r, 20, 22, _ACT_HW + (416, 640)),
 }

@@ -32,7 +32,13 @@ Op kinds (``Op.kind``) and their attributes
 ``avgpool``     k_h, k_w, s_h, s_w, pads, padding; padded cells are excluded from the mean
                 (ONNX ``count_include_pad=0``, as TensorFlow SAME does)
 ``globalpool``  mode ("avg" | "max"); output ``(1, c, 1, 1)``
-``add``/``mul`` element-wise, NumPy broadcasting of the second input
+``add``/``mul`` element-wise, NumPy broadcasting of the second input; with attr ``const``
+                (an NCHW shape) the op reads one input and the second operand is a
+                constant of that shape (weights ``"b"``)
+``batchnorm``   c: inference batch normalization over the channels, constant scale,
+                shift, mean and variance (weights ``"scale"``, ``"shift"``, ``"mean"``,
+                ``"var"``); ONNX BatchNormalization, TFLite a multiply and an add by
+                constants (what the TFLite converter lowers a BatchNormalization to)
 ``concat``      axis (always 1: channels)
 ``resize``      h_out, w_out, mode ("nearest" | "linear" | "cubic"), coord
                 ("asymmetric" for nearest, as PyTorch/TF default; "half_pixel" otherwise)
@@ -409,6 +415,15 @@ def make_weights(ir: ModelIR, seed: int = 0) -> dict[str, dict[str, np.ndarray]]
             out[op.name] = d
         elif op.kind == "act" and a.get("kind") == "prelu":
             out[op.name] = {"slope": (0.25 * np.ones(op.shape[1], dtype=np.float32))}
+        elif op.kind in ("add", "mul") and a.get("const"):
+            b = 0.1 * r.standard_normal(tuple(a["const"]), dtype=np.float32)
+            out[op.name] = {"b": (b + np.float32(1.0) if op.kind == "mul" else b).astype(np.float32)}
+        elif op.kind == "batchnorm":
+            c = int(a["c"])
+            out[op.name] = {"scale": (1.0 + 0.1 * r.standard_normal(c)).astype(np.float32),
+                            "shift": (0.1 * r.standard_normal(c)).astype(np.float32),
+                            "mean": (0.1 * r.standard_normal(c)).astype(np.float32),
+                            "var": (1.0 + 0.1 * np.abs(r.standard_normal(c))).astype(np.float32)}
         elif op.kind in SPECS:  # an op kind of the layer type's own (estimator.layers)
             own = SPECS[op.kind].op_weights(op, r)
             if own:
@@ -526,7 +541,11 @@ def to_onnx(ir: ModelIR, seed: int = 0) -> bytes:
             nodes.append(helper.make_node("GlobalMaxPool" if a.get("mode") == "max" else "GlobalAveragePool",
                                           list(op.inputs), [main_out], name=op.name))
         elif op.kind in ("add", "mul"):
-            nodes.append(helper.make_node(op.kind.capitalize(), list(op.inputs), [main_out], name=op.name))
+            ins = list(op.inputs) + ([init(f"{op.name}/B", w["b"])] if a.get("const") else [])
+            nodes.append(helper.make_node(op.kind.capitalize(), ins, [main_out], name=op.name))
+        elif op.kind == "batchnorm":
+            ins = [op.inputs[0]] + [init(f"{op.name}/{k}", w[k]) for k in ("scale", "shift", "mean", "var")]
+            nodes.append(helper.make_node("BatchNormalization", ins, [main_out], name=op.name, epsilon=1e-5))
         elif op.kind == "concat":
             nodes.append(helper.make_node("Concat", list(op.inputs), [main_out], name=op.name, axis=a.get("axis", 1)))
         elif op.kind == "resize":

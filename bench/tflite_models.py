@@ -116,6 +116,11 @@ def nhwc(shape: Sequence[int]) -> tuple[int, ...]:
     return s
 
 
+def _nhwc_array(a: np.ndarray) -> np.ndarray:
+    """An NCHW rank-4 constant stored NHWC (other ranks as they are)."""
+    return np.ascontiguousarray(np.transpose(a, (0, 2, 3, 1))) if a.ndim == 4 else a
+
+
 def ir_op_of_tensor(tensor_name: str, ir: ModelIR) -> str | None:
     """The IR op a TFLite tensor/op name belongs to (the longest IR op name that is a
     prefix of one of its ``;``-separated parts, followed by ``/``), or ``None``."""
@@ -255,10 +260,13 @@ def _render(op: Op, ins: list[Any], weights: dict[str, dict[str, np.ndarray]]) -
         y = _pool(op, ins[0])
     elif k == "globalpool":
         y = (tf.reduce_max if a.get("mode") == "max" else tf.reduce_mean)(ins[0], axis=[1, 2], keepdims=True)
-    elif k == "add":
-        y = tf.add(ins[0], ins[1])
-    elif k == "mul":
-        y = tf.multiply(ins[0], ins[1])
+    elif k in ("add", "mul"):
+        b = tf.constant(_nhwc_array(w["b"])) if a.get("const") else ins[1]
+        y = (tf.add if k == "add" else tf.multiply)(ins[0], b)
+    elif k == "batchnorm":  # as the TFLite converter lowers an inference BatchNormalization
+        inv = w["scale"] / np.sqrt(w["var"] + np.float32(1e-5))
+        y = tf.add(tf.multiply(ins[0], tf.constant(inv.astype(np.float32))),
+                   tf.constant((w["shift"] - w["mean"] * inv).astype(np.float32)))
     elif k == "concat":
         if a.get("axis", 1) != 1:
             raise TFLiteModelError(f"{op.name}: only channel concatenation (axis 1) is supported")

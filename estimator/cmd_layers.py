@@ -75,7 +75,8 @@ def key_features(layer: Layer) -> str:
         if t == LayerType.GLOBALPOOL:
             return f"{_dims(g('h'), g('w'))} c{g('c')} {g('mode', 'avg')}"
         if t in (LayerType.ADD, LayerType.MUL):
-            return f"{_dims(g('h'), g('w'))} c{g('c')}" + (" bcast" if g("broadcast") else "")
+            return (f"{_dims(g('h'), g('w'))} c{g('c')}" + (" bcast" if g("broadcast") else "")
+                    + (" batchnorm" if g("batchnorm") else " const" if g("const_b") else ""))
         if t == LayerType.CONCAT:
             return f"{_dims(g('h'), g('w'))} [{'+'.join(str(c) for c in g('channels', []))}]"
         if t == LayerType.ACTIVATION:

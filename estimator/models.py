@@ -613,8 +613,10 @@ def _forest(n_estimators: int, max_features: float, min_samples_leaf: int, seed:
 #: Features a type's model leaves out when every row has the same value: ``act`` and
 #: ``graph_input`` (below), ``cold`` (fc, conv2d), set only on rows a profile took from a
 #: cache-flushed environment (``bench profile --cold-from``), and ``c_shared`` (concat),
-#: set only on rows measured with shared inputs (``bench run --context concat-shared``).
-OPTIONAL_FEATURES = ("act", "graph_input", "cold", "c_shared")
+#: set only on rows measured with shared inputs (``bench run --context concat-shared``), and
+#: ``const_b`` (add, mul) and ``batchnorm`` (mul), set only on rows measured with a constant
+#: operand (``bench run --context const-operand``).
+OPTIONAL_FEATURES = ("act", "graph_input", "cold", "c_shared", "const_b", "batchnorm")
 
 
 def _model_features(layer_type: str, X: np.ndarray) -> tuple[tuple[str, ...], np.ndarray]:

@@ -124,7 +124,7 @@ from .layers.importing import Draft as _Draft
 from .layers.importing import ImpossibleShapeError, OnnxImportError
 from .layers.importing import Unsupported as _Unsupported
 from .layers.importing import attrs as _attrs
-from .layers.registry import ONNX_OPS
+from .layers.registry import ONNX_OPS, LayerTypeSpec
 from .onnx_shapes import (GraphNode, graph_nodes, initializer_info, is_dataless, propagate_shapes,
                           to_array)
 
@@ -1509,6 +1509,8 @@ def _finish_layer(d: _Draft, shape: Any, graph_inputs: Any, warnings: list[str],
     if d.type in _TRACKS_SHARED and shared and len(set(d.inputs)) == len(d.inputs):
         # the inputs it copies (a feature, estimator.layers)
         params = SPECS[d.type].with_shared_inputs(params, [x in shared for x in d.inputs])
+    if d.flags and d.type in _FLAG_PARAM_TYPES:
+        params = SPECS[d.type].with_flags(params, d.flags)  # e.g. a constant operand (a feature)
     try:
         counts = _describe(d.type, params)
     except (LayerSpecError, TypeError, ValueError) as e:
@@ -1547,6 +1549,8 @@ def _elems(s: Shape | None) -> int | None:
 _CONV2D = LayerType.CONV2D
 #: the types whose raw param ``shared`` lists the inputs another layer also reads
 _TRACKS_SHARED = frozenset(t for t, spec in SPECS.items() if spec.tracks_shared_inputs)
+#: the types whose raw params follow from the importer's flags (LayerTypeSpec.with_flags)
+_FLAG_PARAM_TYPES = frozenset(t for t, spec in SPECS.items() if type(spec).with_flags is not LayerTypeSpec.with_flags)
 #: the types whose output is a view of their input (see :func:`_shared_tensors`)
 _VIEW_TYPES = frozenset(t for t, spec in SPECS.items() if spec.output_is_view)
 #: parameter value types that _finish_layer leaves as they are

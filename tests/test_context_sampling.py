@@ -209,3 +209,75 @@ def test_concat_shared_plan_draws_shared_and_unshared_inputs():
     c_shared = [describe("concat", c.params).features["c_shared"] for c in cfgs]
     assert 0 < sum(s > 0 for s in c_shared) < 40
     assert [c.key for c in context_plan({"concat-shared": 40}, seed=0)] == [c.key for c in cfgs]
+
+
+def test_constant_operands_are_a_feature_and_an_initializer_in_the_padded_model():
+    """An element-wise op whose second operand is a constant (raw param ``const_b``; a
+    standalone batch norm: ``batchnorm``) reads one activation input; the operand is an
+    initializer of the padded model, of the shape ``broadcast``/``elems_b`` give."""
+    import onnxruntime as ort
+
+    from bench.modelgen import make_inputs
+    from estimator.layers import LayerSpecError
+
+    se = dict(h=8, w=8, c=16, broadcast=1, elems_b=16)
+    assert describe("mul", se).features["const_b"] == 0 and describe("mul", se).features["batchnorm"] == 0
+    # the constant's kind: 1 a scalar, 2 per channel, 3 the full shape
+    assert describe("mul", dict(se, elems_b=1, const_b=1)).features["const_b"] == 1
+    assert describe("mul", dict(se, const_b=1)).features["const_b"] == 2
+    assert describe("add", dict(h=8, w=8, c=16, const_b=1)).features["const_b"] == 3
+    for bad in (dict(const_b=2), dict(batchnorm=2)):
+        with pytest.raises(LayerSpecError, match=next(iter(bad))):
+            describe("mul", dict(se, **bad))
+    with pytest.raises(LayerSpecError, match="const_b=1"):
+        padded_model("mul", dict(se, batchnorm=1))
+    for t, p, op, const in (("mul", dict(se, const_b=1), "Mul", (1, 16, 1, 1)),
+                            ("mul", dict(se, elems_b=1, const_b=1), "Mul", (1, 1, 1, 1)),
+                            ("add", dict(h=8, w=8, c=16, const_b=1), "Add", (1, 16, 8, 8)),
+                            ("mul", dict(se, const_b=1, batchnorm=1), "BatchNormalization", (16,))):
+        ir = padded_model(t, p)
+        assert [x.name for x in ir.inputs] == ["x"], p  # one pad-in conv: the operand is no graph input
+        m = onnx.load_from_string(to_onnx(ir))
+        lum = next(n for n in m.graph.node if n.name == "lum")
+        assert lum.op_type == op and lum.input[0] == "pad_in_out"
+        inits = {i.name: tuple(i.dims) for i in m.graph.initializer}
+        assert inits[lum.input[1]] == const
+        out = ort.InferenceSession(to_onnx(ir), providers=["CPUExecutionProvider"]).run(None, make_inputs(ir))
+        assert out[0].shape == (1, 1, 8, 8)
+    assert padded_model("mul", dict(se, const_b=1)).name != padded_model("mul", se).name
+
+
+def test_importer_marks_constant_operands_and_standalone_batch_norms():
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Conv2d(3, 16, 1), nn.Conv2d(3, 8, 1)
+            self.se = nn.Conv2d(16, 16, 1)
+            self.gamma = nn.Parameter(torch.rand(1, 16, 1, 1) + 0.5)
+            self.bn = nn.BatchNorm2d(24)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            a = self.a(x)
+            a = a * torch.sigmoid(self.se(a.mean((2, 3), keepdim=True)))  # SE: a computed operand
+            a = a * self.gamma + 0.5  # a layer scale and a constant shift
+            return self.bn(torch.cat([a, self.b(x)], 1))  # a BN after a concat: nothing absorbs it
+
+    layers = load_network(zoo.export_onnx(Net().eval(), 16)).layers
+    muls = [(l.params.get("const_b", 0), l.params.get("batchnorm", 0)) for l in layers if l.type == "mul"]
+    assert sorted(muls) == [(0, 0), (1, 0), (1, 1)]
+    adds = [l for l in layers if l.type == "add"]
+    assert len(adds) == 1 and adds[0].params["const_b"] == 1 and adds[0].features["const_b"] == 1  # + 0.5
+    dense = [l for l in load_network(zoo.export_onnx(zoo.build("densenet121", 64), 64)).layers
+             if l.type == "mul"]
+    assert dense and all(l.params["batchnorm"] == 1 == l.features["batchnorm"] for l in dense)
+
+
+def test_const_operand_plan_draws_constant_operands_and_batch_norms():
+    lim = limits_for("vela")
+    cfgs = context_plan({"const-operand": 80}, seed=0, limits=lim)
+    assert len(cfgs) == 80 and {c.layer_type for c in cfgs} == {"mul", "add"}
+    assert all(c.params["const_b"] == 1 for c in cfgs)
+    bn = [c.params for c in cfgs if c.params.get("batchnorm")]
+    assert bn and all(p["elems_b"] == p["c"] and p["const_params"] == 2 * p["c"] for p in bn)
+    assert {describe(c.layer_type, c.params).features["broadcast"] for c in cfgs} == {0.0, 1.0}
+

@@ -39,6 +39,9 @@ INT8_CASES = [
     ("globalpool", dict(h=6, w=6, c=8, mode="max")),
     ("add", dict(h=6, w=6, c=4)),
     ("mul", dict(h=6, w=6, c=4, broadcast=1)),
+    ("mul", dict(h=6, w=6, c=4, broadcast=1, elems_b=4, const_b=1)),
+    ("mul", dict(h=6, w=6, c=4, broadcast=1, elems_b=4, const_b=1, batchnorm=1)),
+    ("add", dict(h=6, w=6, c=4, const_b=1)),
     ("concat", dict(h=6, w=6, channels=[4, 8])),
     ("resize", dict(h=4, w=4, c=4, h_out=8, w_out=8)),
     ("resize", dict(h=4, w=5, c=4, h_out=7, w_out=10, mode="linear")),
@@ -102,6 +105,15 @@ def test_padding_and_single_models_convert(litert) -> None:
     assert single.info["outputs"][0]["shape"] == [1, 8, 8, 5]
 
 
+def test_a_batchnorm_is_a_multiply_and_an_add_by_constants(litert) -> None:
+    """As the TFLite converter lowers a standalone BatchNormalization (DenseNet's): the LUM
+    reads one activation tensor; its scale and shift are constants, not graph inputs."""
+    p = dict(h=6, w=6, c=4, broadcast=1, elems_b=4, const_b=1, batchnorm=1)
+    prep = litert.prepare(tm.to_tflite(padded_model("mul", p, "tflite"), "int8"))
+    assert [o for o in prep.info["ops"] if o != "DELEGATE"] == ["CONV_2D", "MUL", "ADD", "CONV_2D"]
+    assert len(prep.info["inputs"]) == 1
+
+
 def test_int8_conversion_is_deterministic() -> None:
     ir = padded_model("dwconv2d", dict(h=8, w=8, c=8, k_h=3, k_w=3))
     assert tm.to_tflite(ir, "int8", seed=3) == tm.to_tflite(ir, "int8", seed=3)
@@ -123,6 +135,10 @@ FLOAT_CASES = [
     ("globalpool", dict(h=5, w=6, c=3, mode="max")),
     ("add", dict(h=4, w=5, c=3, broadcast=1)),
     ("mul", dict(h=4, w=5, c=3)),
+    ("mul", dict(h=4, w=5, c=3, broadcast=1, elems_b=3, const_b=1)),
+    ("mul", dict(h=4, w=5, c=3, broadcast=1, elems_b=3, const_b=1, batchnorm=1, act="relu")),
+    ("add", dict(h=4, w=5, c=3, const_b=1)),
+    ("add", dict(h=4, w=5, c=3, broadcast=1, elems_b=1, const_b=1)),
     ("concat", dict(h=4, w=5, channels=[2, 3, 1])),
     ("resize", dict(h=4, w=5, c=2, h_out=8, w_out=10)),
     ("resize", dict(h=4, w=5, c=2, h_out=7, w_out=9, mode="linear")),

@@ -215,6 +215,12 @@ class LayerTypeSpec:
             return dict(p)
         return {**p, "shared": idx}
 
+    def with_flags(self, p: Mapping[str, Any], flags: Sequence[str]) -> dict[str, Any]:
+        """``p`` with the raw params that the importer's flags on the layer imply (default:
+        none; element-wise ops: ``const_operand`` -> ``const_b``). The importer calls it once
+        per layer, for both of its paths."""
+        return dict(p)
+
     def shared_inputs(self, p: Mapping[str, Any]) -> tuple[int, ...]:
         """The inputs another layer also reads or no layer writes (raw param ``shared``:
         indices, a list or "0,2"); the padded model gives each of them a second reader

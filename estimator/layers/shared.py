@@ -97,9 +97,15 @@ class BinaryEltwise(LayerTypeSpec):
     reading the same 1-channel graph input (no extra data transfer); with a broadcast
     operand (``broadcast=1``: SE-style ``(1, c, 1, 1)``, or ``elems_b=1``: ``(1, 1, 1, 1)``)
     that operand comes from its own pad-in conv from a ``(1, 1, 1, 1)`` graph input, like the
-    SE branch it stands for."""
+    SE branch it stands for. With a constant second operand (raw param ``const_b=1``: a
+    weight such as a layer scale, a normalisation's shift, a detector's grid) the LUM reads
+    one activation input and the operand is a constant of the shape ``broadcast`` and
+    ``elems_b`` give: on an NPU such an operand is fetched from flash or DRAM and broadcast
+    by the compiler, which costs an Ethos-U 5-6x the same op on two activation tensors.
+    Feature ``const_b`` codes the constant's kind: 0 none, 1 a scalar, 2 per channel, 3 the
+    full shape."""
 
-    features = ("h", "w", "c", "broadcast", "act")
+    features = ("h", "w", "c", "broadcast", "act", "const_b")
     ops_unit = "elements"
     through_channels = "c"
     required = ("h", "w", "c")
@@ -116,8 +122,37 @@ class BinaryEltwise(LayerTypeSpec):
         second = out if bc == 0 else positive(p, "elems_b", c)
         # Constant parameter operands, e.g. a standalone BatchNormalization's scale and shift.
         cp = nonneg(p, "const_params", 0)
-        return LayerCounts(dict(h=h, w=w, c=c, broadcast=float(bc > 0), act=act_code(p)), 0, cp, float(out),
-                           io_bytes(out + second, out, cp, eb), (n, c, h, w))
+        # the constant operand's kind (a feature): 0 none, 1 a scalar, 2 per channel, 3 the full shape; an Ethos-U
+        # folds a scalar multiply into its rescale (0 ms without an activation) and fetches a per-channel one
+        kind = 0 if not self._const_b(p) else 3 if bc == 0 else 1 if second == 1 else 2
+        feats = dict(h=h, w=w, c=c, broadcast=float(bc > 0), act=act_code(p), const_b=float(kind))
+        feats.update(self.extra_features(p))
+        return LayerCounts(feats, 0, cp, float(out), io_bytes(out + second, out, cp, eb), (n, c, h, w))
+
+    @staticmethod
+    def _const_b(p: Mapping[str, Any]) -> int:
+        v = nonneg(p, "const_b", 0)
+        if v > 1:
+            raise LayerSpecError(f"const_b must be 0 or 1, got {v}")
+        return v
+
+    def extra_features(self, p: Mapping[str, Any]) -> dict[str, float]:
+        """Features of a subclass beyond the shared ones (:attr:`features` lists them)."""
+        return {}
+
+    def with_flags(self, p: Mapping[str, Any], flags: Sequence[str]) -> dict[str, Any]:
+        """A constant operand (the importer's flag ``const_operand``) is raw param ``const_b``."""
+        return {**p, "const_b": 1} if "const_operand" in flags else dict(p)
+
+    def _operand_b(self, p: Mapping[str, Any]) -> NCHW:
+        c, h, w = int(p["c"]), int(p["h"]), int(p["w"])
+        if not opt_int(p, "broadcast", 0):
+            return (1, c, h, w)
+        eb = opt_int(p, "elems_b", c)
+        if eb not in (c, 1):
+            raise LayerSpecError(f"broadcast operand with elems_b={eb} cannot be benchmarked; "
+                                 f"use elems_b={c} (shape (1,c,1,1)) or 1")
+        return (1, eb, 1, 1)
 
     def with_channels(self, p: Mapping[str, Any], port: str | int, n: int) -> dict[str, Any]:
         """A broadcast operand of ``c`` elements (an SE scale) follows the channels."""
@@ -128,17 +163,14 @@ class BinaryEltwise(LayerTypeSpec):
 
     def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts,
                    model_format: str = "onnx") -> tuple[NCHW, ...]:
-        c, h, w = int(p["c"]), int(p["h"]), int(p["w"])
-        if opt_int(p, "broadcast", 0):
-            eb = opt_int(p, "elems_b", c)
-            if eb not in (c, 1):
-                raise LayerSpecError(f"broadcast operand with elems_b={eb} cannot be benchmarked; "
-                                     f"use elems_b={c} (shape (1,c,1,1)) or 1")
-            return (1, c, h, w), (1, eb, 1, 1)
-        return (1, c, h, w), (1, c, h, w)
+        x = (1, int(p["c"]), int(p["h"]), int(p["w"]))
+        b = self._operand_b(p)
+        return (x,) if self._const_b(p) else (x, b)
 
     def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
                 act: str | None, *, single: bool = False, model_format: str = "onnx") -> list[Op]:
+        if self._const_b(p):  # the operand is an initializer of the model (IR attr ``const``)
+            return [Op(self.name, "lum", tuple(ins[:1]), out_name, out_shape, {"const": self._operand_b(p)}, act)]
         return [Op(self.name, "lum", tuple(ins), out_name, out_shape, {}, act)]
 
     def from_onnx(self, n: Any, g: Any) -> Any:
