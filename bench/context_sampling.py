@@ -46,6 +46,15 @@ stems it also needed the ``stem-input`` variant below):
   by 1/4..6. The broad space draws such maps mostly rectangular and the prior caps the
   channels at ``14336 / h``: the profile had 2 square 3x3 stride-1 depthwise rows at
   112x112 and 12 adds above 56x56.
+* ``huge-maps``: pointwise (1x1) convolutions (65 %) and depthwise convolutions (35 %) on the
+  maps of a network's first stages at high input resolutions (112..320, compound-scaled
+  networks at 450-640 pixels), with an output of 2^20..2^23 elements (the runner's element
+  limit raised to 2^23 for this plan) and 8..48 input channels; pointwise convolutions
+  expand by 1..6 or project, fused hard-swish (40 %), none, ReLU or ReLU6; depthwise 3x3 or
+  5x5 with hard-swish, ReLU or none. Every earlier row stayed within 2^20 elements, so the
+  profile predicted a 272x272 24 -> 144 convolution with hard-swish at 1.9 ms where Vela
+  takes 10.7 ms (its exact benchmark agrees: 10.7 ms), and the ``scaled`` space at its
+  larger resolutions 15-22 % low.
 * ``pass-act``: convolutions from :mod:`bench.sampling`'s network prior with the fused
   activations Vela runs as a second pass over the output: hard-swish (55 %), sigmoid,
   hard-sigmoid, tanh (15 % each). ``fused-act`` spreads its draws over seven kinds and two
@@ -205,6 +214,27 @@ def _draw_large_map(r: np.random.Generator) -> tuple[str, dict[str, Any]]:
                                   p_r=0, act=str(_choice(r, (("relu", .4), ("none", .4), ("relu6", .2)))))
 
 
+_HUGE_HW = (112, 128, 136, 144, 160, 176, 192, 224, 240, 256, 272, 288, 320)
+
+
+def _draw_huge_map(r: np.random.Generator) -> tuple[str, dict[str, Any]]:
+    h = int(_HUGE_HW[r.integers(len(_HUGE_HW))])
+    elems = math.exp(r.uniform(math.log(2 ** 20), math.log(2 ** 23)))
+    c_out = max(8, int(round(elems / (h * h) / 8)) * 8)
+    if r.random() < 0.35:  # depthwise, its channels from the output size
+        k = 3 if r.random() < 0.6 else 5
+        s = 1 if r.random() < 0.75 else 2
+        (t, b), (left, right) = same_pads(h, k, s), same_pads(h, k, s)
+        return LayerType.DWCONV2D, dict(h=h, w=h, c=c_out, k_h=k, k_w=k, s_h=s, s_w=s, p_t=t, p_l=left, p_b=b, p_r=right,
+                                        act=str(_choice(r, (("hardswish", .45), ("relu", .3), ("none", .25)))))
+    c_in = int(r.choice((8, 16, 24, 32, 40, 48)))
+    if r.random() < 0.3:  # a projection: the larger map of the two is the input
+        c_in, c_out = max(c_in, c_out), min(c_in, c_out)
+    return LayerType.CONV2D, dict(h=h, w=h, c_in=c_in, c_out=c_out, k_h=1, k_w=1, s_h=1, s_w=1, p_t=0, p_l=0, p_b=0,
+                                  p_r=0, act=str(_choice(r, (("hardswish", .4), ("none", .35), ("relu", .15),
+                                                             ("relu6", .1)))))
+
+
 #: the fused activations Vela runs as a second pass over a convolution's output (a LUT or a
 #: hard-swish operator under the convolution's name), hard-swish first: MobileNetV3-style blocks
 PASS_ACTS = (("hardswish", .55), ("sigmoid", .15), ("hardsigmoid", .15), ("tanh", .15))
@@ -284,11 +314,13 @@ PLANS: dict[str, Callable[[np.random.Generator], tuple[str, dict[str, Any]]]] = 
     "pass-act": _draw_pass_act,
     "basic-block": _draw_basic_block,
     "const-operand": _draw_const_operand,
+    "huge-maps": _draw_huge_map,
     # the same kinds at 2^20..2^22 elements (112x112x96 in EfficientNet-B0, 640-input detectors)
     "activation-large": lambda r: _draw_activation(r, 20, 22, _ACT_HW + (416, 640)),
 }
 #: per-plan overrides of the runner's limits (``max_elems``: elements of any LUM tensor)
-_PLAN_LIMITS: dict[str, dict[str, float]] = {"activation-large": {"max_elems": 1 << 22}}
+_PLAN_LIMITS: dict[str, dict[str, float]] = {"activation-large": {"max_elems": 1 << 22},
+                                              "huge-maps": {"max_elems": 1 << 23, "max_ops": 2e9}}
 #: plans that draw from another plan's generator (the same configurations, a variant each)
 _RNG_NAME = {"stem-input": "stem"}
 

@@ -1,6 +1,8 @@
 """Issue 5: context sampling plans and stems that read the graph input (``graph_input``)."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import onnx
@@ -281,3 +283,13 @@ def test_const_operand_plan_draws_constant_operands_and_batch_norms():
     assert bn and all(p["elems_b"] == p["c"] and p["const_params"] == 2 * p["c"] for p in bn)
     assert {describe(c.layer_type, c.params).features["broadcast"] for c in cfgs} == {0.0, 1.0}
 
+
+def test_huge_maps_plan_draws_first_stage_layers_above_the_runners_element_limit():
+    lim = limits_for("vela")
+    cfgs = context_plan({"huge-maps": 60}, seed=0, limits=lim)
+    assert len(cfgs) == 60 and {c.layer_type for c in cfgs} == {"conv2d", "dwconv2d"}
+    out = [math.prod(describe(c.layer_type, c.params).output_shape) for c in cfgs]
+    assert all(out_ <= 1 << 23 for out_ in out) and sum(o > lim.max_elems for o in out) > 30
+    convs = [c.params for c in cfgs if c.layer_type == "conv2d"]
+    assert all(p["k_h"] == p["k_w"] == 1 and p["h"] >= 112 for p in convs)
+    assert "hardswish" in {p["act"] for p in convs}
