@@ -83,8 +83,8 @@ needs. A shared input's second reader adds its ``t_out(k_i)``, which ``T_b1`` al
 counts: the padding time stays within the same bounds, nearer the upper one.
 
 Each type's module says how its LUM is fed and read (a one-input map, two operands, a
-broadcast SE-style operand from a ``(1, 1, 1, 1)`` graph input, token tensors padded as rows,
-...); ``docs/layer-types.md`` has the table.
+broadcast SE-style operand from a ``(1, 1, 1, 1)`` graph input, a constant operand as an
+initializer, token tensors padded as rows, ...); ``docs/layer-types.md`` has the table.
 
 LUM activations follow Table 2 of the paper: conv2d, dwconv2d and add carry a fused ReLU,
 fc and mul none. A raw param ``act`` (an activation name, or ``"none"``) overrides it.
