@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from .ir import Op
-from .params import LayerSpecError, nonneg
+from .params import LayerSpecError, flag01
 from .registry import NCHW, register
 from .shared import BinaryEltwise
 
@@ -24,20 +24,13 @@ class Mul(BinaryEltwise):
     lum_default_act = None
     p_broadcast = 0.6
 
-    @staticmethod
-    def _batchnorm(p: Mapping[str, Any]) -> int:
-        v = nonneg(p, "batchnorm", 0)
-        if v > 1:
-            raise LayerSpecError(f"batchnorm must be 0 or 1, got {v}")
-        return v
-
     def extra_features(self, p: Mapping[str, Any]) -> dict[str, float]:
-        return {"batchnorm": float(self._batchnorm(p))}
+        return {"batchnorm": float(flag01(p, "batchnorm"))}
 
     def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
                 act: str | None, *, single: bool = False, model_format: str = "onnx") -> list[Op]:
-        if self._batchnorm(p):
-            if not self._const_b(p):
+        if flag01(p, "batchnorm"):
+            if not flag01(p, "const_b"):
                 raise LayerSpecError("batchnorm=1 needs const_b=1 (its scale and shift are constants)")
             return [Op("batchnorm", "lum", tuple(ins[:1]), out_name, out_shape, {"c": int(p["c"])}, act)]
         return super().lum_ops(p, ins, out_shape, out_name, act, single=single, model_format=model_format)

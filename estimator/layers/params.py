@@ -19,6 +19,7 @@ __all__ = [
     "integer",
     "positive",
     "nonneg",
+    "flag01",
     "conv_out",
     "hwc",
     "window",
@@ -166,6 +167,14 @@ def _padding_name(h: int, w: int, k_h: int, k_w: int, s_h: int, s_w: int, d_h: i
     if pads == (t, l, b, r):
         return "same"
     return "explicit"
+
+
+def flag01(p: Mapping[str, Any], key: str) -> int:
+    """Raw param ``key`` as a 0/1 switch (0 when absent); a LayerSpecError otherwise."""
+    v = nonneg(p, key, 0)
+    if v > 1:
+        raise LayerSpecError(f"{key} must be 0 or 1, got {v}")
+    return v
 
 
 def opt_int(p: Mapping[str, Any], key: str, default: int) -> int:

@@ -10,7 +10,7 @@ import numpy as np
 from . import space
 from .importing import Draft, ImpossibleShapeError, Unsupported, attrs, check_window, window_params
 from .ir import Op
-from .params import LayerSpecError, act_code, io_bytes, nonneg, opt_int, positive, window, window_attrs
+from .params import LayerSpecError, act_code, flag01, io_bytes, nonneg, opt_int, positive, window, window_attrs
 from .registry import NCHW, LayerCounts, LayerTypeSpec
 
 __all__ = ["WindowPool", "BinaryEltwise", "MemoryBound", "is_depthwise_conv", "conv_draft", "gemm_dims", "generic_draft"]
@@ -124,17 +124,10 @@ class BinaryEltwise(LayerTypeSpec):
         cp = nonneg(p, "const_params", 0)
         # the constant operand's kind (a feature): 0 none, 1 a scalar, 2 per channel, 3 the full shape; an Ethos-U
         # folds a scalar multiply into its rescale (0 ms without an activation) and fetches a per-channel one
-        kind = 0 if not self._const_b(p) else 3 if bc == 0 else 1 if second == 1 else 2
+        kind = 0 if not flag01(p, "const_b") else 3 if bc == 0 else 1 if second == 1 else 2
         feats = dict(h=h, w=w, c=c, broadcast=float(bc > 0), act=act_code(p), const_b=float(kind))
         feats.update(self.extra_features(p))
         return LayerCounts(feats, 0, cp, float(out), io_bytes(out + second, out, cp, eb), (n, c, h, w))
-
-    @staticmethod
-    def _const_b(p: Mapping[str, Any]) -> int:
-        v = nonneg(p, "const_b", 0)
-        if v > 1:
-            raise LayerSpecError(f"const_b must be 0 or 1, got {v}")
-        return v
 
     def extra_features(self, p: Mapping[str, Any]) -> dict[str, float]:
         """Features of a subclass beyond the shared ones (:attr:`features` lists them)."""
@@ -165,11 +158,11 @@ class BinaryEltwise(LayerTypeSpec):
                    model_format: str = "onnx") -> tuple[NCHW, ...]:
         x = (1, int(p["c"]), int(p["h"]), int(p["w"]))
         b = self._operand_b(p)
-        return (x,) if self._const_b(p) else (x, b)
+        return (x,) if flag01(p, "const_b") else (x, b)
 
     def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
                 act: str | None, *, single: bool = False, model_format: str = "onnx") -> list[Op]:
-        if self._const_b(p):  # the operand is an initializer of the model (IR attr ``const``)
+        if flag01(p, "const_b"):  # the operand is an initializer of the model (IR attr ``const``)
             return [Op(self.name, "lum", tuple(ins[:1]), out_name, out_shape, {"const": self._operand_b(p)}, act)]
         return [Op(self.name, "lum", tuple(ins), out_name, out_shape, {}, act)]
 
