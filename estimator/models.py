@@ -624,8 +624,9 @@ def _model_features(layer_type: str, X: np.ndarray) -> tuple[tuple[str, ...], np
     less ``act`` where the benchmark held the fused activation fixed (a profile measured
     with one activation per type then treats every activation its fusion rules fold as
     that one, instead of flagging them all out of range), ``graph_input`` (conv2d)
-    where no row read the network's input, ``cold`` where no row was measured cold and
-    ``c_shared`` (concat) where no row had a shared input."""
+    where no row read the network's input, ``cold`` where no row was measured cold,
+    ``c_shared`` (concat) where no row had a shared input, and ``const_b``/``batchnorm``
+    (add, mul) where no row had a constant operand."""
     names = feature_names(layer_type)
     keep = [j for j, f in enumerate(names) if f not in OPTIONAL_FEATURES or (X.size and np.ptp(X[:, j]) > 0)]
     return tuple(names[j] for j in keep), X[:, keep]
