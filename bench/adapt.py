@@ -10,9 +10,14 @@ layer profile of the machine itself does (4-6 % after about 5 minutes). So:
    :data:`DEFAULT_NETWORKS` samples of three NAS spaces) are timed here in half of their
    interleaved rounds;
 2. **decision** (:func:`decide`): BASE carries when this target runs BASE's runner, precision
-   and threads, and BASE calibrated on those networks predicts them within
-   :data:`CARRY_ERROR` leave-family-out with families that agree
-   (:func:`estimator.calibration.family_warning`). Otherwise:
+   and threads on the processor BASE was measured on (:func:`cpu_differences`: model, flags,
+   caches), and BASE calibrated on those networks predicts them within :data:`CARRY_ERROR`
+   leave-family-out with families that agree (:func:`estimator.calibration.family_warning`).
+   On another processor the calibration can fit the level and still leave the layer rows'
+   microarchitecture in the bands: the Intel-measured ``host-cpu`` on an AMD EPYC VM,
+   calibrated there within 6 %, predicted 26 held-out networks at 5.0 % with 90 % bands 69 %
+   wide; an own profile measured in the same 10 minutes, at 4.9 % with bands 37 % wide
+   (docs/results.md). Otherwise:
 3. **layers**: a layer profile of this machine is measured with smart padding
    (:func:`bench.measure.measure_plan`, the sampling plan of ``bench run``, ordered by
    :func:`by_time_share` so that wherever the budget cuts it every type has rows, the types the
@@ -49,7 +54,7 @@ from typing import Any, Callable, Sequence
 from estimator.errors import UserError
 
 __all__ = ["CARRY_ERROR", "DEFAULT_MINUTES", "DEFAULT_ROUNDS", "DEFAULT_NETWORKS", "DEFAULT_RUNS", "DEFAULT_WARMUP", "DEFAULT_SAMPLES", "ROUTES", "FIT_RESERVE_S", "Adapted",
-           "AdaptState", "decide", "adapt", "state_path", "sampling_plan", "describe_adapted", "setting_differences", "does_not_carry", "time_shares", "by_time_share",
+           "AdaptState", "decide", "cpu_differences", "adapt", "state_path", "sampling_plan", "describe_adapted", "setting_differences", "does_not_carry", "time_shares", "by_time_share",
            "TIME_WEIGHT"]
 
 #: BASE carries when its calibration's leave-family-out mean |error| on this machine's networks
@@ -180,10 +185,24 @@ def setting_differences(base: Any, runner: str, options: dict[str, Any], precisi
     return out
 
 
-def decide(base: Any, report: dict[str, Any] | None, setting: Sequence[str]) -> tuple[str, str]:
-    """``(route, why)`` from the evidence (see the module docstring)."""
+def cpu_differences(base: Any) -> list[str]:
+    """How this machine's processor differs from the one BASE's layer rows were measured on
+    (:func:`estimator.fingerprint.cpu_differences`; empty for a board or a cost model)."""
+    from estimator import fingerprint as fp  # noqa: PLC0415
+
+    return fp.cpu_differences(base.recorded_fingerprint(), fp.fingerprint(base.runner, base.threads), base.runner)
+
+
+def decide(base: Any, report: dict[str, Any] | None, setting: Sequence[str], cpu: Sequence[str] = ()
+           ) -> tuple[str, str]:
+    """``(route, why)`` from the evidence (see the module docstring). ``setting``: how the
+    runner setting differs from BASE's (:func:`setting_differences`); ``cpu``: how the
+    processor does (:func:`cpu_differences`)."""
     if setting:
         return "profile", f"{base.name}'s layer rows were measured with another setting ({'; '.join(setting)})"
+    if cpu:
+        return "profile", (f"{base.name}'s layer rows were measured on another processor ({'; '.join(cpu[:3])}): a "
+                           f"network-level correction leaves another microarchitecture's layer times in its bands")
     if report is None:
         return "profile", f"{base.name} could not be calibrated on these networks"
     err = float(report["cv_mean_abs_error_pct"][report["method"]])
@@ -215,7 +234,7 @@ def does_not_carry(base: Any, report: dict[str, Any] | None, m: Any) -> str:
     setting = setting_differences(base, m.runner, m.options, m.precision)
     elsewhere = setting or fp.differences(base.recorded_fingerprint(), fp.fingerprint(base.runner, base.threads),
                                           base.runner)
-    route, why = decide(base, report, setting)
+    route, why = decide(base, report, setting, cpu_differences(base))
     return why if elsewhere and route == "profile" else ""
 
 
@@ -281,7 +300,7 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
     if route != "auto":
         state.route, state.why = route, f"--route {route}"
     elif not state.route:
-        state.route, state.why = decide(base, base_report, setting)
+        state.route, state.why = decide(base, base_report, setting, cpu_differences(base))
     state.save()
     if base_report is not None:
         cv = base_report["cv_mean_abs_error_pct"]

@@ -36,9 +36,9 @@ import os
 import platform
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-__all__ = ["RUNTIME_PACKAGES", "HOST_RUNNERS", "host_fingerprint", "runtime_fingerprint", "fingerprint",
+__all__ = ["RUNTIME_PACKAGES", "HOST_RUNNERS", "host_fingerprint", "runtime_fingerprint", "fingerprint", "cpu_differences",
            "from_environment", "differences", "mismatch_warning"]
 
 #: runner -> distributions whose version changes its timings (the first installed one counts)
@@ -191,6 +191,35 @@ def _flag_diff(rec: list[str], here: list[str], limit: int = 4) -> str:
     return " ".join(parts) + (f" and {more} more" if more > 0 else "")
 
 
+_HOST_KEYS = (("cpu_model", "CPU"), ("cpu_count", "cores"), ("machine", "architecture"))
+
+
+def _cpu_differences(rh: Mapping[str, Any], hh: Mapping[str, Any], keys: Sequence[tuple[str, str]] = _HOST_KEYS
+                     ) -> list[str]:
+    out: list[str] = []
+    for key, what in keys:
+        if key in rh and key in hh and rh[key] != hh[key]:
+            out.append(f"{what} {rh[key]} there, {hh[key]} here")
+    if rh.get("cpu_flags") and hh.get("cpu_flags") and set(rh["cpu_flags"]) != set(hh["cpu_flags"]):
+        out.append(f"CPU flags differ ({_flag_diff(rh['cpu_flags'], hh['cpu_flags'])} here)")
+    rc, hc = rh.get("caches") or {}, hh.get("caches") or {}
+    for level in sorted(set(rc) & set(hc)):
+        if rc[level] != hc[level]:
+            out.append(f"{level} cache {rc[level]} there, {hc[level]} here")
+    return out
+
+
+def cpu_differences(recorded: Mapping[str, Any], here: Mapping[str, Any], runner: str) -> list[str]:
+    """The part of :func:`differences` that says the processor itself differs (its model,
+    architecture, flags or caches: another microarchitecture or part), for a runner on this
+    host; not the number of cores, the kernel, the runtime's version or another VM of the same
+    kind."""
+    if runner not in HOST_RUNNERS:
+        return []
+    return _cpu_differences(recorded.get("host") or {}, here.get("host") or {},
+                            tuple(k for k in _HOST_KEYS if k[0] != "cpu_count"))
+
+
 def differences(recorded: Mapping[str, Any], here: Mapping[str, Any], runner: str) -> list[str]:
     """What differs between a recorded fingerprint and this machine's, for ``runner``, as
     short phrases ("onnxruntime 1.31.1 there, 1.32.0 here"). Keys one side lacks are not
@@ -198,15 +227,7 @@ def differences(recorded: Mapping[str, Any], here: Mapping[str, Any], runner: st
     out: list[str] = []
     rh, hh = recorded.get("host") or {}, here.get("host") or {}
     if runner in HOST_RUNNERS:
-        for key, what in (("cpu_model", "CPU"), ("cpu_count", "cores"), ("machine", "architecture")):
-            if key in rh and key in hh and rh[key] != hh[key]:
-                out.append(f"{what} {rh[key]} there, {hh[key]} here")
-        if rh.get("cpu_flags") and hh.get("cpu_flags") and set(rh["cpu_flags"]) != set(hh["cpu_flags"]):
-            out.append(f"CPU flags differ ({_flag_diff(rh['cpu_flags'], hh['cpu_flags'])} here)")
-        rc, hc = rh.get("caches") or {}, hh.get("caches") or {}
-        for level in sorted(set(rc) & set(hc)):
-            if rc[level] != hc[level]:
-                out.append(f"{level} cache {rc[level]} there, {hc[level]} here")
+        out += _cpu_differences(rh, hh)
         if "os" in rh and "os" in hh and rh["os"] != hh["os"]:
             out.append(f"kernel {rh['os']} there, {hh['os']} here")
         if not out and rh.get("machine_id") and hh.get("machine_id") and rh["machine_id"] != hh["machine_id"]:
@@ -236,10 +257,13 @@ def mismatch_warning(profile_name: str, recorded: Mapping[str, Any] | None, runn
     if not recorded or (runner not in HOST_RUNNERS and runner not in RUNTIME_PACKAGES):
         return None
     threads = (recorded.get("runtime") or {}).get("threads")
-    diffs = differences(recorded, here if here is not None else fingerprint(runner, threads), runner)
+    here = here if here is not None else fingerprint(runner, threads)
+    diffs = differences(recorded, here, runner)
     if not diffs:
         return None
+    route = ("it measures a small profile of this machine, since a calibration does not carry to another processor"
+             if cpu_differences(recorded, here, runner) else
+             f"it calibrates {profile_name} where that carries, else measures a small profile of its own")
     return (f"profile {profile_name} was {what} on another {'host or runtime' if runner in HOST_RUNNERS else 'runtime'}"
             f" ({'; '.join(diffs)}): its estimates may be off here; make it hold with "
-            f"`bench adapt --device {profile_name} --name NEW` (at most 10 minutes of this machine: it calibrates "
-            f"{profile_name} where that carries, else measures a small profile of its own) and use NEW")
+            f"`bench adapt --device {profile_name} --name NEW` (at most 10 minutes of this machine: {route}) and use NEW")

@@ -287,6 +287,32 @@ def test_decide_on_constructed_reports():
     fams = {"space:mobilenet": {"shift": 0.2}, "space:resnet": {"shift": -0.25}}
     route, why = decide(base, _report(2.0, warning="the families disagree", families=fams), [])
     assert route == "profile" and "space:mobilenet +22 %" in why and "space:resnet -22 %" in why
+    # another processor: profile, even with a small error and families that agree
+    route, why = decide(base, good, [], ["CPU Intel(R) Xeon(R) Processor there, AMD EPYC here"])
+    assert route == "profile" and "another processor" in why and "AMD EPYC here" in why
+
+
+def test_cpu_differences_are_the_processor_not_the_kernel_cores_or_runtime():
+    """Another CPU model, flag set or cache size is another processor; another kernel, core
+    count, runtime version or VM of the same kind is not; a board or a cost model compares none."""
+    from estimator.fingerprint import cpu_differences
+
+    host = {"cpu_model": "Intel(R) Xeon(R) Processor", "cpu_count": 2, "machine": "x86_64", "os": "Linux 6.18 a",
+            "cpu_flags": ["avx2", "avx512f", "amx_tile"], "caches": {"L2": "2048K", "L3": "307200K"},
+            "machine_id": "aaa"}
+    rec = {"host": host, "runtime": {"runner": "onnxruntime", "versions": {"onnxruntime": "1.31.0"}}}
+
+    def here(**kw):
+        return {"host": {**host, **kw}, "runtime": {"runner": "onnxruntime", "versions": {"onnxruntime": "1.32.0"}}}
+
+    assert cpu_differences(rec, here(os="Linux 6.18 b", cpu_count=4, machine_id="bbb"), "onnxruntime") == []
+    assert cpu_differences(rec, here(cpu_model="AMD EPYC"), "onnxruntime") == [
+        "CPU Intel(R) Xeon(R) Processor there, AMD EPYC here"]
+    assert "CPU flags differ" in cpu_differences(rec, here(cpu_flags=["avx2", "avx512f"]), "litert")[0]
+    assert cpu_differences(rec, here(caches={"L2": "1024K", "L3": "307200K"}), "onnxruntime") == [
+        "L2 cache 2048K there, 1024K here"]
+    assert cpu_differences(rec, here(cpu_model="AMD EPYC"), "vela") == []
+    assert cpu_differences(rec, here(cpu_model="AMD EPYC"), "agent") == []
 
 
 def test_a_budget_that_leaves_no_layer_time_says_how_to_give_more(calibrated, tmp_path, monkeypatch):

@@ -632,6 +632,7 @@ def test_fingerprint_mismatch_names_the_difference(cal, tmp_path):
     w = [x for x in est.estimate_network(onnx, per_layer=False).warnings if "calibrated on another" in x]
     assert len(w) == 1 and "CPU Some Other CPU 9000 there" in w[0] and "onnxruntime 0.0.1 there" in w[0]
     assert "bench adapt --device tiny-elsewhere --name NEW" in w[0] and "at most 10 minutes" in w[0]
+    assert "a calibration does not carry to another processor" in w[0]  # the route bench adapt will take
     # the same profile with this machine's fingerprint: no warning
     same = Estimator.from_profile(load_profile("tiny-cal", cal["root"]))
     assert not [x for x in same.estimate_network(onnx, per_layer=False).warnings if "another" in x]
