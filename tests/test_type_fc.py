@@ -46,3 +46,20 @@ def test_prior_has_token_rows_for_onnx_and_tflite():
         plan = make_plan(["fc"], 0, prior_samples=40, seed=0, model_format=fmt)
         assert sum(c.params.get("m", 1) > 1 for c in plan) >= 10 and len(plan) == 40
         assert all(SPECS["fc"].renders(c.params, fmt) for c in plan)
+
+
+def test_prior_token_rows_have_transformer_widths():
+    """The prior's token rows are a transformer's Linear layers: q/k/v (d -> 3d), the output
+    projection (d -> d) and the MLP (d -> e d -> d), with d from the prior's widths, so that the
+    narrow ones (DeiT-Tiny's d = 192, MobileViT's 96-144) lie among the rows instead of below them."""
+    from estimator.layers import space
+
+    toks = [c.params for c in make_plan(["fc"], 0, prior_samples=400, seed=0) if c.params.get("m", 1) > 1]
+    assert len(toks) >= 100
+    d_of = {(d, o): d for d in space.PRIOR_WIDTHS for o in (3 * d, d, 2 * d, 4 * d)}
+    d_of.update({(e * d, d): d for d in space.PRIOR_WIDTHS for e in (2, 4)})
+    top = space.SPACE_MAX["fc_c"]
+    assert all((p["c_in"], p["c_out"]) in d_of or max(p["c_in"], p["c_out"]) == top for p in toks)
+    assert min(min(p["c_in"], p["c_out"]) for p in toks) < 256
+    roles = {(p["c_out"] // p["c_in"]) if p["c_out"] >= p["c_in"] else -(p["c_in"] // p["c_out"]) for p in toks}
+    assert {1, 2, 3, 4, -2, -4} <= roles

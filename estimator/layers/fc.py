@@ -146,9 +146,20 @@ class Fc(LayerTypeSpec):
         return dict(c_in=space.channels(r, space.SPACE_MAX["fc_c"], prior), c_out=c_out)
 
     def prior_variant(self, p: dict[str, Any], unit: space.UnitHash) -> dict[str, Any]:
-        """Half of the prior's classifiers become a transformer's Linear over token rows."""
+        """Half of the prior's classifiers become a transformer's Linear over token rows, with a
+        transformer's widths: the attention's q/k/v (d -> 3d) or output projection (d -> d), or
+        the MLP's up (d -> e d) or down (e d -> d) projection, d one of the prior's widths and e
+        2 or 4. (Drawn from the classifiers' channels, every token row had both widths >= 256:
+        DeiT-Tiny's d = 192 layers lay outside the rows, and an AMD VM's profile predicted them
+        1.3-2.2x slow.)"""
         if unit(p, "token-rows") < 0.5:
-            p["m"] = space.PRIOR_TOKENS[int(len(space.PRIOR_TOKENS) * unit(p, "rows"))]
+            rows, width, role, ratio = (unit(p, s) for s in ("rows", "token-width", "token-role", "mlp-ratio"))
+            d = space.PRIOR_WIDTHS[int(len(space.PRIOR_WIDTHS) * width)]
+            e = 2 if ratio < 0.5 else 4
+            c_in, c_out = ((d, 3 * d), (d, d), (d, e * d), (e * d, d))[int(4 * role)]
+            top = space.SPACE_MAX["fc_c"]
+            p.update(m=space.PRIOR_TOKENS[int(len(space.PRIOR_TOKENS) * rows)], c_in=min(c_in, top),
+                     c_out=min(c_out, top))
         return p
 
     def in_ranges(self, p: Mapping[str, Any], ins: Sequence[tuple[int, ...]], out: tuple[int, ...]) -> bool:
