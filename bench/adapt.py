@@ -232,9 +232,9 @@ def does_not_carry(base: Any, report: dict[str, Any] | None, m: Any) -> str:
     if report is None or m.kind != "measured":
         return ""
     setting = setting_differences(base, m.runner, m.options, m.precision)
-    elsewhere = setting or fp.differences(base.recorded_fingerprint(), fp.fingerprint(base.runner, base.threads),
-                                          base.runner)
-    route, why = decide(base, report, setting, cpu_differences(base))
+    recorded, here = base.recorded_fingerprint(), fp.fingerprint(base.runner, base.threads)
+    elsewhere = setting or fp.differences(recorded, here, base.runner)
+    route, why = decide(base, report, setting, fp.cpu_differences(recorded, here, base.runner))
     return why if elsewhere and route == "profile" else ""
 
 

@@ -192,6 +192,8 @@ def _flag_diff(rec: list[str], here: list[str], limit: int = 4) -> str:
 
 
 _HOST_KEYS = (("cpu_model", "CPU"), ("cpu_count", "cores"), ("machine", "architecture"))
+#: what names the processor itself (the core count does not)
+_CPU_KEYS = tuple(k for k in _HOST_KEYS if k[0] != "cpu_count")
 
 
 def _cpu_differences(rh: Mapping[str, Any], hh: Mapping[str, Any], keys: Sequence[tuple[str, str]] = _HOST_KEYS
@@ -216,8 +218,7 @@ def cpu_differences(recorded: Mapping[str, Any], here: Mapping[str, Any], runner
     kind."""
     if runner not in HOST_RUNNERS:
         return []
-    return _cpu_differences(recorded.get("host") or {}, here.get("host") or {},
-                            tuple(k for k in _HOST_KEYS if k[0] != "cpu_count"))
+    return _cpu_differences(recorded.get("host") or {}, here.get("host") or {}, _CPU_KEYS)
 
 
 def differences(recorded: Mapping[str, Any], here: Mapping[str, Any], runner: str) -> list[str]:

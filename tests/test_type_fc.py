@@ -56,10 +56,10 @@ def test_prior_token_rows_have_transformer_widths():
 
     toks = [c.params for c in make_plan(["fc"], 0, prior_samples=400, seed=0) if c.params.get("m", 1) > 1]
     assert len(toks) >= 100
-    d_of = {(d, o): d for d in space.PRIOR_WIDTHS for o in (3 * d, d, 2 * d, 4 * d)}
-    d_of.update({(e * d, d): d for d in space.PRIOR_WIDTHS for e in (2, 4)})
+    shapes = {(d, o) for d in space.PRIOR_WIDTHS for o in (3 * d, d, 2 * d, 4 * d)}
+    shapes |= {(e * d, d) for d in space.PRIOR_WIDTHS for e in (2, 4)}
     top = space.SPACE_MAX["fc_c"]
-    assert all((p["c_in"], p["c_out"]) in d_of or max(p["c_in"], p["c_out"]) == top for p in toks)
+    assert all((p["c_in"], p["c_out"]) in shapes or max(p["c_in"], p["c_out"]) == top for p in toks)
     assert min(min(p["c_in"], p["c_out"]) for p in toks) < 256
     roles = {(p["c_out"] // p["c_in"]) if p["c_out"] >= p["c_in"] else -(p["c_in"] // p["c_out"]) for p in toks}
     assert {1, 2, 3, 4, -2, -4} <= roles
