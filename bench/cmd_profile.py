@@ -11,9 +11,9 @@ Cold rows (``--cold-from ENV:fc,conv2d``): the weight-bound rows (weights outwei
 output, :func:`estimator.layers.weight_bound`) of these types from another environment of the
 same database, one that differs only in a cache flush (``bench run --layers fc,conv2d
 --flush-cache 64``), join the warm rows with the feature ``cold=1``. Such a layer reads its
-weights once per inference, from DRAM when the network does not fit in the last-level cache;
-the estimator then predicts it from the cold rows
-(:meth:`estimator.predict.Estimator.cold_weight_bytes`). ``profile.json`` records them
+weights once per inference, from DRAM when the network (weights and maps) does not fit in the
+last-level cache; the estimator then predicts it from the cold rows
+(:meth:`estimator.predict.Estimator.cold_network_bytes`). ``profile.json`` records them
 (``cold_rows``).
 
 Device-specific mapping rules go into ``profile.json``:

@@ -376,39 +376,49 @@ class Estimator:
                 out_of_design_space=o, ood_reasons=list(why), fallback=fb, flags=flags))
         return rows
 
-    def cold_weight_bytes(self) -> float | None:
-        """Weight bytes above which a network's weight-bound layers (:func:`~estimator.layers.
+    def cold_network_bytes(self) -> float | None:
+        """Bytes above which a network's weight-bound layers (:func:`~estimator.layers.
         weight_bound`: weights outweigh input and output) read their weights from DRAM: half
         the last-level cache of the profile's host (its fingerprint), when the profile holds
-        rows measured cold (``bench profile --cold-from``: a model with the ``cold``
-        feature); ``None`` otherwise. A network whose weights fit in the cache with room for
-        its activations keeps them there between inferences; a bigger one does not
-        (docs/calibration.md, "Weight-bound layers")."""
+        rows measured cold (``bench profile --cold-from``: a model with the ``cold`` feature);
+        ``None`` otherwise. A network's bytes are the sum of its layers' (weights, inputs and
+        outputs): a network whose weights and maps fit in the cache with room to spare keeps
+        its weights there between inferences; a bigger one evicts them (docs/calibration.md,
+        "Weight-bound layers")."""
         return self._cold_state()[0]
 
     def _cold_state(self) -> tuple[float | None, frozenset[str]]:
-        """(:meth:`cold_weight_bytes`, the types whose model learnt ``cold``), worked out once."""
+        """(:meth:`cold_network_bytes`, the types whose model learnt ``cold``), worked out once."""
         if self._cold is None:
             types = frozenset(t for t, m in self.models.types.items() if "cold" in m.feature_names)
             llc = last_level_cache_bytes(self.profile.fingerprint) if types else 0
             self._cold = (llc / 2 if llc else None, types)
         return self._cold
 
+    def network_runs_cold(self, layers: Sequence[Layer]) -> bool:
+        """Whether a network of these layers outgrows :meth:`cold_network_bytes` (never for a
+        profile without cold rows)."""
+        limit = self._cold_state()[0]
+        return limit is not None and sum(l.bytes for l in layers) > limit
+
+    def as_cold(self, layer: Layer) -> Layer:
+        """``layer`` as it runs inside a network that :meth:`network_runs_cold`: a copy with
+        ``cold=1`` and the flag ``weights_cold`` when it is weight-bound and its type's model
+        learnt ``cold``; otherwise ``layer`` itself."""
+        if layer.type not in self._cold_state()[1] or not weight_bound(layer.counts):
+            return layer
+        return dataclasses.replace(layer, counts=dataclasses.replace(layer.counts, features={**layer.features, "cold": 1.0}),
+                                   flags=[*layer.flags, "weights_cold"])
+
     def _mark_cold(self, layers: list[Layer]) -> list[Layer]:
-        """``layers`` with ``cold=1`` (and the flag ``weights_cold``) on their weight-bound
-        layers of a type whose model has the feature, when the network's weights exceed
-        :meth:`cold_weight_bytes` (copies; the imported network is not changed)."""
-        limit, cold_types = self._cold_state()
-        if limit is None or sum(l.n_params for l in layers) * elem_bytes_for(self.profile.precision) <= limit:
-            return layers
-        return [dataclasses.replace(l, counts=dataclasses.replace(l.counts, features={**l.features, "cold": 1.0}),
-                                    flags=[*l.flags, "weights_cold"])
-                if l.type in cold_types and weight_bound(l.counts) else l for l in layers]
+        """``layers`` as they run in their network (:meth:`as_cold` when it
+        :meth:`network_runs_cold`; copies, the imported network is not changed)."""
+        return [self.as_cold(l) for l in layers] if self.network_runs_cold(layers) else layers
 
     def context_layers(self, layers: Sequence[Layer]) -> list[Layer | None]:
         """``layers`` (a network's, in order) as this device estimates them inside that network:
         ``None`` for a layer it runs for free (``op_mapping.free_ops``), weight-bound layers
-        marked cold when the network's weights exceed :meth:`cold_weight_bytes`. The layers a
+        marked cold when the network outgrows :meth:`cold_network_bytes`. The layers a
         network estimate sums are exactly the ones that are not ``None``."""
         layers = list(layers)
         kept, _, _ = self._split_free(layers)

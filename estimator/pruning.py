@@ -347,6 +347,8 @@ class LatencyModel:
         self.layers: list[Layer] = list(self.net.layers)
         self.groups = channel_groups(self.net)
         self.context = estimator.context_layers(self.layers)
+        #: whether the network outgrows the cache, so its weight-bound layers run cold at any channel count
+        self._cold = estimator.network_runs_cold([l for l in self.context if l is not None])
         self.base = estimator.estimate_network(self.net, self.confidence, per_layer=False)
         unc = self.base.uncalibrated
         #: calibrated total over the Eq. 7 total of the full network (1 when not calibrated)
@@ -433,9 +435,9 @@ class LatencyModel:
             if n < 1:
                 raise UserError(f"{ctx.type} layer {ctx.name}: {n} channels at {port!r}")
             p = spec.with_channels(p, port, n)
-        if ctx.features.get("cold") == 1.0:
-            p["cold"] = 1
-        return dataclasses.replace(ctx, params=p, counts=describe(ctx.type, p))
+        layer = dataclasses.replace(ctx, params=p, counts=describe(ctx.type, p),
+                                    flags=[f for f in ctx.flags if f != "weights_cold"])
+        return self.estimator.as_cold(layer) if self._cold else layer
 
     def _rows(self, todo: Sequence[tuple[int, Mapping[str | int, int]]]) -> list[LayerLatency]:
         """Latencies of layers ``i`` with channels at ports, cached, uncached ones in one batch."""

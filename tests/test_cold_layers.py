@@ -1,5 +1,5 @@
 """Weight-bound layers predicted cold in networks too big for the last-level cache
-(``bench profile --cold-from``, :meth:`estimator.predict.Estimator.cold_weight_bytes`), on
+(``bench profile --cold-from``, :meth:`estimator.predict.Estimator.cold_network_bytes`), on
 synthetic rows (tests/synthetic.py: a known latency function, not measurements)."""
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from tests import synthetic
 
 
 def _conv_net(c: int = 128, h: int = 8) -> bytes:
-    """One 3x3 convolution, c -> c on an h x h map (weight-bound at 8x8, 128 channels)."""
+    """One 3x3 convolution, c -> c on an h x h map (weight-bound at 8x8, 128 channels; not at
+    32x32, 32 channels)."""
     w = helper.make_tensor("w", TensorProto.FLOAT, [c, c, 3, 3], [0.01] * (c * c * 9))
     node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], name="conv")
     g = helper.make_graph([node], "net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, h, h])],
@@ -44,8 +45,8 @@ def test_a_network_bigger_than_half_the_cache_reads_weight_bound_layers_cold(tmp
     net = _conv_net()  # 147,456 weights: 576 KiB, above half of 64 KiB, below half of 1 GiB
     both = Estimator.from_profile(load_profile("both", tmp_path), cache_root=tmp_path / "cache")
     only = Estimator.from_profile(load_profile("warm", tmp_path), cache_root=tmp_path / "cache")
-    assert only.cold_weight_bytes() is None  # no cold rows: the feature is not learnt, nothing changes
-    assert both.cold_weight_bytes() == cache_bytes(l3) / 2
+    assert only.cold_network_bytes() is None  # no cold rows: the feature is not learnt, nothing changes
+    assert both.cold_network_bytes() == cache_bytes(l3) / 2
     p_both = both.estimate_network(net, [0.9]).layers[0]
     p_warm = only.estimate_network(net, [0.9]).layers[0]
     assert p_both.features["cold"] == (1.0 if cold else 0.0)
@@ -53,3 +54,26 @@ def test_a_network_bigger_than_half_the_cache_reads_weight_bound_layers_cold(tmp
     ratio = p_both.prediction_ms / p_warm.prediction_ms
     assert (ratio > 2.0) if cold else (0.7 < ratio < 1.4)
     assert onnx.load_from_string(net).graph.node[0].name == "conv"
+
+
+@pytest.mark.parametrize("l3, cold", [("2M", True), ("64M", False)])
+def test_the_maps_count_toward_the_network_that_outgrows_the_cache(tmp_path, l3, cold):
+    """A weight-bound layer (576 KiB of weights) after a convolution on a 64x64 map (2.1 MiB of
+    input and output, few weights): the weights alone fit in half a 2 MiB cache, weights and
+    maps do not, so the weight-bound layer runs cold there; the map's layer never does (it is
+    not weight-bound)."""
+    from estimator.predict import make_layer
+
+    warm = synthetic.rows(300, seed=3, c_max=160)
+    cold_rows = [dict(r, params={**r["params"], "cold": 1}, t_lum_ms=3 * r["t_lum_ms"], t_lum_lo_ms=3 * r["t_lum_lo_ms"],
+                      t_lum_hi_ms=3 * r["t_lum_hi_ms"], t_padded_ms=3 * r["t_padded_ms"])
+                 for r in warm if weight_bound(describe("conv2d", r["params"]))]
+    synthetic.write_profile(tmp_path, "both", warm + cold_rows, fingerprint={"host": {"caches": {"L3": l3}}})
+    est = Estimator.from_profile(load_profile("both", tmp_path), cache_root=tmp_path / "cache")
+    big_map = make_layer("conv2d", dict(h=64, w=64, c_in=8, c_out=64, k_h=3, k_w=3), "map")
+    heavy = make_layer("conv2d", dict(h=8, w=8, c_in=128, c_out=128, k_h=3, k_w=3), "heavy")
+    assert heavy.n_params * 4 < cache_bytes("2M") / 2 < big_map.bytes + heavy.bytes
+    assert est.network_runs_cold([big_map, heavy]) == cold and not est.network_runs_cold([heavy])
+    ctx = est.context_layers([big_map, heavy])
+    assert [l.features.get("cold", 0.0) for l in ctx] == [0.0, 1.0 if cold else 0.0]
+    assert ("weights_cold" in ctx[1].flags) == cold and not ctx[0].flags
