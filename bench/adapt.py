@@ -22,12 +22,7 @@ layer profile of the machine itself does (4-6 % after about 5 minutes). So:
    (:func:`bench.measure.measure_plan`, the sampling plan of ``bench run``, ordered by
    :func:`by_time_share` so that wherever the budget cuts it every type has rows, the types the
    networks spend their time in the most) until the budget leaves only what the last steps
-   need. Where some of the networks outgrow half this machine's last-level cache
-   (:func:`cold_networks`), the last :data:`COLD_SHARE` of that time measures the plan's
-   weight-bound ``fc`` and ``conv2d`` configurations again after a cache flush, in an
-   environment of their own, and NEW takes them as cold rows (``bench profile --cold-from``,
-   docs/calibration.md): on a 2-vCPU AMD VM with a 32 MiB L3 they took an own profile from
-   9.6 to 6.5 % on 80 NAS samples;
+   need;
 4. **networks again**: the other half of the rounds, so that the network timings behind the
    calibration span the measuring window and their drift enters the band
    (:func:`estimator.calibration.drift_of`);
@@ -60,7 +55,7 @@ from estimator.errors import UserError
 
 __all__ = ["CARRY_ERROR", "DEFAULT_MINUTES", "DEFAULT_ROUNDS", "DEFAULT_NETWORKS", "DEFAULT_RUNS", "DEFAULT_WARMUP", "DEFAULT_SAMPLES", "ROUTES", "FIT_RESERVE_S", "Adapted",
            "AdaptState", "decide", "cpu_differences", "adapt", "state_path", "sampling_plan", "describe_adapted", "setting_differences", "does_not_carry", "time_shares", "by_time_share",
-           "TIME_WEIGHT", "COLD_SHARE", "cold_networks", "cold_plan", "host_cache_bytes"]
+           "TIME_WEIGHT"]
 
 #: BASE carries when its calibration's leave-family-out mean |error| on this machine's networks
 #: is at most this: what a small own profile reaches held out (3.9-5.9 % on a 2-vCPU AMD VM)
@@ -97,40 +92,6 @@ TIME_WEIGHT = 0.5
 MIN_LAYER_S = 60.0
 #: the state is written at most this often while layers are measured
 _SAVE_EVERY_S = 5.0
-#: the part of the layer time given to the weight-bound rows measured cold, when some of the
-#: networks outgrow half the last-level cache (:func:`cold_networks`)
-COLD_SHARE = 0.15
-
-
-def host_cache_bytes() -> int:
-    """This machine's last-level cache in bytes (0: unknown)."""
-    from estimator.fingerprint import host_fingerprint, last_level_cache_bytes  # noqa: PLC0415
-
-    return last_level_cache_bytes({"host": host_fingerprint()})
-
-
-def cold_networks(base: Any, results: Sequence[Any], cache_bytes: int) -> int:
-    """How many of the measured networks outgrow half a ``cache_bytes`` last-level cache
-    (:meth:`estimator.predict.Estimator.network_runs_cold` with BASE's fusion rules): the
-    networks whose weight-bound layers run cold."""
-    from estimator.predict import Estimator  # noqa: PLC0415
-
-    if cache_bytes <= 0:
-        return 0
-    est = Estimator.from_profile(base)
-    n = 0
-    for r in results:
-        layers = [l for l in est.context_layers(est.load_network(r.spec.weightless_onnx).layers) if l is not None]
-        n += sum(l.bytes for l in layers) > cache_bytes / 2
-    return n
-
-
-def cold_plan(plan: Sequence[Any]) -> list[Any]:
-    """The configurations of ``plan`` measured again cold: the weight-bound ones of the types
-    with the ``cold`` feature, in the plan's order."""
-    from estimator.layers import COLD_TYPES, describe, weight_bound  # noqa: PLC0415
-
-    return [c for c in plan if c.layer_type in COLD_TYPES and weight_bound(describe(c.layer_type, c.params))]
 
 
 def _digest(names: Sequence[str]) -> str:
@@ -208,7 +169,6 @@ class Adapted:
     rounds: int
     seconds: float  # all runs together
     ratio: tuple[float, float, float]  # BASE's measured / predicted here: median, min, max
-    cold_rows: int = 0  # weight-bound rows of the own profile measured after a cache flush
 
 
 def setting_differences(base: Any, runner: str, options: dict[str, Any], precision: str) -> list[str]:
@@ -289,7 +249,7 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
     its description for the ``profile`` route; ``log`` gets every progress line."""
     from estimator.profile import load_profile  # noqa: PLC0415
 
-    from .calibrate import bias, describe_sources, measure, runner_params, write_calibrated_profile  # noqa: PLC0415
+    from .calibrate import bias, describe_sources, measure, write_calibrated_profile  # noqa: PLC0415
     from .profile_db import profile_from_db  # noqa: PLC0415
     from .measure import make_runner, measure_plan  # noqa: PLC0415
     from .smartpad import default_precision  # noqa: PLC0415
@@ -350,7 +310,6 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
 
     # 3. the layers (route profile), until the budget leaves what steps 4 and 5 need
     layer_rows, layer_s = 0, float(state.phases.get("layers", {}).get("seconds", 0.0))
-    cold_rows, cold_s = 0, float(state.phases.get("cold", {}).get("seconds", 0.0))
     if state.route == "profile":
         runner = make_runner(runner_name, options)
         try:  # closed however the budget check or the measuring ends
@@ -367,27 +326,14 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
                                 f"(about {again_s:.0f} s more for them after the layers): too little; run the same "
                                 f"command with --minutes {math.ceil(need) + 1} or more (what was measured is kept), or "
                                 f"fewer --networks")
-            cold = state.phases.get("cold_plan")
-            if cold is None:  # decided once, so that a resumed run splits the budget alike
-                cache = host_cache_bytes() if "flush_cache_mb" in runner_params(runner_name) and not \
-                    options.get("flush_cache_mb") else 0
-                n_cold = cold_networks(base, m.results, cache)
-                cold = {"networks": n_cold, "cache_mb": cache / 2**20,
-                        "flush_mb": min(4096, math.ceil(2 * cache / 2**20)) if n_cold else 0,
-                        "warm_until_s": round(deadline - COLD_SHARE * max(left, 0), 1) if n_cold else deadline}
-                state.save(cold_plan=cold)
-            warm_until = float(cold["warm_until_s"])
             log(f"[3/4] measuring a layer profile of this machine ({what}): {max(left, 0):.0f} s of the budget left "
-                f"for it" + (f", the last {deadline - warm_until:.0f} s for its weight-bound fc and conv2d rows again "
-                             f"after a {cold['flush_mb']} MiB cache flush ({cold['networks']} of the {len(m.results)} "
-                             f"networks outgrow half the {cold['cache_mb']:g} MiB last-level cache)"
-                             if cold["flush_mb"] else ""))
+                f"for it")
             t0, before = time.monotonic(), layer_s
 
             def stop() -> bool:
                 state.phases["layers"] = {"seconds": round(before + time.monotonic() - t0, 1)}
                 state.save_now_and_then()
-                return state.elapsed() >= warm_until
+                return state.elapsed() >= deadline
 
             stats, env_id, layer_rows = measure_plan(runner, db, name, plan, warmup=5, runs=20, precision=precision,
                                                      progress=progress, stop=stop)
@@ -400,24 +346,6 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
                             f"same command with more --minutes (what was measured is kept)")
         log(f"measured {stats.measured} configurations ({stats.already} from earlier runs, {stats.failed} failed): "
             f"{layer_rows} rows in {layer_s:.0f} s")
-        if cold["flush_mb"]:
-            runner = make_runner(runner_name, {**options, "flush_cache_mb": cold["flush_mb"]})
-            try:
-                t0, before = time.monotonic(), cold_s
-
-                def stop_cold() -> bool:
-                    state.phases["cold"] = {"seconds": round(before + time.monotonic() - t0, 1)}
-                    state.save_now_and_then()
-                    return state.elapsed() >= deadline
-
-                cstats, cold_env, cold_rows = measure_plan(runner, db, name, cold_plan(plan), warmup=5, runs=20,
-                                                           precision=precision, progress=progress, stop=stop_cold)
-            finally:
-                runner.close()
-            cold_s = before + time.monotonic() - t0
-            state.save(cold={"seconds": round(cold_s, 1), "rows": cold_rows, "env_id": cold_env})
-            log(f"measured {cstats.measured} weight-bound configurations cold ({cstats.already} from earlier runs): "
-                f"{cold_rows} rows in {cold_s:.0f} s")
 
     # 4. the networks again: the other half of the rounds
     log(f"[4/4] timing the networks again: rounds {half + 1}-{rounds}")
@@ -439,27 +367,14 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
                       f"{layer_rows} configurations in {layer_s:.0f} s of a {minutes:g}-minute budget) on {hw}, "
                       f"{runner_name} ({', '.join(f'{k} {v}' for k, v in sorted(m.options.items())) or 'defaults'}), "
                       f"{precision}")
-            cold_types = _types_measured(db, state.phases["cold"]["env_id"]) if cold_rows else []
-            if cold_types:
-                source += (f"; its weight-bound {', '.join(cold_types)} rows also after a {cold['flush_mb']} MiB cache "
-                           f"flush ({cold_rows} rows in {cold_s:.0f} s)")
             profile_from_db(db, name, source=source, root=tmp, env_id=state.phases["layers"]["env_id"],
-                            cold_from=(state.phases["cold"]["env_id"], cold_types) if cold_types else None,
                             hardware=str(hw), training=training or None)
             under = load_profile(Path(tmp) / name)
         out = write_calibrated_profile(under, name, root, m, replace=replace, command=command,
                                        origin=f"{command} --device {base.name} --name {name}")
     state.save(done={"profile": str(out.path), "route": state.route})
     return Adapted(out.path, state.route, state.why, base_report, out.report, out.info, layer_rows, layer_s,
-                   len(m.results), rounds, state.elapsed(), (med, lo, hi), cold_rows)
-
-
-def _types_measured(db: Path, env_id: int) -> list[str]:
-    """The layer types environment ``env_id`` of ``db`` holds rows of."""
-    from .storage import Store  # noqa: PLC0415
-
-    with Store.open_existing(db) as store:
-        return sorted({r["layer_type"] for r in store.export_rows(env_id)})
+                   len(m.results), rounds, state.elapsed(), (med, lo, hi))
 
 
 def time_shares(base: Any, results: Sequence[Any]) -> dict[str, float]:
@@ -521,8 +436,7 @@ def describe_adapted(base: Any, r: Adapted) -> list[str]:
                               f"{b['cv_mean_abs_error_pct'][b['method']]:.1f} % (uncalibrated "
                               f"{b['uncalibrated_mean_abs_error_pct']:.1f} %)" if b else ""))
     if r.route == "profile":
-        out.append(f"own layer profile: {r.layer_rows} rows in {r.layer_seconds:.0f} s"
-                   + (f", and {r.cold_rows} weight-bound rows measured cold" if r.cold_rows else ""))
+        out.append(f"own layer profile: {r.layer_rows} rows in {r.layer_seconds:.0f} s")
     if r.report is not None:
         cv = r.report["cv_mean_abs_error_pct"]
         out.append(f"after: {r.path.name} calibrated on {r.report['n_networks']} networks ({r.rounds} rounds): "

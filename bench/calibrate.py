@@ -26,7 +26,7 @@ from estimator.errors import UserError
 from .network_measure import DEFAULT_ROUNDS, DEFAULT_RUNS, DEFAULT_WARMUP
 from .runners.base import RUNNERS, RunnerError
 
-__all__ = ["DEFAULT_NETWORKS", "DEFAULT_SPACES", "Measured", "Calibrated", "runner_defaults", "runner_params", "measure",
+__all__ = ["DEFAULT_NETWORKS", "DEFAULT_SPACES", "Measured", "Calibrated", "runner_defaults", "measure",
            "write_calibrated_profile", "describe_sources", "bias"]
 
 
@@ -60,8 +60,7 @@ class Calibrated:
     report: dict[str, Any] | None  # the calibration's fit report (None when not applied)
 
 
-def runner_params(runner: str) -> set[str]:
-    """The keyword options the runner's constructor takes (empty when it cannot be imported)."""
+def _params(runner: str) -> set[str]:
     mod, cls = RUNNERS[runner].split(":")
     try:
         return set(inspect.signature(getattr(importlib.import_module(mod), cls).__init__).parameters)
@@ -71,7 +70,7 @@ def runner_params(runner: str) -> set[str]:
 
 def runner_defaults(runner: str, base: Any) -> dict[str, Any]:
     """Options taken from the base profile when the target runs its runner: its threads."""
-    if base is not None and runner == base.runner and base.threads and "threads" in runner_params(runner):
+    if base is not None and runner == base.runner and base.threads and "threads" in _params(runner):
         return {"threads": base.threads}
     return {}
 

@@ -335,45 +335,6 @@ def test_a_budget_that_leaves_no_layer_time_says_how_to_give_more(calibrated, tm
     assert count_rows(db, "measurements") == 0 and sorted(p.name for p in root.iterdir()) == [DEVICE]
 
 
-def test_networks_that_outgrow_the_cache_get_weight_bound_rows_measured_cold(calibrated, tmp_path, monkeypatch):
-    """Route profile on a machine whose last-level cache the networks outgrow (made 64 KiB
-    here): the last part of the layer time measures the plan's weight-bound fc and conv2d
-    configurations again after a cache flush, in an environment of their own, and the profile
-    takes them as cold rows (feature cold=1), which its estimates then use."""
-    import bench.adapt
-    from estimator.layers import describe, weight_bound
-    from estimator.predict import Estimator
-    from estimator.profile import load_profile
-
-    monkeypatch.setenv("CL_CACHE_DIR", str(calibrated.ps.cache))
-    monkeypatch.setattr(bench.adapt, "host_cache_bytes", lambda: 64 << 10)
-    monkeypatch.setattr(bench.adapt, "COLD_SHARE", 0.5)
-    root = _root_with_base(calibrated.ps, tmp_path)
-    db = tmp_path / "adapt.sqlite"
-    shutil.copyfile(calibrated.db, db)  # its networks are resumed, not timed again
-    rc, out, err = _adapt(["--device", DEVICE, "--name", NEW, "--root", str(root), "--db", str(db), "--route",
-                           "profile", *NETWORK_ARGS, "--layers", LAYERS, "--samples", "3", "--max-ops", "2e7",
-                           "--training", str(calibrated.training)])
-    assert rc == 0, err[-3000:]
-    assert f"of the {MIN_NETWORKS} networks outgrow half the 0.0625 MiB last-level cache" in err
-    state = json.loads(state_path(db).read_text())
-    cold = state["phases"]["cold"]
-    assert cold["rows"] > 0 and cold["env_id"] != state["phases"]["layers"]["env_id"]
-    assert state["phases"]["cold_plan"]["flush_mb"] == 1
-    assert f"and {cold['rows']} weight-bound rows measured cold" in out
-    prof = load_profile(NEW, root)
-    meta = json.loads((prof.path / "profile.json").read_text())
-    assert sum(e["rows"] for e in meta["cold_rows"].values()) == cold["rows"]
-    assert all(e["flush_cache_mb"] == 1 for e in meta["cold_rows"].values())
-    assert "1 MiB cache flush" in meta["provenance"]["source"]
-    rows = _csv_rows(prof.measurements_path)
-    marked = [r for r in rows if json.loads(r["params"]).get("cold") == 1]
-    assert len(marked) == cold["rows"] and len(rows) == state["phases"]["layers"]["rows"] + cold["rows"]
-    assert all(weight_bound(describe(r["layer_type"], json.loads(r["params"]))) for r in marked)
-    models = Estimator.from_profile(prof).models.types
-    assert any("cold" in models[t].feature_names for t in meta["cold_rows"] if t in models)  # its models learnt it
-
-
 # ----------------------------------------------------------------------------- bad input
 
 
