@@ -77,3 +77,22 @@ def test_the_maps_count_toward_the_network_that_outgrows_the_cache(tmp_path, l3,
     ctx = est.context_layers([big_map, heavy])
     assert [l.features.get("cold", 0.0) for l in ctx] == [0.0, 1.0 if cold else 0.0]
     assert ("weights_cold" in ctx[1].flags) == cold and not ctx[0].flags
+
+
+def test_a_pruning_table_judges_cold_at_each_channel_count(tmp_path):
+    """In a network that outgrows the cache, the latency model predicts a layer cold at the
+    channel counts where it is weight-bound, and warm where pruning has made it stream its maps
+    instead (128 -> 128 at 8x8: weight-bound; 128 -> 4: not)."""
+    from estimator.pruning import LatencyModel
+
+    warm = synthetic.rows(300, seed=3, c_max=160)
+    cold_rows = [dict(r, params={**r["params"], "cold": 1}, t_lum_ms=3 * r["t_lum_ms"], t_lum_lo_ms=3 * r["t_lum_lo_ms"],
+                      t_lum_hi_ms=3 * r["t_lum_hi_ms"], t_padded_ms=3 * r["t_padded_ms"])
+                 for r in warm if weight_bound(describe("conv2d", r["params"]))]
+    synthetic.write_profile(tmp_path, "both", warm + cold_rows, fingerprint={"host": {"caches": {"L3": "64K"}}})
+    est = Estimator.from_profile(load_profile("both", tmp_path), cache_root=tmp_path / "cache")
+    lm = LatencyModel(est, _conv_net())
+    assert not weight_bound(describe("conv2d", dict(h=8, w=8, c_in=128, c_out=4, k_h=3, k_w=3)))
+    full, pruned = lm.layer(0, c_out=128), lm.layer(0, c_out=4)
+    assert "weights_cold" in full.flags and "weights_cold" not in pruned.flags
+    assert full.ms == pytest.approx(est.estimate_network(_conv_net(), [0.9]).total_ms, rel=1e-6)
