@@ -426,17 +426,16 @@ class LatencyModel:
         return {k: int(v) for k, v in want.items() if v is not None}
 
     def _layer_with(self, i: int, channels: Mapping[str | int, int]) -> Layer:
-        """The context layer ``i`` with ``channels`` at its ports."""
-        ctx = self.context[i]
-        assert ctx is not None
-        spec = SPECS[ctx.type]
-        p = dict(ctx.params)
+        """Layer ``i`` with ``channels`` at its ports, in its network's context (cold when the
+        network outgrows the cache and the layer is weight-bound at these channels)."""
+        base = self.layers[i]
+        spec = SPECS[base.type]
+        p = dict(base.params)
         for port, n in channels.items():
             if n < 1:
-                raise UserError(f"{ctx.type} layer {ctx.name}: {n} channels at {port!r}")
+                raise UserError(f"{base.type} layer {base.name}: {n} channels at {port!r}")
             p = spec.with_channels(p, port, n)
-        layer = dataclasses.replace(ctx, params=p, counts=describe(ctx.type, p),
-                                    flags=[f for f in ctx.flags if f != "weights_cold"])
+        layer = dataclasses.replace(base, params=p, counts=describe(base.type, p))
         return self.estimator.as_cold(layer) if self._cold else layer
 
     def _rows(self, todo: Sequence[tuple[int, Mapping[str | int, int]]]) -> list[LayerLatency]:

@@ -24,6 +24,15 @@ def _conv_net(c: int = 128, h: int = 8) -> bytes:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
+def _rows_warm_and_cold() -> tuple[list[dict], list[dict]]:
+    """Synthetic conv2d rows, and their weight-bound ones again as cold rows 3x slower."""
+    warm = synthetic.rows(300, seed=3, c_max=160)
+    cold = [dict(r, params={**r["params"], "cold": 1}, t_lum_ms=3 * r["t_lum_ms"], t_lum_lo_ms=3 * r["t_lum_lo_ms"],
+                 t_lum_hi_ms=3 * r["t_lum_hi_ms"], t_padded_ms=3 * r["t_padded_ms"])
+            for r in warm if weight_bound(describe("conv2d", r["params"]))]
+    return warm, cold
+
+
 def test_weight_bound_is_weights_against_input_and_output():
     assert weight_bound(describe("fc", dict(c_in=1280, c_out=1000)))
     assert weight_bound(describe("conv2d", dict(h=4, w=4, c_in=256, c_out=256, k_h=3, k_w=3)))
@@ -34,10 +43,7 @@ def test_weight_bound_is_weights_against_input_and_output():
 
 @pytest.mark.parametrize("l3, cold", [("64K", True), ("1024M", False)])
 def test_a_network_bigger_than_half_the_cache_reads_weight_bound_layers_cold(tmp_path, l3, cold):
-    warm = synthetic.rows(300, seed=3, c_max=160)
-    cold_rows = [dict(r, params={**r["params"], "cold": 1}, t_lum_ms=3 * r["t_lum_ms"], t_lum_lo_ms=3 * r["t_lum_lo_ms"],
-                      t_lum_hi_ms=3 * r["t_lum_hi_ms"], t_padded_ms=3 * r["t_padded_ms"])
-                 for r in warm if weight_bound(describe("conv2d", r["params"]))]
+    warm, cold_rows = _rows_warm_and_cold()
     assert len(cold_rows) >= 20
     fp = {"host": {"caches": {"L3": l3}}}
     synthetic.write_profile(tmp_path, "both", warm + cold_rows, fingerprint=fp)
@@ -64,10 +70,7 @@ def test_the_maps_count_toward_the_network_that_outgrows_the_cache(tmp_path, l3,
     not weight-bound)."""
     from estimator.predict import make_layer
 
-    warm = synthetic.rows(300, seed=3, c_max=160)
-    cold_rows = [dict(r, params={**r["params"], "cold": 1}, t_lum_ms=3 * r["t_lum_ms"], t_lum_lo_ms=3 * r["t_lum_lo_ms"],
-                      t_lum_hi_ms=3 * r["t_lum_hi_ms"], t_padded_ms=3 * r["t_padded_ms"])
-                 for r in warm if weight_bound(describe("conv2d", r["params"]))]
+    warm, cold_rows = _rows_warm_and_cold()
     synthetic.write_profile(tmp_path, "both", warm + cold_rows, fingerprint={"host": {"caches": {"L3": l3}}})
     est = Estimator.from_profile(load_profile("both", tmp_path), cache_root=tmp_path / "cache")
     big_map = make_layer("conv2d", dict(h=64, w=64, c_in=8, c_out=64, k_h=3, k_w=3), "map")
@@ -85,10 +88,7 @@ def test_a_pruning_table_judges_cold_at_each_channel_count(tmp_path):
     instead (128 -> 128 at 8x8: weight-bound; 128 -> 4: not)."""
     from estimator.pruning import LatencyModel
 
-    warm = synthetic.rows(300, seed=3, c_max=160)
-    cold_rows = [dict(r, params={**r["params"], "cold": 1}, t_lum_ms=3 * r["t_lum_ms"], t_lum_lo_ms=3 * r["t_lum_lo_ms"],
-                      t_lum_hi_ms=3 * r["t_lum_hi_ms"], t_padded_ms=3 * r["t_padded_ms"])
-                 for r in warm if weight_bound(describe("conv2d", r["params"]))]
+    warm, cold_rows = _rows_warm_and_cold()
     synthetic.write_profile(tmp_path, "both", warm + cold_rows, fingerprint={"host": {"caches": {"L3": "64K"}}})
     est = Estimator.from_profile(load_profile("both", tmp_path), cache_root=tmp_path / "cache")
     lm = LatencyModel(est, _conv_net())

@@ -31,18 +31,18 @@ from bench.smartpad import lum_profile_ms  # noqa: E402
 from estimator import zoo  # noqa: E402
 from estimator.layers import weight_bound  # noqa: E402
 from estimator.onnx_import import load_network  # noqa: E402
+from tests.perf.network_breakdown import node_index, onnx_node  # noqa: E402
 
 
 def in_network_ms(per_node: dict[str, float], data: bytes, layers: list) -> tuple[dict[int, float], float]:
-    """Each layer's share of a network's per-node profile (by ONNX node name, or by the output
-    tensor ORT names its NCHWc nodes after), and the time no layer claims (layout reorders)."""
-    out_node = {o: n.name for n in onnx.load_from_string(data).graph.node for o in n.output}
+    """Each layer's share of a network's per-node profile (kernels mapped to ONNX nodes as
+    ``network_breakdown.py`` maps them), and the time no layer claims (layout reorders)."""
+    idx = node_index(onnx.load_from_string(data))
     node_layer = {n: i for i, layer in enumerate(layers) for n in layer.nodes}
     got: dict[int, float] = collections.defaultdict(float)
     other = 0.0
-    for node, ms in per_node.items():
-        base = node[: -len("_nchwc")] if node.endswith("_nchwc") else node
-        i = node_layer.get(base, node_layer.get(out_node.get(base, "")))
+    for kernel, ms in per_node.items():
+        i = node_layer.get(onnx_node(kernel, idx))
         if i is None:
             other += ms
         else:

@@ -34,7 +34,7 @@ from estimator import zoo  # noqa: E402
 from estimator.predict import Estimator  # noqa: E402
 
 
-def _node_index(model: onnx.ModelProto) -> dict[str, str]:
+def node_index(model: onnx.ModelProto) -> dict[str, str]:
     """ONNX node name for every name ORT may give its kernel: the node name and its outputs."""
     idx: dict[str, str] = {}
     for n in model.graph.node:
@@ -44,7 +44,8 @@ def _node_index(model: onnx.ModelProto) -> dict[str, str]:
     return idx
 
 
-def _onnx_node(kernel: str, idx: dict[str, str]) -> str | None:
+def onnx_node(kernel: str, idx: dict[str, str]) -> str | None:
+    """The ONNX node an ORT per-node profile's kernel belongs to (None: a layout reorder)."""
     name = kernel
     for suffix in ("_nchwc", "_token_0", "_token_1"):
         if name.endswith(suffix):
@@ -65,7 +66,7 @@ def layer_rows(est: Estimator, name: str, res: int, runs: int, layer_type: str, 
 
     data = zoo.export_onnx(name, res)
     model = onnx.load_from_string(data)
-    idx = _node_index(model)
+    idx = node_index(model)
     net = est.load_network(data)
     e = est.estimate_network(net, [0.9], name=name)
     pred = {le.name: le for le in e.layers}
@@ -76,7 +77,7 @@ def layer_rows(est: Estimator, name: str, res: int, runs: int, layer_type: str, 
         in_net: dict[str, float] = defaultdict(float)
         owner = {n: layer.name for layer in net.layers for n in layer.nodes}
         for kernel, ms in per_node.items():
-            node = _onnx_node(kernel, idx)
+            node = onnx_node(kernel, idx)
             if node in owner:
                 in_net[owner[node]] += ms
         for layer in net.layers:
@@ -100,7 +101,7 @@ def layer_rows(est: Estimator, name: str, res: int, runs: int, layer_type: str, 
 def breakdown(est: Estimator, name: str, res: int, runs: int) -> dict[str, dict[str, float]]:
     data = zoo.export_onnx(name, res)
     model = onnx.load_from_string(data)
-    idx = _node_index(model)
+    idx = node_index(model)
     r = get_runner("onnxruntime", threads=est.profile.threads or 1)
     with r:
         prep = r.prepare(data)
@@ -115,7 +116,7 @@ def breakdown(est: Estimator, name: str, res: int, runs: int) -> dict[str, dict[
         t["predicted"] += le.prediction_ms
         t["n"] += 1
     for kernel, ms in per_node.items():
-        node = _onnx_node(kernel, idx)
+        node = onnx_node(kernel, idx)
         if node is None:
             key = "layout reorders" if "reorder" in kernel.lower() else "unmapped kernels"
         elif node in owner:
