@@ -406,15 +406,18 @@ def _shared_log_total(fam: Family, center: np.ndarray, scale: np.ndarray) -> np.
     one row per distinct ``scale`` (its layers' centres summed): a network's layers of one type
     share a few scales (DeiT-Tiny's 260 layers, 12 identical blocks, have about 20)."""
     t = fam.table()
-    neg = fam.__dict__.get("_neg")
-    if neg is None:
+    below = fam.__dict__.get("_below")
+    if below is None:  # (the outcomes below the estimate and their |u|, kept with the table)
         neg = np.flatnonzero(t < 0)
-        object.__setattr__(fam, "_neg", neg)
-    g = float(center.sum()) + t * float(center @ scale)
+        below = (neg, -t[neg])
+        object.__setattr__(fam, "_below", below)
+    neg, mag = below
+    g = t * float(center @ scale)
+    g += float(center.sum())
     if scale.size > 1:
         scale, inv = np.unique(scale, return_inverse=True)
         center = np.bincount(inv, weights=center, minlength=scale.size)
-    m = np.outer(scale, -t[neg])
+    m = np.multiply.outer(scale, mag)
     m += 1.0
     np.reciprocal(m, out=m)
     g[neg] = center @ m
