@@ -373,7 +373,7 @@ class _Prop:
                 raise _Give("declared tensor not computed")
             if d is not None and (len(d) != len(s) or any(x is not None and x != y for x, y in zip(d, s))):
                 raise _Give("declared shape disagrees")
-        return dict(self.shapes)
+        return self.shapes  # (not copied: nothing reads it through this object afterwards)
 
     # -- helpers used by handlers
     def maybe_fold(self, n: onnx.NodeProto, fn: Callable[[], np.ndarray]) -> np.ndarray | None:
