@@ -4,6 +4,8 @@
   LiteRT with int8 inputs/outputs and the IR's output shape (NHWC);
 * float32 single-layer models compute what the ONNX rendering computes (ONNX Runtime),
   which checks the NCHW -> NHWC mapping and every weight transpose;
+* float32 models of one input, converted without the converter's SavedModel round trip,
+  are the model the round trip gives (operators, tensors, constants, inputs/outputs);
 * without TensorFlow the module refuses to import with a UserError naming the extra.
 
 Needs the ``tflite`` extra (TensorFlow, ai-edge-litert); skipped where it is missing.
@@ -117,6 +119,77 @@ def test_a_batchnorm_is_a_multiply_and_an_add_by_constants(litert) -> None:
 def test_int8_conversion_is_deterministic() -> None:
     ir = padded_model("dwconv2d", dict(h=8, w=8, c=8, k_h=3, k_w=3))
     assert tm.to_tflite(ir, "int8", seed=3) == tm.to_tflite(ir, "int8", seed=3)
+
+
+def _round_trip_float32(ir) -> bytes:
+    """The float32 conversion through the converter's SavedModel round trip (its default)."""
+    fn = tm.tf_function(ir)
+    module = tm.tf.Module()
+    module.f = fn
+    return bytes(tm.tf.lite.TFLiteConverter.from_concrete_functions([fn], module).convert())
+
+
+def _flatbuffer_structure(model: bytes) -> tuple[list, list]:
+    """Per operator (in order): builtin op code, custom code, options, and per operand tensor
+    shape, type and constant data; plus the graph inputs/outputs as (shape, type, the operator
+    operands they are) -- everything but names, SignatureDefs and metadata."""
+    fb = pytest.importorskip("tensorflow.lite.python.schema_py_generated")
+    m = fb.ModelT.InitFromObj(fb.Model.GetRootAsModel(model, 0))
+    assert len(m.subgraphs) == 1
+    sg = m.subgraphs[0]
+
+    def plain(o):
+        if o is None or isinstance(o, (int, float, str, bytes)):
+            return o
+        if isinstance(o, np.ndarray):
+            return o.tolist()
+        if isinstance(o, (list, tuple)):
+            return [plain(x) for x in o]
+        return (type(o).__name__, sorted((k, plain(v)) for k, v in vars(o).items()))
+
+    def tensor(i):
+        t = sg.tensors[i]
+        data = m.buffers[t.buffer].data
+        return (plain(t.shape), int(t.type), None if data is None else np.asarray(data, np.uint8).tobytes())
+
+    ops, uses = [], {}
+    for k, op in enumerate(sg.operators):
+        code = m.operatorCodes[op.opcodeIndex]
+        ops.append((max(code.builtinCode, code.deprecatedBuiltinCode), code.customCode, plain(op.builtinOptions),
+                    [tensor(i) for i in op.inputs], [tensor(i) for i in op.outputs]))
+        for j, i in enumerate(op.inputs):
+            uses.setdefault(i, []).append(("in", k, j))
+        for j, i in enumerate(op.outputs):
+            uses.setdefault(i, []).append(("out", k, j))
+    io = [[(tensor(i), uses.get(i, [])) for i in sg.inputs], [(tensor(i), uses.get(i, [])) for i in sg.outputs]]
+    return ops, io
+
+
+@pytest.mark.parametrize("ir", [padded_model("conv2d", dict(h=9, w=8, c_in=4, c_out=8, k_h=3, k_w=3, s_h=2, s_w=2)),
+                                padded_model("layernorm", dict(rows=12, c=16), "tflite"),
+                                single_layer_model("dwconv2d", dict(h=8, w=8, c=4, k_h=3, k_w=3, multiplier=2)),
+                                padding_model(8, 8, 16)], ids=lambda ir: ir.name)
+def test_float32_without_the_saved_model_round_trip_is_the_same_model(ir, litert) -> None:
+    """Float32 models of one input skip the converter's SavedModel round trip
+    (``tm.convert_concrete_function``): the same operators, tensors, constants and graph
+    inputs/outputs as through it; only names and the SignatureDef differ."""
+    fast, slow = tm.to_tflite(ir, "float32"), _round_trip_float32(ir)
+    assert fast != slow  # the round trip was skipped (it adds a SignatureDef, renames the inputs)
+    assert _flatbuffer_structure(fast) == _flatbuffer_structure(slow)
+    a, b = litert.prepare(fast).info, litert.prepare(slow).info
+    assert a["ops"] == b["ops"]
+    for side in ("inputs", "outputs"):
+        assert [(d["shape"], d["dtype"]) for d in a[side]] == [(d["shape"], d["dtype"]) for d in b[side]]
+    assert [d["name"] for d in a["inputs"]] == [x.name for x in ir.inputs]
+    assert [d["name"] for d in b["inputs"]] == [f"serving_default_{x.name}:0" for x in ir.inputs]
+
+
+def test_float32_of_several_inputs_keeps_the_round_trip() -> None:
+    """Without the round trip a two-input model's graph inputs come out in another order."""
+    for ir in (single_layer_model("add", dict(h=6, w=6, c=4)),
+               padded_model("matmul", dict(b=3, m=10, k=8, n_cols=10), "tflite")):
+        assert len(ir.inputs) == 2
+        assert tm.to_tflite(ir, "float32") == _round_trip_float32(ir)
 
 
 # Float models must compute what the ONNX rendering computes.
