@@ -74,6 +74,13 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("valgrind") is None:
         print("estimate_instructions: valgrind is not on the PATH", file=sys.stderr)
         return 2
+    # the profile's models built into the model cache here first, so that both children load
+    # them from it alike and differ only by the counted calls (a child that trained them, or
+    # found a cache another process was writing, counted that work too)
+    sys.path.insert(0, str(ROOT))
+    from estimator.predict import Estimator  # noqa: PLC0415
+
+    Estimator.from_profile(a.device, root=a.profiles).fast_models()
     for net in networks:
         one, more = _count(a, net, 1), _count(a, net, 1 + a.calls)
         print(f"{a.device} {net}: {(more - one) / a.calls / 1e6:.2f} M instructions per warm estimate_network call "
