@@ -54,8 +54,12 @@ then matches ONNX Runtime to rounding (this is what the tests check). Max pools 
 edge values (``SYMMETRIC``), which equals ONNX's -inf padding for the windows PyTorch
 builds (including ``ceil_mode``); average pools with explicit pads count the zeros.
 
-Grouped convolutions (1 < groups < channels) are split into ``groups`` convolutions and a
-concatenation (TFLite's CONV_2D has no groups in most runtimes, and Vela refuses them).
+Grouped convolutions (1 < groups < channels): in float32 one CONV_2D with grouped filters
+(``(kh, kw, c_in / groups, c_out)``), the kernel LiteRT's CPU runs and the one the smart-padding
+benchmark models of :mod:`bench.tflite_models` measure; in int8, ``groups`` convolutions and a
+concatenation, since Vela refuses grouped CONV_2D. Split in float32 too, the networks timed had
+other kernels than the layer rows: RegNet-X-400MF took 10.4 and 6.6 ms on LiteRT at 224 and 160
+split, 9.1 and 5.1 ms grouped, and a LiteRT profile's estimates missed it by -21 and -24 %.
 
 Quantisation: full-integer post-training quantisation (``TFLITE_BUILTINS_INT8`` only,
 int8 inputs and outputs) calibrated on ``calibration`` (a sequence of samples, each one
@@ -314,9 +318,10 @@ def _static_input_shapes(model: onnx.ModelProto, inits: set[str]) -> list[tuple[
 
 
 class _Graph:
-    def __init__(self, model: onnx.ModelProto, exact_padding: bool) -> None:
+    def __init__(self, model: onnx.ModelProto, exact_padding: bool, grouped_conv: bool = False) -> None:
         self.model = model
         self.exact = exact_padding
+        self.grouped_conv = grouped_conv
         self.consts: dict[str, np.ndarray] = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
         self.inputs = _static_input_shapes(model, set(self.consts))
         self.env: dict[str, _T] = {}
@@ -447,6 +452,8 @@ def _op_conv(g: _Graph, node: onnx.NodeProto, at: dict[str, Any]) -> _T:
         m = c_out // c_in
         dw = wt.reshape(c_in, m, kh, kw).transpose(2, 3, 0, 1)
         y = tf.nn.depthwise_conv2d(x, tf.constant(dw), strides, padding, dilations=d)
+    elif g.grouped_conv:  # one CONV_2D with grouped filters (see the module docstring)
+        y = tf.nn.conv2d(x, tf.constant(wt.transpose(2, 3, 1, 0)), strides, padding, dilations=d)
     else:
         xs = tf.split(x, groups, axis=3)
         og = c_out // groups
@@ -941,11 +948,12 @@ SUPPORTED_OPS: tuple[str, ...] = tuple(sorted(_OPS))
 # ------------------------------------------------------------------------- public API
 
 
-def tf_function_from_onnx(model: onnx.ModelProto, *, exact_padding: bool = False, nhwc_outputs: bool = True
-                          ) -> tuple[Any, list[tuple[str, tuple[int, ...]]]]:
+def tf_function_from_onnx(model: onnx.ModelProto, *, exact_padding: bool = False, nhwc_outputs: bool = True,
+                          grouped_conv: bool = False) -> tuple[Any, list[tuple[str, tuple[int, ...]]]]:
     """A concrete ``tf.function`` computing a (simplified) ONNX model on NHWC inputs, and the
-    graph inputs as ``(name, ONNX shape)``."""
-    graph = _Graph(model, exact_padding)
+    graph inputs as ``(name, ONNX shape)``. ``grouped_conv``: grouped convolutions as one
+    convolution with grouped filters, not split (see the module docstring)."""
+    graph = _Graph(model, exact_padding, grouped_conv)
     inputs = graph.inputs
     sig = [tf.TensorSpec(_nhwc_shape(s), tf.float32, name=_sanitize(n)) for n, s in inputs]
 
@@ -984,7 +992,8 @@ def convert_onnx(src: Any, quantization: str = "int8", *, calibration: Iterable[
         raise ConversionError(f"quantization must be one of {', '.join(QUANTIZATIONS)}, got {quantization!r}")
     model = prepare_onnx(src, input_shapes=input_shapes, simplify=simplify)
     try:
-        fn, inputs = tf_function_from_onnx(model, exact_padding=exact_padding, nhwc_outputs=nhwc_outputs)
+        fn, inputs = tf_function_from_onnx(model, exact_padding=exact_padding, nhwc_outputs=nhwc_outputs,
+                                           grouped_conv=quantization == "float32")
     except ConversionError:
         raise
     except (ValueError, TypeError) as e:  # TensorFlow shape errors while tracing

@@ -342,6 +342,41 @@ def test_zoo_network_to_int8_tflite_and_vela(tmp_path: Path) -> None:
 
 
 @needs_tflite
+def test_grouped_convolution_is_one_conv_in_float32_and_split_in_int8() -> None:
+    """Float32: one CONV_2D with grouped filters, the kernel the benchmark rows measure (and
+    exact against ONNX Runtime); int8: one CONV_2D per group and a concatenation (Vela refuses
+    grouped filters)."""
+    import onnx
+    import onnxruntime as ort
+    from ai_edge_litert.interpreter import Interpreter
+    from onnx import TensorProto, helper, numpy_helper
+
+    from bench import tflite_convert as tc
+
+    r = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(r.standard_normal((16, 4, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(r.standard_normal(16).astype(np.float32), "b")]
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w", "b"], ["y"], name="gconv", pads=[1, 1, 1, 1], group=4)],
+                          "grouped", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 12, 12])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 12, 12])], initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    data = m.SerializeToString()
+    f32 = tc.convert_onnx(data, "float32", exact_padding=True)
+    assert tc.tflite_ops(f32) == {"CONV_2D": 1}
+    x = r.standard_normal((1, 16, 12, 12)).astype(np.float32)
+    ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    it = Interpreter(model_content=f32)
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], np.ascontiguousarray(x.transpose(0, 2, 3, 1)))
+    it.invoke()
+    y = it.get_tensor(it.get_output_details()[0]["index"]).transpose(0, 3, 1, 2)
+    assert np.abs(y - ref).max() <= 1e-4 * max(1.0, float(np.abs(ref).max()))
+    ops = tc.tflite_ops(tc.convert_onnx(data, "int8"))
+    assert ops["CONV_2D"] == 4 and ops["CONCATENATION"] == 1
+
+
+@needs_tflite
 def test_conversion_names_unsupported_operators(tmp_path: Path) -> None:
     from bench import tflite_convert as tc
 
