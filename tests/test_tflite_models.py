@@ -398,3 +398,34 @@ def test_token_layers_render_as_tflite_builtins(case, litert) -> None:
         assert "TRANSPOSE" not in ops or t == "transpose", ops  # no layout change charged to the LUM
         assert tuple(prep.info["outputs"][0]["shape"]) == tm.nhwc(ir.outputs[0].shape)
         litert.time(prep, warmup=0, runs=1)
+
+
+LITERT_PRODUCERS = {"conv2d": dict(h=8, w=8, c_in=8, c_out=16, k_h=3, k_w=3),
+                    "dwconv2d": dict(h=8, w=8, c=16, k_h=3, k_w=3), "fc": dict(c_in=32, c_out=16),
+                    "add": dict(h=8, w=8, c=16), "mul": dict(h=8, w=8, c=16)}
+LITERT_KINDS = ("relu", "relu6", "clip", "sigmoid", "hardsigmoid", "hardswish", "silu", "tanh", "leakyrelu")
+
+
+def test_litert_fusion_rules_are_what_the_network_converter_fuses() -> None:
+    """``bench.profile_db.litert_fusion`` folds an activation into a producer exactly when
+    ``bench.tflite_convert`` (the path networks take to LiteRT) leaves no operator of its own
+    for it: producer -> activation -> padding convolution has the operators of the producer
+    alone."""
+    from bench import tflite_convert as tc
+    from bench.profile_db import litert_fusion
+    from estimator.fusion import FusionRules
+
+    rules = FusionRules.from_dict(litert_fusion())
+
+    def ops(t: str, p: dict) -> dict:
+        return tc.tflite_ops(tc.convert_onnx(to_onnx(padded_model(t, p)), "float32", exact_padding=True))
+
+    wrong = []
+    for t, p in LITERT_PRODUCERS.items():
+        alone = ops(t, dict(p, act="none") if t in ("conv2d", "dwconv2d", "add") else p)
+        for kind in LITERT_KINDS:
+            fused = ops(t, dict(p, act=kind)) == alone
+            if fused != rules.folds(t, kind):
+                wrong.append(f"{t}+{kind}: converter {'fuses' if fused else 'keeps an operator'}")
+    assert not wrong, wrong
+    assert not rules.folds("conv2d", "silu") and rules.folds("dwconv2d", "relu6")
