@@ -291,6 +291,73 @@ def prepare_onnx(src: Any, *, input_shapes: Mapping[str, Sequence[int]] | None =
                 model = simplified
         except Exception:  # noqa: BLE001 - the unsimplified graph still converts (BN is handled)
             pass
+    return _fuse_gelu(model)
+
+
+def _fuse_gelu(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The exact GELU as torch exports it, ``x * 0.5 * (1 + erf(x / sqrt 2))`` (``Div`` or ``Mul``
+    by the root, ``Erf``, ``Add`` 1, ``Mul`` by ``x``, ``Mul`` 0.5 unless onnxsim moved the 0.5
+    into the consumer's weights), as one ``Gelu`` node (attribute ``scale``: 2 where the 0.5
+    went): LiteRT has a GELU operator and no Erf. Other Erf nodes stay (and are refused)."""
+    g = model.graph
+    if not any(n.op_type == "Erf" for n in g.node):
+        return model
+    consts = {i.name: onnx.numpy_helper.to_array(i) for i in g.initializer}
+    for n in g.node:
+        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
+            consts[n.output[0]] = onnx.numpy_helper.to_array(n.attribute[0].t)
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for n in g.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+    outputs = {o.name for o in g.output}
+
+    def scalar(name: str, value: float) -> bool:
+        v = consts.get(name)
+        return v is not None and v.size == 1 and abs(float(v.reshape(-1)[0]) - value) <= 1e-4 * abs(value)
+
+    def only_reader(name: str, op: str) -> onnx.NodeProto | None:
+        r = readers.get(name, [])
+        return r[0] if len(r) == 1 and r[0].op_type == op and name not in outputs else None
+
+    def other(node: onnx.NodeProto, name: str) -> str:
+        return node.input[1] if node.input[0] == name else node.input[0]
+
+    drop: set[int] = set()
+    replace: dict[int, onnx.NodeProto] = {}
+    by_id = {id(n): i for i, n in enumerate(g.node)}
+    for erf in g.node:
+        if erf.op_type != "Erf":
+            continue
+        head = next((n for n in g.node if erf.input[0] in n.output), None)
+        if head is None or len(head.input) != 2 or only_reader(head.output[0], "Erf") is None:
+            continue
+        x = head.input[0]
+        if not ((head.op_type == "Div" and scalar(head.input[1], math.sqrt(2.0)))
+                or (head.op_type == "Mul" and (scalar(head.input[1], 1 / math.sqrt(2.0))
+                                               or scalar(head.input[0], 1 / math.sqrt(2.0))))):
+            continue
+        if head.op_type == "Mul" and scalar(head.input[0], 1 / math.sqrt(2.0)):
+            x = head.input[1]
+        add = only_reader(erf.output[0], "Add")
+        if add is None or not scalar(other(add, erf.output[0]), 1.0):
+            continue
+        mul = only_reader(add.output[0], "Mul")
+        if mul is None or other(mul, add.output[0]) != x:
+            continue
+        chain, scale, last = [head, erf, add, mul], 2.0, mul
+        half = only_reader(mul.output[0], "Mul")
+        if half is not None and scalar(other(half, mul.output[0]), 0.5):
+            chain, scale, last = chain + [half], 1.0, half
+        gelu = onnx.helper.make_node("Gelu", [x], [last.output[0]], name=f"{erf.name or erf.output[0]}/gelu",
+                                     scale=scale)
+        replace[by_id[id(head)]] = gelu
+        drop.update(by_id[id(n)] for n in chain[1:])
+    if not replace:
+        return model
+    nodes = [replace.get(i, n) for i, n in enumerate(g.node) if i not in drop]
+    del g.node[:]
+    g.node.extend(nodes)
     return model
 
 
@@ -581,6 +648,10 @@ def _op_unary(g: _Graph, node: onnx.NodeProto, at: dict[str, Any]) -> _T:
         y = tf.nn.elu(x)
     elif op == "Softplus":
         y = tf.math.softplus(x)
+    elif op == "Gelu":  # exact, from prepare_onnx's fusion of the Erf form (_fuse_gelu)
+        y = tf.nn.gelu(x, approximate=False)
+        if float(at.get("scale", 1.0)) != 1.0:
+            y = y * float(at["scale"])
     elif op == "Exp":
         y = tf.math.exp(x)
     elif op == "Neg":
@@ -913,6 +984,7 @@ _OPS: dict[str, Callable[[_Graph, onnx.NodeProto, dict[str, Any]], Any]] = {
     "LeakyRelu": _op_unary,
     "Elu": _op_unary,
     "Softplus": _op_unary,
+    "Gelu": _op_unary,
     "Exp": _op_unary,
     "Neg": _op_unary,
     "Identity": _op_identity,

@@ -429,3 +429,27 @@ def test_litert_fusion_rules_are_what_the_network_converter_fuses() -> None:
                 wrong.append(f"{t}+{kind}: converter {'fuses' if fused else 'keeps an operator'}")
     assert not wrong, wrong
     assert not rules.folds("conv2d", "silu") and rules.folds("dwconv2d", "relu6")
+
+
+@pytest.mark.parametrize("case", [("conv2d", dict(h=8, w=8, c_in=8, c_out=16, k_h=3, k_w=3, act="gelu")),
+                                  ("fc", dict(c_in=32, c_out=16, act="gelu")),
+                                  ("activation", dict(h=8, w=8, c=16, kind="gelu"))], ids=_ids)
+def test_exact_gelu_converts_to_one_gelu_operator(case) -> None:
+    """The Erf form of GELU (what torch exports) reaches LiteRT as one GELU operator, with or
+    without the 0.5 onnxsim moves into the next layer's weights, and computes what ONNX Runtime
+    computes."""
+    import onnxruntime as ort
+
+    from bench import tflite_convert as tc
+
+    data = to_onnx(padded_model(*case))
+    f32 = tc.convert_onnx(data, "float32", exact_padding=True)
+    ops = tc.tflite_ops(f32)
+    assert ops.get("GELU") == 1 and not {"MUL", "ADD"} & set(ops), ops
+    sess = ort.InferenceSession(data)
+    feed = sess.get_inputs()[0]
+    x = np.random.default_rng(0).standard_normal(feed.shape).astype(np.float32)
+    ref = sess.run(None, {feed.name: x})[0]
+    got = _run_litert(f32, [x.transpose(0, 2, 3, 1) if x.ndim == 4 else x])
+    got = got.transpose(0, 3, 1, 2) if got.ndim == 4 and ref.ndim == 4 else got
+    np.testing.assert_allclose(got.reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
