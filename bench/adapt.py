@@ -327,7 +327,8 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
             shares = time_shares(base, m.results)
             plan = by_time_share(plan, shares)
             what += "; types in proportion to " + ", ".join(f"{t} {v:.0%}" for t, v in sorted(
-                shares.items(), key=lambda kv: -kv[1])[:4]) + f"... of the networks' time under {base.name}, half evenly"
+                shares.items(), key=lambda kv: -kv[1])[:4]) + (f"... of the networks' time here ({base.name}'s per type, "
+                                                               f"corrected per type on them), half evenly")
             deadline = budget - again_s - FIT_RESERVE_S
             left = deadline - state.elapsed()
             if left < MIN_LAYER_S and not state.phases.get("layers", {}).get("rows"):
@@ -388,17 +389,35 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
 
 
 def time_shares(base: Any, results: Sequence[Any]) -> dict[str, float]:
-    """Each layer type's share of the networks' Eq. 7 time under ``base`` (each network
-    weighing the same): where a layer profile of this machine has to be right."""
-    from estimator.calibration import by_type  # noqa: PLC0415
+    """Each layer type's share of the networks' time on this target (each network weighing the
+    same): where a layer profile of this machine has to be right. The time is BASE's Eq. 7 time
+    per type scaled by BASE's ``per-type`` correction fitted on the networks' measured totals
+    (:func:`estimator.calibration.fit_correction`): BASE's own shares hold on its runner, not on
+    another (an ONNX Runtime ``host-cpu`` put 11 % of the time of ``bench adapt``'s networks in
+    depthwise convolutions, where LiteRT spends about 60 % of the ``mobilenet`` and ``scaled``
+    samples' time)."""
+    import numpy as np  # noqa: PLC0415
+
+    from estimator.calibration import OTHER_TYPES, by_type, fit_correction  # noqa: PLC0415
     from estimator.predict import Estimator  # noqa: PLC0415
 
     est = Estimator.from_profile(base)
+    rows = [est.calibration_row(r.spec.weightless_onnx, r.spec.name, r.spec.family, r.measured_ms)[0]
+            for r in results]
+    rows = [r for r in rows if r.predicted_ms > 0 and r.measured_ms > 0]
+    scale: dict[str, float] = {}
+    if len(rows) >= 3:
+        c = fit_correction("per-type", np.array([r.measured_ms for r in rows]),
+                           np.array([r.predicted_ms for r in rows]), np.array([r.n_layers for r in rows]),
+                           [r.shares for r in rows])
+        scale = dict(zip(c.types, c.coef))
+    other = scale.get(OTHER_TYPES, 1.0)
     out: dict[str, float] = {}
-    for r in results:
-        row, _ = est.calibration_row(r.spec.weightless_onnx, r.spec.name, r.spec.family, r.measured_ms)
-        for t, v in by_type(row.shares).items():
-            out[t] = out.get(t, 0.0) + v / len(results)
+    for row in rows:
+        t_ms = {t: v * scale.get(t, other) for t, v in by_type(row.shares).items()}
+        total = sum(t_ms.values())
+        for t, v in t_ms.items():
+            out[t] = out.get(t, 0.0) + (v / total if total > 0 else 0.0) / len(rows)
     return out
 
 

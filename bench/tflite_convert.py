@@ -300,64 +300,71 @@ def _fuse_gelu(model: onnx.ModelProto) -> onnx.ModelProto:
     into the consumer's weights), as one ``Gelu`` node (attribute ``scale``: 2 where the 0.5
     went): LiteRT has a GELU operator and no Erf. Other Erf nodes stay (and are refused)."""
     g = model.graph
-    if not any(n.op_type == "Erf" for n in g.node):
+    nodes = list(g.node)
+    if not any(n.op_type == "Erf" for n in nodes):
         return model
     consts = {i.name: onnx.numpy_helper.to_array(i) for i in g.initializer}
-    for n in g.node:
+    for n in nodes:
         if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
             consts[n.output[0]] = onnx.numpy_helper.to_array(n.attribute[0].t)
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for n in g.node:
+    producer: dict[str, int] = {}
+    readers: dict[str, list[int]] = {}
+    for k, n in enumerate(nodes):
+        for o in n.output:
+            producer[o] = k
         for i in n.input:
-            readers.setdefault(i, []).append(n)
+            readers.setdefault(i, []).append(k)
     outputs = {o.name for o in g.output}
 
     def scalar(name: str, value: float) -> bool:
         v = consts.get(name)
         return v is not None and v.size == 1 and abs(float(v.reshape(-1)[0]) - value) <= 1e-4 * abs(value)
 
-    def only_reader(name: str, op: str) -> onnx.NodeProto | None:
+    def only_reader(name: str, op: str) -> int | None:
         r = readers.get(name, [])
-        return r[0] if len(r) == 1 and r[0].op_type == op and name not in outputs else None
+        return r[0] if len(r) == 1 and nodes[r[0]].op_type == op and name not in outputs else None
 
     def other(node: onnx.NodeProto, name: str) -> str:
         return node.input[1] if node.input[0] == name else node.input[0]
 
+    root = 1 / math.sqrt(2.0)
     drop: set[int] = set()
     replace: dict[int, onnx.NodeProto] = {}
-    by_id = {id(n): i for i, n in enumerate(g.node)}
-    for erf in g.node:
-        if erf.op_type != "Erf":
+    for e, erf in enumerate(nodes):
+        if erf.op_type != "Erf" or erf.input[0] not in producer:
             continue
-        head = next((n for n in g.node if erf.input[0] in n.output), None)
-        if head is None or len(head.input) != 2 or only_reader(head.output[0], "Erf") is None:
+        h = producer[erf.input[0]]
+        head = nodes[h]
+        if len(head.input) != 2 or only_reader(head.output[0], "Erf") is None:
             continue
-        x = head.input[0]
-        if not ((head.op_type == "Div" and scalar(head.input[1], math.sqrt(2.0)))
-                or (head.op_type == "Mul" and (scalar(head.input[1], 1 / math.sqrt(2.0))
-                                               or scalar(head.input[0], 1 / math.sqrt(2.0))))):
+        if head.op_type == "Div" and scalar(head.input[1], math.sqrt(2.0)):
+            x = head.input[0]
+        elif head.op_type == "Mul" and (scalar(head.input[0], root) or scalar(head.input[1], root)):
+            x = head.input[1] if scalar(head.input[0], root) else head.input[0]
+        else:
             continue
-        if head.op_type == "Mul" and scalar(head.input[0], 1 / math.sqrt(2.0)):
-            x = head.input[1]
-        add = only_reader(erf.output[0], "Add")
-        if add is None or not scalar(other(add, erf.output[0]), 1.0):
+        a = only_reader(erf.output[0], "Add")
+        if a is None or not scalar(other(nodes[a], erf.output[0]), 1.0):
             continue
-        mul = only_reader(add.output[0], "Mul")
-        if mul is None or other(mul, add.output[0]) != x:
+        m = only_reader(nodes[a].output[0], "Mul")
+        if m is None or other(nodes[m], nodes[a].output[0]) != x:
             continue
-        chain, scale, last = [head, erf, add, mul], 2.0, mul
-        half = only_reader(mul.output[0], "Mul")
-        if half is not None and scalar(other(half, mul.output[0]), 0.5):
+        chain, scale, last = [e, a, m], 2.0, m
+        half = only_reader(nodes[m].output[0], "Mul")
+        if half is not None and scalar(other(nodes[half], nodes[m].output[0]), 0.5):
             chain, scale, last = chain + [half], 1.0, half
-        gelu = onnx.helper.make_node("Gelu", [x], [last.output[0]], name=f"{erf.name or erf.output[0]}/gelu",
-                                     scale=scale)
-        replace[by_id[id(head)]] = gelu
-        drop.update(by_id[id(n)] for n in chain[1:])
+        replace[h] = onnx.helper.make_node("Gelu", [x], [nodes[last].output[0]],
+                                           name=f"{erf.name or erf.output[0]}/gelu", scale=scale)
+        drop.update(chain)
     if not replace:
         return model
-    nodes = [replace.get(i, n) for i, n in enumerate(g.node) if i not in drop]
+    kept = []
+    for k, n in enumerate(nodes):
+        if k not in drop:
+            kept.append(onnx.NodeProto())
+            kept[-1].CopyFrom(replace.get(k, n))  # copies: clearing g.node releases its elements
     del g.node[:]
-    g.node.extend(nodes)
+    g.node.extend(kept)
     return model
 
 
