@@ -453,3 +453,29 @@ def test_exact_gelu_converts_to_one_gelu_operator(case) -> None:
     got = _run_litert(f32, [x.transpose(0, 2, 3, 1) if x.ndim == 4 else x])
     got = got.transpose(0, 3, 1, 2) if got.ndim == 4 and ref.ndim == 4 else got
     np.testing.assert_allclose(got.reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+
+
+def test_a_litert_profile_gets_litert_fusion_rules_and_free_reshapes(tmp_path, litert) -> None:
+    """``bench profile`` / ``bench adapt`` write a profile measured with LiteRT with what LiteRT
+    fuses (not ONNX Runtime's rules, nor the library default that folds every activation) and
+    with reshapes as free nodes."""
+    from bench.profile_db import profile_from_db
+    from bench.sampling import Config
+    from bench.smartpad import SmartPad
+    from bench.storage import Store
+
+    db = tmp_path / "lt.sqlite"
+    with Store(db) as store:
+        env_id = store.environment_id("lt", litert.environment(), {"protocol": "smartpad-v1", "warmup": 0,
+                                                                    "runs": 1, "precision": "fp32"})
+        st = SmartPad(litert, store, env_id, warmup=0, runs=1).run(
+            [Config.make("conv2d", dict(h=8, w=8, c_in=4, c_out=8, k_h=3, k_w=3))])
+        assert st.measured == 1
+    prof = profile_from_db(db, "lt", root=tmp_path / "profiles", hardware="test", source="pytest")
+    assert prof.runner == "litert"
+    rules = prof.fusion_rules()
+    assert rules.folds("conv2d", "relu6") and rules.folds("dwconv2d", "hardsigmoid")
+    assert not rules.folds("conv2d", "silu") and not rules.folds("dwconv2d", "hardswish")
+    assert not rules.folds("fc", "sigmoid")
+    assert set(prof.free_ops) == {"Reshape", "Flatten", "Squeeze", "Unsqueeze"}
+    assert "ai_edge_litert" in prof.op_mapping["source"]
