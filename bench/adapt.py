@@ -7,8 +7,8 @@ microarchitecture or runtime through a network-level correction (an Intel-measur
 layer profile of the machine itself does (4-6 % after about 5 minutes). So:
 
 1. **networks** (:func:`bench.calibrate.measure`): the calibration networks (by default
-   :data:`DEFAULT_NETWORKS` samples of the NAS spaces :data:`ADAPT_SPACES`) are timed here in
-   half of their interleaved rounds;
+   :data:`DEFAULT_NETWORKS` samples of three NAS spaces) are timed here in half of their
+   interleaved rounds;
 2. **decision** (:func:`decide`): BASE carries when this target runs BASE's runner, precision
    and threads on the processor BASE was measured on (:func:`cpu_differences`: model, flags,
    caches), and BASE calibrated on those networks predicts them within :data:`CARRY_ERROR`
@@ -53,9 +53,7 @@ from typing import Any, Callable, Sequence
 
 from estimator.errors import UserError
 
-from .calibrate import DEFAULT_SPACES
-
-__all__ = ["ADAPT_SPACES", "CARRY_ERROR", "DEFAULT_MINUTES", "DEFAULT_ROUNDS", "DEFAULT_NETWORKS", "DEFAULT_RUNS", "DEFAULT_WARMUP", "DEFAULT_SAMPLES", "ROUTES", "FIT_RESERVE_S", "Adapted",
+__all__ = ["CARRY_ERROR", "DEFAULT_MINUTES", "DEFAULT_ROUNDS", "DEFAULT_NETWORKS", "DEFAULT_RUNS", "DEFAULT_WARMUP", "DEFAULT_SAMPLES", "ROUTES", "FIT_RESERVE_S", "Adapted",
            "AdaptState", "decide", "cpu_differences", "adapt", "state_path", "sampling_plan", "describe_adapted", "setting_differences", "does_not_carry", "time_shares", "by_time_share",
            "TIME_WEIGHT"]
 
@@ -66,20 +64,12 @@ CARRY_ERROR = 0.06
 DEFAULT_MINUTES = 10.0
 #: interleaved rounds of the networks in all: half before the layers, half after
 DEFAULT_ROUNDS = 4
-#: the calibration networks' spaces: ``bench calibrate``'s and ``hybrid``, whose MobileViT
-#: blocks bring concatenations, token transposes and reshapes, attention and LayerNorm into
-#: the calibration's scope (:mod:`estimator.calibration`: a network with a type no calibration
-#: network has keeps its uncalibrated band). On the AMD VM's adapted profiles, re-estimated
-#: with 15 hybrid samples added: ONNX Runtime 24 instead of 18 of 26 held-out zoo networks in
-#: scope (SqueezeNet, DenseNet-121, ShuffleNetV2), 90 % bands 37 -> 32 % wide at 26/26;
-#: LiteRT 25 instead of 10, 45 -> 39 % at 26/26 (docs/results.md)
-ADAPT_SPACES = DEFAULT_SPACES + ",hybrid"
-#: the calibration networks (samples of :data:`ADAPT_SPACES`, round robin: 15 a space), and
-#: per network and round the timed and untimed runs: 10 + 3 instead of ``bench calibrate``'s
-#: 20 + 5, so that a slow runtime leaves the layers most of the budget (LiteRT fp32 on a
-#: 2-vCPU VM: 60 networks took 3.6 s each to build and convert and 167 s a round pair at 25
-#: runs; a round median over 10 runs moves less than the 5-9 % between rounds)
-DEFAULT_NETWORKS = 60
+#: the calibration networks (samples of :data:`bench.calibrate.DEFAULT_SPACES`, round
+#: robin), and per network and round the timed and untimed runs: fewer than ``bench
+#: calibrate``'s 60 x (5 + 20), so that a slow runtime leaves the layers most of the budget
+#: (LiteRT fp32 on a 2-vCPU VM: 60 networks took 3.6 s each to build and convert and 167 s a
+#: round pair at 25 runs; a round median over 10 runs moves less than the 5-9 % between rounds)
+DEFAULT_NETWORKS = 45
 DEFAULT_RUNS = 10
 DEFAULT_WARMUP = 3
 #: seconds to rebuild a network for the second half of the rounds (its conversion is kept)
@@ -327,8 +317,7 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
             shares = time_shares(base, m.results)
             plan = by_time_share(plan, shares)
             what += "; types in proportion to " + ", ".join(f"{t} {v:.0%}" for t, v in sorted(
-                shares.items(), key=lambda kv: -kv[1])[:4]) + (f"... of the networks' time here ({base.name}'s per type, "
-                                                               f"corrected per type on them), half evenly")
+                shares.items(), key=lambda kv: -kv[1])[:4]) + f"... of the networks' time under {base.name}, half evenly"
             deadline = budget - again_s - FIT_RESERVE_S
             left = deadline - state.elapsed()
             if left < MIN_LAYER_S and not state.phases.get("layers", {}).get("rows"):
@@ -389,35 +378,17 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
 
 
 def time_shares(base: Any, results: Sequence[Any]) -> dict[str, float]:
-    """Each layer type's share of the networks' time on this target (each network weighing the
-    same): where a layer profile of this machine has to be right. The time is BASE's Eq. 7 time
-    per type scaled by BASE's ``per-type`` correction fitted on the networks' measured totals
-    (:func:`estimator.calibration.fit_correction`): BASE's own shares hold on its runner, not on
-    another (an ONNX Runtime ``host-cpu`` put 11 % of the time of ``bench adapt``'s networks in
-    depthwise convolutions, where LiteRT spends about 60 % of the ``mobilenet`` and ``scaled``
-    samples' time)."""
-    import numpy as np  # noqa: PLC0415
-
-    from estimator.calibration import OTHER_TYPES, by_type, fit_correction  # noqa: PLC0415
+    """Each layer type's share of the networks' Eq. 7 time under ``base`` (each network
+    weighing the same): where a layer profile of this machine has to be right."""
+    from estimator.calibration import by_type  # noqa: PLC0415
     from estimator.predict import Estimator  # noqa: PLC0415
 
     est = Estimator.from_profile(base)
-    rows = [est.calibration_row(r.spec.weightless_onnx, r.spec.name, r.spec.family, r.measured_ms)[0]
-            for r in results]
-    rows = [r for r in rows if r.predicted_ms > 0 and r.measured_ms > 0]
-    scale: dict[str, float] = {}
-    if len(rows) >= 3:
-        c = fit_correction("per-type", np.array([r.measured_ms for r in rows]),
-                           np.array([r.predicted_ms for r in rows]), np.array([r.n_layers for r in rows]),
-                           [r.shares for r in rows])
-        scale = dict(zip(c.types, c.coef))
-    other = scale.get(OTHER_TYPES, 1.0)
     out: dict[str, float] = {}
-    for row in rows:
-        t_ms = {t: v * scale.get(t, other) for t, v in by_type(row.shares).items()}
-        total = sum(t_ms.values())
-        for t, v in t_ms.items():
-            out[t] = out.get(t, 0.0) + (v / total if total > 0 else 0.0) / len(rows)
+    for r in results:
+        row, _ = est.calibration_row(r.spec.weightless_onnx, r.spec.name, r.spec.family, r.measured_ms)
+        for t, v in by_type(row.shares).items():
+            out[t] = out.get(t, 0.0) + v / len(results)
     return out
 
 

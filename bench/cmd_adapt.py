@@ -17,7 +17,8 @@ import sys
 
 from estimator.cliutil import integer, number
 
-from .adapt import ADAPT_SPACES, DEFAULT_NETWORKS, DEFAULT_RUNS, DEFAULT_WARMUP
+from .adapt import DEFAULT_NETWORKS, DEFAULT_RUNS, DEFAULT_WARMUP
+from .calibrate import DEFAULT_SPACES
 from .cmd_calibrate import base_and_root, source_specs
 from .cmd_run import DEFAULT_OUT, add_runner_options, db_path, given_runner_options
 from .runners.base import RUNNERS
@@ -49,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"benchmark database (default {DEFAULT_OUT}/<name>.sqlite; the state is kept beside it in "
                         "<db>.adapt.json); running again resumes from it")
     p.add_argument("--runner", default=None, choices=sorted(RUNNERS), help="target runner (default: BASE's)")
-    n = p.add_argument_group(f"networks (default: --space {ADAPT_SPACES} --networks {DEFAULT_NETWORKS})")
+    n = p.add_argument_group(f"networks (default: --space {DEFAULT_SPACES} --networks {DEFAULT_NETWORKS})")
     n.add_argument("--space", default=None, metavar="NAME[,NAME]", help="sample architectures of these nas spaces")
     n.add_argument("--space-option", action="append", default=[], metavar="[SPACE:]KEY=VALUE",
                    help="an option of the search space(s), as for nas search (repeatable)")
@@ -87,7 +88,7 @@ def cmd_adapt(a: argparse.Namespace) -> int:
     training = load_json_option(a.training, "training")
     runner_name = a.runner or base.runner
     options = {**runner_defaults(runner_name, base), **given_runner_options(a)}
-    specs = source_specs(a, default_spaces=ADAPT_SPACES, default_networks=DEFAULT_NETWORKS)
+    specs = source_specs(a, default_spaces=DEFAULT_SPACES, default_networks=DEFAULT_NETWORKS)
     progress = not a.no_progress and sys.stderr.isatty()
     r = adapt(base, a.name, root, runner_name=runner_name, options=options, precision=a.precision, specs=specs,
               db=a.db or db_path(DEFAULT_OUT, a.name), minutes=a.minutes, route=a.route, rounds=a.rounds,

@@ -210,8 +210,9 @@ def adapt_device(req: SearchRequest, err: TextIO) -> Path:
     machine and calibrates that), on the default calibration networks plus samples of the
     searched space, resumable in ``OUT/adapt.sqlite``; the profile is written under the device's
     own name to ``OUT/profiles`` (returned: the in-process estimator's profiles directory)."""
-    from bench.adapt import (ADAPT_SPACES, DEFAULT_NETWORKS, DEFAULT_RUNS, DEFAULT_SAMPLES,  # noqa: PLC0415
-                             DEFAULT_WARMUP, adapt, describe_adapted, sampling_plan)
+    from bench.adapt import (DEFAULT_NETWORKS, DEFAULT_RUNS, DEFAULT_SAMPLES, DEFAULT_WARMUP, adapt,  # noqa: PLC0415
+                             describe_adapted, sampling_plan)
+    from bench.calibrate import DEFAULT_SPACES  # noqa: PLC0415
     from bench.network_sources import space_specs  # noqa: PLC0415
     from estimator.profile import load_profile  # noqa: PLC0415
 
@@ -227,7 +228,7 @@ def adapt_device(req: SearchRequest, err: TextIO) -> Path:
     given, runner = device_runner(base, req.calibrate_options, "--adapt")
     runner.close()
     register()
-    spaces = ADAPT_SPACES.split(",")
+    spaces = DEFAULT_SPACES.split(",")
     per_space = DEFAULT_NETWORKS // len(spaces)
     if s.space not in spaces:  # the searched space is one more family
         spaces.append(s.space)
