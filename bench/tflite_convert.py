@@ -295,71 +295,38 @@ def prepare_onnx(src: Any, *, input_shapes: Mapping[str, Sequence[int]] | None =
 
 
 def _fuse_gelu(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The exact GELU as torch exports it, ``x * 0.5 * (1 + erf(x / sqrt 2))`` (``Div`` or ``Mul``
-    by the root, ``Erf``, ``Add`` 1, ``Mul`` by ``x``, ``Mul`` 0.5 unless onnxsim moved the 0.5
-    into the consumer's weights), as one ``Gelu`` node (attribute ``scale``: 2 where the 0.5
-    went): LiteRT has a GELU operator and no Erf. Other Erf nodes stay (and are refused)."""
+    """Each exact GELU (the Erf form torch exports) as one ``Gelu`` node: LiteRT has a GELU
+    operator and no Erf. The GELUs are the ``gelu`` activation layers the estimator's importer
+    finds (:class:`estimator.layers.activation`'s pattern, the one definition of a GELU); where
+    onnxsim moved the 0.5 into the consumer's weights (four nodes, not five) the node carries
+    ``scale`` 2. Other Erf nodes stay, and are refused."""
     g = model.graph
-    nodes = list(g.node)
-    if not any(n.op_type == "Erf" for n in nodes):
+    if not any(n.op_type == "Erf" for n in g.node):
         return model
-    consts = {i.name: onnx.numpy_helper.to_array(i) for i in g.initializer}
-    for n in nodes:
-        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
-            consts[n.output[0]] = onnx.numpy_helper.to_array(n.attribute[0].t)
-    producer: dict[str, int] = {}
-    readers: dict[str, list[int]] = {}
-    for k, n in enumerate(nodes):
-        for o in n.output:
-            producer[o] = k
-        for i in n.input:
-            readers.setdefault(i, []).append(k)
-    outputs = {o.name for o in g.output}
+    from estimator.fusion import NO_FUSION  # noqa: PLC0415
+    from estimator.onnx_import import load_network  # noqa: PLC0415
 
-    def scalar(name: str, value: float) -> bool:
-        v = consts.get(name)
-        return v is not None and v.size == 1 and abs(float(v.reshape(-1)[0]) - value) <= 1e-4 * abs(value)
-
-    def only_reader(name: str, op: str) -> int | None:
-        r = readers.get(name, [])
-        return r[0] if len(r) == 1 and nodes[r[0]].op_type == op and name not in outputs else None
-
-    def other(node: onnx.NodeProto, name: str) -> str:
-        return node.input[1] if node.input[0] == name else node.input[0]
-
-    root = 1 / math.sqrt(2.0)
+    seen: set[str] = set()
+    for k, n in enumerate(g.node):  # unique names: the layers name their nodes
+        if not n.name or n.name in seen:
+            n.name = f"{n.op_type}_{k}"
+        seen.add(n.name)
+    index = {n.name: k for k, n in enumerate(g.node)}
     drop: set[int] = set()
     replace: dict[int, onnx.NodeProto] = {}
-    for e, erf in enumerate(nodes):
-        if erf.op_type != "Erf" or erf.input[0] not in producer:
-            continue
-        h = producer[erf.input[0]]
-        head = nodes[h]
-        if len(head.input) != 2 or only_reader(head.output[0], "Erf") is None:
-            continue
-        if head.op_type == "Div" and scalar(head.input[1], math.sqrt(2.0)):
-            x = head.input[0]
-        elif head.op_type == "Mul" and (scalar(head.input[0], root) or scalar(head.input[1], root)):
-            x = head.input[1] if scalar(head.input[0], root) else head.input[0]
-        else:
-            continue
-        a = only_reader(erf.output[0], "Add")
-        if a is None or not scalar(other(nodes[a], erf.output[0]), 1.0):
-            continue
-        m = only_reader(nodes[a].output[0], "Mul")
-        if m is None or other(nodes[m], nodes[a].output[0]) != x:
-            continue
-        chain, scale, last = [e, a, m], 2.0, m
-        half = only_reader(nodes[m].output[0], "Mul")
-        if half is not None and scalar(other(nodes[half], nodes[m].output[0]), 0.5):
-            chain, scale, last = chain + [half], 1.0, half
-        replace[h] = onnx.helper.make_node("Gelu", [x], [nodes[last].output[0]],
-                                           name=f"{erf.name or erf.output[0]}/gelu", scale=scale)
-        drop.update(chain)
+    for layer in load_network(model, fusion=NO_FUSION, simplify=False).layers:
+        chain = [index[n] for n in layer.nodes if n in index]
+        if layer.type != "activation" or layer.params.get("kind") != "gelu" or len(chain) != len(layer.nodes) \
+                or all(g.node[k].op_type != "Erf" for k in chain):
+            continue  # the tanh form converts operator by operator
+        head, last = g.node[chain[0]], g.node[chain[-1]]
+        replace[chain[0]] = onnx.helper.make_node("Gelu", [head.input[0]], [last.output[0]], name=f"{head.name}/gelu",
+                                                  scale=1.0 if len(chain) == 5 else 2.0)
+        drop.update(chain[1:])
     if not replace:
         return model
     kept = []
-    for k, n in enumerate(nodes):
+    for k, n in enumerate(g.node):
         if k not in drop:
             kept.append(onnx.NodeProto())
             kept[-1].CopyFrom(replace.get(k, n))  # copies: clearing g.node releases its elements
