@@ -93,19 +93,19 @@ def litert_fusion() -> dict[str, Any]:
             "bn_into_conv": True, "single_consumer": True}
 
 
-def litert_op_mapping() -> dict[str, Any]:
+def litert_op_mapping(versions: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """``op_mapping`` for a LiteRT (XNNPACK) profile: reshapes cost nothing there, as on ONNX
     Runtime (:data:`_ORT_FREE`). Measured with smart padding (LiteRT 2.3.0, fp32, 1 thread,
     an AMD EPYC VM): 23-30 ``reshape`` rows per 10-minute profile, from 200 to 3.7 M elements,
     all within their padding pair's noise (0.02 ms at 3.7 M elements, where copying those
     14.8 MB takes milliseconds). Estimated instead, the rows' noise gave each of ShuffleNetV2's
-    32 reshapes a 90 % upper bound 50 times its estimate (the network's band 537 % wide)."""
-    import ai_edge_litert  # noqa: PLC0415
-
-    version = getattr(ai_edge_litert, "__version__", "")
+    32 reshapes a 90 % upper bound 50 times its estimate (the network's band 537 % wide).
+    ``versions``: the measuring environment's runtime versions, named in ``source``."""
+    runtime = " ".join(f"{k} {v}" for k, v in sorted((versions or {}).items())
+                       if k in ("ai_edge_litert", "tflite_runtime")) or "LiteRT"
     return {"free_ops": list(_ORT_FREE),
-            "source": f"ai_edge_litert {version}".strip() + " (XNNPACK): Reshape, Flatten, Squeeze and Unsqueeze "
-                      "within their padding pair's noise up to 3.7 M elements (smart padding)"}
+            "source": f"{runtime} (XNNPACK): Reshape, Flatten, Squeeze and Unsqueeze within their padding pair's "
+                      "noise up to 3.7 M elements (smart padding)"}
 
 
 #: Activations Vela runs inside the producing NPU operation (no extra cycles): the TFLite
@@ -304,7 +304,7 @@ def profile_from_db(db: str | Path, name: str, *, source: str, root: str | Path 
     elif op_mapping is None and runner == "onnxruntime":
         op_mapping = onnxruntime_op_mapping()
     elif op_mapping is None and runner == "litert":
-        op_mapping = litert_op_mapping()
+        op_mapping = litert_op_mapping(env.get("versions"))
     if fusion is not None:
         extra["fusion"] = dict(fusion)
     if op_mapping is not None:
