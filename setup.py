@@ -1,16 +1,17 @@
-"""The optional C extension: the native ONNX importer (estimator/native_import.pyx).
+"""The optional C extensions: the native ONNX importer (estimator/native_import.pyx) and the
+Monte Carlo kernel of the network sums (estimator/native_mc.pyx).
 
 Everything else is declared in pyproject.toml. ``pip install`` (editable or not) compiles
-the extension with Cython and the C compiler; ``python setup.py build_ext --inplace``
-rebuilds it beside the sources. Where there is no working C compiler (or no Cython, in a
+the extensions with Cython and the C compiler; ``python setup.py build_ext --inplace``
+rebuilds them beside the sources. Where there is no working C compiler (or no Cython, in a
 ``--no-build-isolation`` install), the install still succeeds with one line in its log
-(shown by ``pip install -v``) and :func:`estimator.onnx_import.load_network` runs its
-Python code, which is the truth the extension is held to (tests/test_native_import.py).
+(shown by ``pip install -v``) and the Python code runs, which is the truth the extensions
+are held to (tests/test_native_import.py, tests/test_fastpath.py).
 """
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-NOTE = "confident-latency: no C compiler, the native ONNX importer is not built; pure Python is used"
+NOTE = "confident-latency: no C compiler, the native extensions (ONNX importer, Monte Carlo sums) are not built; pure Python is used"
 
 
 class OptionalBuildExt(build_ext):
@@ -46,13 +47,15 @@ class OptionalBuildExt(build_ext):
 
 
 def _extensions() -> list[Extension]:
-    ext = Extension("estimator.native_import", ["estimator/native_import.pyx"])
+    exts = [Extension("estimator.native_import", ["estimator/native_import.pyx"]),
+            Extension("estimator.native_mc", ["estimator/native_mc.pyx"])]
     try:
         from Cython.Build import cythonize
     except ImportError:  # (only without build isolation: pyproject.toml requires Cython)
-        print("confident-latency: no Cython, the native ONNX importer is not built; pure Python is used", flush=True)
+        print("confident-latency: no Cython, the native extensions (ONNX importer, Monte Carlo sums) are not built; "
+              "pure Python is used", flush=True)
         return []
-    return cythonize([ext], compiler_directives={"language_level": 3}, quiet=True)
+    return cythonize(exts, compiler_directives={"language_level": 3}, quiet=True)
 
 
 setup(ext_modules=_extensions(), cmdclass={"build_ext": OptionalBuildExt})

@@ -210,8 +210,8 @@ class DistBatch:
     families: list[Family] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.center = np.asarray(self.center, dtype=float).reshape(-1)
-        self.scale = np.asarray(self.scale, dtype=float).reshape(-1)
+        self.center = np.ascontiguousarray(self.center, dtype=float).reshape(-1)
+        self.scale = np.ascontiguousarray(self.scale, dtype=float).reshape(-1)
         self.family = np.asarray(self.family, dtype=np.int64).reshape(-1)
         if not (self.center.shape == self.scale.shape == self.family.shape):
             raise ValueError("center, scale and family must have the same length")
@@ -369,34 +369,59 @@ class SampleBank:
         total = np.zeros(n_samples)
         if not len(dist):
             return total
+        mc = native_mc() if shared else None
         keys = _family_keys(dist.families)
         fam_idx = dist.family
-        if fam_idx.size > 1 and np.any(fam_idx[1:] < fam_idx[:-1]):
-            order = np.argsort(fam_idx, kind="stable")
-        else:
-            order = np.arange(fam_idx.size)
-        fam_sorted = fam_idx[order]
+        order = np.argsort(fam_idx, kind="stable") if fam_idx.size > 1 and np.any(fam_idx[1:] < fam_idx[:-1]) else None
+        fam_sorted = fam_idx if order is None else fam_idx[order]
+        # the layers' centres and scales in family order, so that each family's are a slice
+        center, scale = (dist.center, dist.scale) if order is None else (dist.center[order], dist.scale[order])
         cuts = np.flatnonzero(fam_sorted[1:] != fam_sorted[:-1]) + 1
         bounds = [0, *cuts.tolist(), int(fam_sorted.size)]
+        native: tuple[list, list, list] = ([], [], [])  # log families for the kernel: tables, slots, row bounds
         for s0, e0 in zip(bounds[:-1], bounds[1:]):
             fi = int(fam_sorted[s0])
             fam = dist.families[fi]
-            rows = order[s0:e0]
             table = fam.table()
             if fam.kind == "log":
                 if shared:  # the family's total for every outcome, then one gather
-                    g = _shared_log_total(fam, dist.center[rows], dist.scale[rows])
-                    total += np.take(g, self._slots(fam, seed, keys[fi], 1, n_samples)[0])
+                    slots = self._slots(fam, seed, keys[fi], 1, n_samples)[0]
+                    if mc is None:
+                        total += np.take(_shared_log_total(fam, center[s0:e0], scale[s0:e0]), slots)
+                    else:
+                        native[0].append(table)
+                        native[1].append(slots)
+                        native[2].extend((s0, e0))
                 else:
                     # each layer's value of every outcome
-                    per_outcome = _factor(dist.center[rows, None], np.outer(dist.scale[rows], table))
+                    per_outcome = _factor(center[s0:e0, None], np.outer(scale[s0:e0], table))
                     v = self._slots(fam, seed, keys[fi], e0 - s0, n_samples)
                     total += np.take_along_axis(per_outcome, v, axis=1).sum(axis=0)
             elif shared:
-                total += float(dist.scale[rows].sum()) * np.take(table, self._slots(fam, seed, keys[fi], 1, n_samples)[0])
+                total += float(scale[s0:e0].sum()) * np.take(table, self._slots(fam, seed, keys[fi], 1, n_samples)[0])
             else:
-                total += dist.scale[rows] @ np.take(table, self._slots(fam, seed, keys[fi], e0 - s0, n_samples))
+                total += scale[s0:e0] @ np.take(table, self._slots(fam, seed, keys[fi], e0 - s0, n_samples))
+        if native[0]:
+            mc.add_shared_log(total, native[0], native[1], center, scale, np.array(native[2], dtype=np.intp))
         return total
+
+
+_UNSET = object()
+_native_mc: object = _UNSET
+
+
+def native_mc() -> object | None:
+    """:mod:`estimator.native_mc`, the compiled kernel of the ``log`` families' shared-draw totals
+    (:func:`_shared_log_total` and the gathers, all families in one call), or None where it is not built
+    (``pip install`` builds it where a C compiler exists, as :mod:`estimator.native_import`)."""
+    global _native_mc
+    if _native_mc is _UNSET:
+        try:
+            from . import native_mc as mod  # noqa: PLC0415
+        except ImportError:
+            mod = None
+        _native_mc = mod
+    return _native_mc
 
 
 def _shared_log_total(fam: Family, center: np.ndarray, scale: np.ndarray) -> np.ndarray:

@@ -10,6 +10,7 @@ host-cpu profile (real rows; reduced forests so that training takes seconds).
 from __future__ import annotations
 
 import io
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -20,6 +21,7 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 
+from estimator import aggregate as aggregate_mod
 from estimator import fastpath, onnx_import, zoo
 from estimator.aggregate import SLOT_BLOCK, DistBatch, Family, SampleBank, aggregate
 from estimator.fastpath import FastKNN, FlatForests
@@ -260,6 +262,49 @@ def test_sample_bank_gives_the_reference_totals() -> None:
     b, _ = aggregate(dist, CONFS, n_samples=3000, seed=11, bank=SampleBank())
     for c in CONFS:
         _close([a[c].lower, a[c].upper], [b[c].lower, b[c].upper], f"aggregate {c}")
+
+
+def _native_mc():
+    try:
+        from estimator import native_mc as mod
+    except ImportError as e:
+        why = f"estimator.native_mc is not built ({e}); pip builds it where a C compiler exists"
+        if os.environ.get("CL_REQUIRE_NATIVE") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+    return mod
+
+
+def test_shared_log_totals_agree_with_and_without_the_native_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    mod = _native_mc()
+    rng = np.random.default_rng(8)
+    fams = [Family("log", np.abs(rng.standard_normal(500)), name="conv2d:CM_LV"),
+            Family("log", np.abs(rng.standard_normal(64)), name="fc:CM_LV"),
+            Family("mult", np.exp(0.3 * rng.standard_normal(40)), name="fallback:CM_LV")]
+    n = 5 * SLOT_BLOCK
+    # repeated scales (identical blocks), one-layer families, layers out of family order
+    dist = DistBatch(rng.random(n) * 3, rng.choice([0.05, 0.2, 0.7, rng.random()], n), rng.integers(0, 3, n), fams)
+    ref = dist.sum_samples(4000, seed=3, shared=True)
+    native = SampleBank().sum_samples(dist, 4000, seed=3, shared=True)
+    monkeypatch.setattr(aggregate_mod, "_native_mc", None)
+    numpy_path = SampleBank().sum_samples(dist, 4000, seed=3, shared=True)
+    _close(native, ref, "native kernel")
+    _close(numpy_path, ref, "numpy path")
+    # the kernel refuses bad input before it writes anything
+    total = np.zeros(4)
+    tables = [fams[0].table(), fams[1].table()]
+    ok = np.zeros(4, dtype=np.int32)
+    bad = np.array([0, 1, tables[1].size, 2], dtype=np.int32)
+    rows = np.array([0, 2, 2, 3], dtype=np.intp)
+    with pytest.raises(IndexError, match=f"family 1: slot {tables[1].size} outside its {tables[1].size} outcomes"):
+        mod.add_shared_log(total, tables, [ok, bad], np.ones(3), np.ones(3), rows)
+    with pytest.raises(ValueError, match="differ in length"):
+        mod.add_shared_log(total, tables, [ok, ok], np.ones(3), np.ones(2), rows)
+    with pytest.raises(ValueError, match="outside 0..3"):
+        mod.add_shared_log(total, tables, [ok, ok], np.ones(3), np.ones(3), np.array([0, 2, 2, 4], dtype=np.intp))
+    assert not total.any()
+    mod.add_shared_log(total, tables, [ok, ok], np.ones(3), np.ones(3), rows)
+    assert total.all()
 
 
 # ------------------------------------------------------------------------- networks

@@ -7,7 +7,8 @@ dependencies of the environment running the tests through a path file (the base
 interpreter's packages play no part: its setuptools may be old and it may lack ``wheel``).
 pip then builds without isolation, which is the path where Cython runs and only the C
 compiler is missing. The install must succeed, say so in one line of its log, and leave an
-importer without :mod:`estimator.native_import`.
+importer without :mod:`estimator.native_import` and Monte Carlo sums without
+:mod:`estimator.native_mc`.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTE = "confident-latency: no C compiler, the native ONNX importer is not built; pure Python is used"
+NOTE = "confident-latency: no C compiler, the native extensions (ONNX importer, Monte Carlo sums) are not built; pure Python is used"
 
 
 def _clean_copy(dest: Path) -> None:
@@ -66,7 +67,7 @@ def test_installs_and_runs_without_a_c_compiler(tmp_path):
     src, venv = tmp_path / "src", tmp_path / "venv"
     src.mkdir()
     _clean_copy(src)
-    assert not list((src / "estimator").glob("native_import*.so"))
+    assert not list((src / "estimator").glob("native_*.so"))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CL_REQUIRE_NATIVE")}
     env.update(CC="false", CXX="false", PIP_DISABLE_PIP_VERSION_CHECK="1")
     py = _venv_with_build_requirements(venv, env)
@@ -75,7 +76,7 @@ def test_installs_and_runs_without_a_c_compiler(tmp_path):
     log = r.stdout + r.stderr
     assert r.returncode == 0, log[-4000:]
     assert sum(NOTE in line for line in log.splitlines()) == 1, log[-4000:]
-    assert not list((src / "estimator").glob("native_import*.so"))
+    assert not list((src / "estimator").glob("native_*.so"))
 
     net = tmp_path / "net.onnx"
     code = (
@@ -84,6 +85,8 @@ def test_installs_and_runs_without_a_c_compiler(tmp_path):
         "from tests.perf.service_common import mbv2_like_onnx\n"
         f"assert estimator.__file__.startswith({str(src)!r}), estimator.__file__\n"
         "assert native_core() is None\n"
+        "from estimator.aggregate import native_mc\n"
+        "assert native_mc() is None\n"
         "data = mbv2_like_onnx(np.random.default_rng(0))\n"
         f"open({str(net)!r}, 'wb').write(data)\n"
         "print(len(load_network(data).layers))\n")
