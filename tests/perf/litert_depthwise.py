@@ -84,12 +84,10 @@ def _time(runners: dict[str, object], models: dict[str, tuple[str, object]], rou
     """Median of the rounds' medians and the rounds' spread (max / min - 1) per model."""
     got: dict[str, list[float]] = {n: [] for n in models}
     rng = random.Random(0)
-    for _ in range(rounds):
-        names = list(models)
-        rng.shuffle(names)
-        for n in names:
-            runner, prepared = models[n]
-            got[n].append(runners[runner].time(prepared, warmup=5, runs=runs).median_ms)
+    order = [n for _ in range(rounds) for n in rng.sample(list(models), len(models))]  # each round shuffled
+    for n in order:
+        runner, prepared = models[n]
+        got[n].append(runners[runner].time(prepared, warmup=5, runs=runs).median_ms)
     return {n: (statistics.median(v), max(v) / min(v) - 1.0) for n, v in got.items()}
 
 
