@@ -49,7 +49,7 @@ def add_shared_log(double[::1] total, list tables, list slots, const double[::1]
     tables[f][j])`` over family ``f``'s rows ``rows[2f]..rows[2f + 1]`` of ``center`` and
     ``scale``: ``factor(a) = 1 + a`` above the estimate (``a >= 0``) and ``1 / (1 - a)`` below it.
     ``slots[f]``: int32 outcome indices, one per sample. Raises before writing on any bad input."""
-    cdef Py_ssize_t F = len(tables), m = total.shape[0], f, i, n, off, nall = 0, kmax = 1
+    cdef Py_ssize_t F = len(tables), m = total.shape[0], f, i, n, off, nall = 0, nmax = 1, kmax = 1
     cdef const double[::1] t
     cdef const int[::1] s
     cdef unsigned int un, bad
@@ -60,12 +60,14 @@ def add_shared_log(double[::1] total, list tables, list slots, const double[::1]
     for f in range(F):
         if not 0 <= rows[2 * f] < rows[2 * f + 1] <= center.shape[0]:
             raise ValueError(f"family {f}: rows {rows[2 * f]}..{rows[2 * f + 1]} outside 0..{center.shape[0]}")
-        nall += len(tables[f])
+        n = len(tables[f])
+        nall += n
+        nmax = max(nmax, n)
         kmax = max(kmax, rows[2 * f + 1] - rows[2 * f])
     cdef double* g = <double*>malloc((nall + 1) * sizeof(double))  # every family's totals, one after another
-    cdef double* mag = <double*>malloc((nall + 1) * sizeof(double))
-    cdef double* acc = <double*>malloc((nall + 1) * sizeof(double))
-    cdef Py_ssize_t* where = <Py_ssize_t*>malloc((nall + 1) * sizeof(Py_ssize_t))
+    cdef double* mag = <double*>malloc(nmax * sizeof(double))  # one family's outcomes below the estimate
+    cdef double* acc = <double*>malloc(nmax * sizeof(double))
+    cdef Py_ssize_t* where = <Py_ssize_t*>malloc(nmax * sizeof(Py_ssize_t))
     cdef double* us = <double*>malloc(kmax * sizeof(double))
     cdef double* uc = <double*>malloc(kmax * sizeof(double))
     cdef const int** sp = <const int**>malloc((F + 1) * sizeof(int*))
@@ -79,7 +81,7 @@ def add_shared_log(double[::1] total, list tables, list slots, const double[::1]
             t = tables[f]
             s = slots[f]
             n = t.shape[0]
-            if s.shape[0] != m or n != len(tables[f]):
+            if s.shape[0] != m:
                 raise ValueError(f"family {f}: {s.shape[0]} slots for {m} samples")
             un = <unsigned int>n
             bad = 0

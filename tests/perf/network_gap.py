@@ -5,7 +5,7 @@ Smart padding times each layer between padding convolutions in a small model tha
 again, so its weights and maps stay in the caches; inside a network the other layers' traffic
 evicts them. This script measures how much that matters for one network on one runner:
 
-1. the network, timed whole in interleaved rounds (``--rounds``);
+1. the network, timed whole in ``--rounds`` rounds (their medians' median);
 2. every distinct layer configuration of it at exactly its shape (:func:`bench.network_plan.
    network_plan`, the layers the estimator imports with the runner's fusion rules), with smart
    padding, twice: as the profiles measure them (warm), and with ``--flush-cache`` MB written
