@@ -351,7 +351,7 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
     log(f"[4/4] timing the networks again: rounds {half + 1}-{rounds}")
     runner = make_runner(runner_name, options)
     m = measure(name, runner, specs, fusion=base.fusion_rules(), db=db, rounds=rounds, runs=runs, warmup=warmup,
-                precision=precision, options=options, progress=progress, log=log, warn_moved=False)
+                precision=precision, options=options, progress=progress, log=log, first_round=half, warn_moved=False)
     state.save(networks={"rounds": rounds})
     drift = sorted(100 * (statistics.median(r.round_medians_ms[half:]) / statistics.median(r.round_medians_ms[:half])
                           - 1) for r in m.results)

@@ -79,13 +79,14 @@ def measure(name: str, runner: Any, specs: Sequence[Any], *, fusion: Any, db: st
             rounds: int = DEFAULT_ROUNDS, runs: int = DEFAULT_RUNS, warmup: int = DEFAULT_WARMUP,
             precision: str | None = None, options: dict[str, Any] | None = None,
             progress: bool = False, log: Callable[[str], None] | None = None,
-            of_rounds: int | None = None, warn_moved: bool = True) -> Measured:
+            of_rounds: int | None = None, first_round: int = 0, warn_moved: bool = True) -> Measured:
     """Measure ``specs`` (:mod:`bench.network_sources`) whole on ``runner`` (a
     :class:`~bench.runners.base.Runner`, closed afterwards), committing every round to ``db``
     (converted models are kept beside it in ``<db>.models/``); ``log`` also gets
     :func:`bench.network_measure.moved_warning`'s warning. ``of_rounds`` (default ``rounds``):
     the rounds the database's environment is for, so that the first ``rounds`` of them
-    measured now and all of them measured later are one set of rounds. ``warn_moved=False``:
+    measured now and all of them measured later are one set of rounds; ``first_round``: the
+    rounds before it were measured then (not a resume). ``warn_moved=False``:
     the caller judges the rounds' spread itself (rounds spread over a window on purpose)."""
     from .measure import bench_version, exclusive  # noqa: PLC0415
     from .network_measure import PROTOCOL, measure_networks, moved_warning  # noqa: PLC0415
@@ -107,7 +108,7 @@ def measure(name: str, runner: Any, specs: Sequence[Any], *, fusion: Any, db: st
             t0 = time.monotonic()
             results = measure_networks(runner, store, env_id, specs, fusion=fusion, warmup=warmup, runs=runs,
                                        rounds=rounds, precision=precision, progress=progress, log=log,
-                                       cache=path.with_name(path.name + ".models"))
+                                       cache=path.with_name(path.name + ".models"), first_round=first_round)
             seconds = time.monotonic() - t0
         warning = moved_warning(results) if warn_moved else ""
         if warning and log is not None:

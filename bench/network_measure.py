@@ -168,11 +168,13 @@ def converted(runner: Runner, model: bytes, precision: str, cache: Path | None) 
 
 def measure_networks(runner: Runner, store: Store, env_id: int, specs: Sequence[NetworkSpec], *, fusion: Any,
                      warmup: int = DEFAULT_WARMUP, runs: int = DEFAULT_RUNS, rounds: int = DEFAULT_ROUNDS,
-                     precision: str = "fp32", cache: Path | None = None,
+                     precision: str = "fp32", cache: Path | None = None, first_round: int = 0,
                      progress: bool = False, log: Callable[[str], None] | None = None) -> list[NetworkResult]:
     """Build, record, prepare, then time ``specs`` in interleaved rounds (see the module
     docstring); returns one result per spec, in order. ``cache``: where converted models are
-    kept (:func:`converted`)."""
+    kept (:func:`converted`). ``first_round``: the rounds before it were measured by an
+    earlier step of the caller's plan (``bench adapt`` times the networks before and after its
+    layers), so only rounds from it on that the database holds already count as resumed."""
     if runner.provenance == "estimated":
         warmup, runs, rounds = 0, 1, 1
     if rounds < 1 or runs < 1 or warmup < 0:
@@ -194,8 +196,10 @@ def measure_networks(runner: Runner, store: Store, env_id: int, specs: Sequence[
         finally:
             bar.close()
         todo = sum(1 for s in specs for r in range(rounds) if r not in done.get(s.name, {}))
-        if log is not None and todo < len(specs) * rounds:
-            log(f"resuming: {len(specs) * rounds - todo} of {len(specs) * rounds} network rounds already measured")
+        resumed = sum(1 for s in specs for r in range(first_round, rounds) if r in done.get(s.name, {}))
+        if log is not None and resumed:
+            planned = len(specs) * (rounds - first_round)
+            log(f"resuming: {resumed} of {planned} network rounds already measured")
         bar = _bar(todo, "measuring", progress)
         try:
             for r in range(rounds):

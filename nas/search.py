@@ -461,6 +461,7 @@ def run_search(req: SearchRequest, *, err: TextIO | None = None, out: TextIO | N
         evaluator = Evaluator(estimation, s)
         patience = Patience(req.patience, s)
         n_done = [0]
+        prepared_s = time.perf_counter() - t_start  # adapting, calibrating, loading the estimator
         bar = tqdm(total=shares[0], desc=f"nas {name}" + (f" (worker 1 of {len(shares)})" if extra else ""),
                    unit="cand", file=err, disable=not req.progress,
                    dynamic_ncols=True, leave=True)
@@ -529,7 +530,9 @@ def run_search(req: SearchRequest, *, err: TextIO | None = None, out: TextIO | N
         print(text.rstrip("\n"), file=out)
         who = (f"{len(shares)} local workers ran {sum(shares)} trials" if extra
                else f"this worker ran {n_done[0]} trials")
-        print(f"storage: {redact(url)} (study {name!r}); {who} in {elapsed:.1f} s; "
+        before = [what for what, on in (("adapting", req.adapt_minutes), ("calibrating", req.calibrate)) if on]
+        prep = f" after {prepared_s:.1f} s {' and '.join(before)} the profile" if before else ""
+        print(f"storage: {redact(url)} (study {name!r}); {who} in {elapsed - prepared_s:.1f} s{prep}; "
               f"{evaluator.n_cache_hits} repeated architectures reused; reports in {out_dir}", file=out)
         for i, code in failed_workers:
             print(f"warning: local worker {i + 1} exited with status {code} (its trials are in the study)", file=err)

@@ -157,6 +157,7 @@ def test_route_calibrate_writes_base_layer_rows_calibrated_here(calibrated):
     assert f"wrote profile {NEW}" in c.out and "own layer profile" not in c.out
     assert "[2/4] route calibrate: --route calibrate" in c.err and "[3/4]" not in c.err
     assert "rounds 2-2" in c.err
+    assert "resuming" not in c.err  # the second round after the first is the plan, not a resume
 
 
 # -------------------------------------------------------------------------- route profile

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -577,9 +578,13 @@ def test_nas_search_calibrate_measures_its_own_space_first(cal, tmp_path, capsys
     out = tmp_path / "out"
     rc = nas_main(["search", "--device", DEVICE, "--profiles", str(cal["root"]), "--out", str(out), "--space",
                    "mobilenet", "--calibrate", "20", *NAS_SPACE_ARGS])
-    err = capsys.readouterr().err
+    captured = capsys.readouterr()
+    err = captured.err
     assert rc == 0, err[-2000:]
     assert f"calibrating {DEVICE} on 20 samples of mobilenet" in err and "none a sample of" not in err
+    # the trials' time is their own: the calibration's minutes are named apart
+    m = re.search(r"this worker ran 3 trials in ([0-9.]+) s after ([0-9.]+) s calibrating the profile;", captured.out)
+    assert m and float(m.group(2)) > 0, captured.out[-500:]
     import csv
 
     with open(out / "profiles" / DEVICE / "networks.csv", newline="") as f:
