@@ -249,10 +249,9 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
     its description for the ``profile`` route; ``log`` gets every progress line."""
     from estimator.profile import load_profile  # noqa: PLC0415
 
-    from .calibrate import bias, describe_sources, measure, write_calibrated_profile  # noqa: PLC0415
+    from .calibrate import bias, describe_sources, measure, precision_for, write_calibrated_profile  # noqa: PLC0415
     from .profile_db import profile_from_db  # noqa: PLC0415
     from .measure import make_runner, measure_plan  # noqa: PLC0415
-    from .smartpad import default_precision  # noqa: PLC0415
 
     if route not in ROUTES:
         raise UserError(f"--route {route!r}: choose one of {', '.join(ROUTES)}")
@@ -262,7 +261,7 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
     if (root / name).exists() and not replace:
         raise UserError(f"profile {name!r} exists in {root}; give --replace to overwrite it, or another --name")
     runner = make_runner(runner_name, options)  # a runner that cannot run here: one line, before anything
-    precision = precision or ("int8" if runner_name == "vela" else default_precision(runner.model_format))
+    precision = precision or precision_for(runner_name, runner.model_format, base)
     if runner.provenance == "estimated":
         runner.close()
         raise UserError(f"runner {runner_name!r} is a cost model: there is no machine to adapt to; use "

@@ -26,7 +26,7 @@ from estimator.errors import UserError
 from .network_measure import DEFAULT_ROUNDS, DEFAULT_RUNS, DEFAULT_WARMUP
 from .runners.base import RUNNERS, RunnerError
 
-__all__ = ["DEFAULT_NETWORKS", "DEFAULT_SPACES", "Measured", "Calibrated", "runner_defaults", "measure",
+__all__ = ["precision_for", "DEFAULT_NETWORKS", "DEFAULT_SPACES", "Measured", "Calibrated", "runner_defaults", "measure",
            "write_calibrated_profile", "describe_sources", "bias"]
 
 
@@ -73,6 +73,22 @@ def runner_defaults(runner: str, base: Any) -> dict[str, Any]:
     if base is not None and runner == base.runner and base.threads and "threads" in _params(runner):
         return {"threads": base.threads}
     return {}
+
+
+def precision_for(runner_name: str, model_format: str, base: Any) -> str:
+    """The precision a runner renders models in when it measures for profile ``base`` and no
+    ``--precision`` is given: BASE's where the runner renders it (the shipped fp32 ``host-cpu``
+    adapted or calibrated to LiteRT is measured in float32; a LiteRT fp32 profile is refined in
+    float32, not with int8 rows beside its float32 ones), else the runner's own default (Vela
+    int8; :func:`bench.smartpad.default_precision`)."""
+    from .smartpad import TFLITE_QUANTIZATION, default_precision  # noqa: PLC0415
+
+    if runner_name == "vela":
+        return "int8"
+    own = getattr(base, "precision", None)
+    if model_format == "tflite" and own in TFLITE_QUANTIZATION:
+        return str(own)
+    return default_precision(model_format)
 
 
 def measure(name: str, runner: Any, specs: Sequence[Any], *, fusion: Any, db: str | Path,
@@ -198,6 +214,7 @@ def write_calibrated_profile(base: Any, name: str, root: str | Path, m: Measured
                    f"medians"),
         "runner": m.runner,
         "runner_options": dict(m.options),
+        "precision": m.precision,
         "fingerprint": _target_fingerprint(m),
         "base": base.name,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),

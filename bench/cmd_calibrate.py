@@ -158,7 +158,7 @@ def _specs(a: argparse.Namespace) -> list[Any]:
 
 def _measure(a: argparse.Namespace, name: str, runner_name: str, fusion: Any, base: Any) -> Any:
     """Sources -> specs (validated), runner -> :class:`bench.calibrate.Measured`."""
-    from .calibrate import measure, runner_defaults  # noqa: PLC0415
+    from .calibrate import measure, precision_for, runner_defaults  # noqa: PLC0415
 
     specs = _specs(a)
     if not specs:
@@ -166,7 +166,8 @@ def _measure(a: argparse.Namespace, name: str, runner_name: str, fusion: Any, ba
     given = {**runner_defaults(runner_name, base), **given_runner_options(a)}
     runner = make_runner(runner_name, given)
     return measure(name, runner, specs, fusion=fusion, db=a.db or db_path(DEFAULT_OUT, name), rounds=a.rounds,
-                   runs=a.runs, warmup=a.warmup, precision=a.precision, options=given,
+                   runs=a.runs, warmup=a.warmup, options=given,
+                   precision=a.precision or precision_for(runner_name, runner.model_format, base),
                    progress=not a.no_progress and sys.stderr.isatty(),
                    log=lambda text: print(f"bench: {text}", file=sys.stderr))
 

@@ -80,7 +80,7 @@ def cmd_check(a: argparse.Namespace) -> int:
     from estimator import fingerprint as fp  # noqa: PLC0415
     from estimator.profile import load_profile  # noqa: PLC0415
 
-    from .calibrate import measure, target_description  # noqa: PLC0415
+    from .calibrate import measure, precision_for, target_description  # noqa: PLC0415
     from .network_sources import row_specs  # noqa: PLC0415
 
     prof = load_profile(a.device, a.root)
@@ -100,8 +100,10 @@ def cmd_check(a: argparse.Namespace) -> int:
     if not specs:
         raise UserError(f"none of {prof.name}'s networks can be rebuilt here ({len(skipped)} left out)")
     given = {**dict(cal.get("runner_options") or {}), **given_runner_options(a)}
+    runner = make_runner(runner_name, given)
+    precision = a.precision or cal.get("precision") or precision_for(runner_name, runner.model_format, prof)
     with tempfile.TemporaryDirectory(prefix="bench-check-") as tmp:
-        m = measure(f"{prof.name}-check", make_runner(runner_name, given), specs, fusion=prof.fusion_rules(),
+        m = measure(f"{prof.name}-check", runner, specs, fusion=prof.fusion_rules(), precision=precision,
                     db=Path(tmp) / "check.sqlite", rounds=a.rounds, runs=a.runs, warmup=a.warmup,
                     options=given, progress=not a.no_progress and sys.stderr.isatty(),
                     log=lambda text: print(f"bench: {text}", file=sys.stderr))

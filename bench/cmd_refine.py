@@ -106,7 +106,7 @@ def _fmt(w: Any) -> str:
 def cmd_refine(a: argparse.Namespace) -> int:
     from estimator.profile import default_root, load_profile  # noqa: PLC0415
 
-    from .calibrate import runner_defaults  # noqa: PLC0415
+    from .calibrate import precision_for, runner_defaults  # noqa: PLC0415
     from .network_plan import held_out_keys, onnx_files  # noqa: PLC0415
     from .refine import load_targets, refine  # noqa: PLC0415
     from .sampling import limits_for  # noqa: PLC0415
@@ -147,7 +147,8 @@ def cmd_refine(a: argparse.Namespace) -> int:
 
     out = refine(base, name, root, targets, runner, db=db, limits=limits, rounds=a.rounds, minutes=a.minutes,
                  top=a.top, neighbours=a.neighbours, exclude_keys=exclude_keys, excluded=excluded, warmup=a.warmup,
-                 runs=a.runs, precision=a.precision, options=given, min_gain=a.min_gain,
+                 runs=a.runs, precision=a.precision or precision_for(runner_name, runner.model_format, base),
+                 options=given, min_gain=a.min_gain,
                  progress=not a.no_progress and sys.stderr.isatty(), report=report,
                  log=lambda text: print(f"bench: {text}", file=sys.stderr))
     print(f"stopped: {out.stopped}")

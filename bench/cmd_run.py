@@ -104,7 +104,9 @@ def add_runner_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--accelerator-config", default=None, metavar="NAME", help="Ethos-U accelerator (vela)")
     g.add_argument("--system-config", default=None, metavar="NAME", help="Vela system config")
     g.add_argument("--memory-mode", default=None, metavar="NAME", help="Vela memory mode")
-    g.add_argument("--precision", default=None, choices=("fp32", "fp16", "int8"), help="model precision (default fp32 for ONNX runners, int8 for TFLite runners)")
+    g.add_argument("--precision", default=None, choices=("fp32", "fp16", "int8"),
+                   help="model precision (default: a base profile's where the runner renders it, as when adapting, "
+                        "calibrating, refining or checking one; else fp32 for ONNX runners, int8 for TFLite and Vela)")
 
 
 def given_runner_options(a: argparse.Namespace) -> dict[str, Any]:

@@ -366,6 +366,9 @@ def refine(base: Any, name: str, root: str | Path, targets: Sequence[Target], ru
     from .sampling import Config  # noqa: PLC0415
     from .storage import Store  # noqa: PLC0415
 
+    if precision is not None and base.precision and precision != base.precision:
+        raise UserError(f"precision {precision}: {base.name}'s layer rows were measured in {base.precision}; refined "
+                        f"rows are measured like them (leave --precision out)")
     db = Path(db)
     db.parent.mkdir(parents=True, exist_ok=True)
     settings = layer_settings(runner, warmup=warmup, runs=runs, precision=precision)

@@ -134,7 +134,7 @@ _PROVENANCE_KINDS = ("measured", "estimated")
 _TOP_KEYS = {"schema", "name", "description", "hardware", "runner", "precision", "threads", "provenance",
              "fusion", "op_mapping", "training", "fingerprint", "calibration", "refined"}
 _PROV_KEYS = {"kind", "source", "host", "versions", "date"}
-_CAL_KEYS = {"kind", "source", "runner", "runner_options", "fingerprint", "base", "date"}
+_CAL_KEYS = {"kind", "source", "runner", "runner_options", "precision", "fingerprint", "base", "date"}
 _REF_KEYS = {"base", "targets", "excluded", "rounds", "configurations", "device_seconds", "runner", "runner_options",
              "database", "date", "source", "search"}
 
@@ -531,6 +531,8 @@ def parse_profile_dict(meta: Any, path: Path, *, where: str | None = None) -> Pr
         for key in ("runner_options", "fingerprint"):
             if not isinstance(calibration.get(key, {}), dict):
                 raise ProfileError(f"{cw}: {key!r} must be an object")
+        if not isinstance(calibration.get("precision", ""), str):
+            raise ProfileError(f"{cw}: 'precision' must be a string")
 
     refined = _opt_dict(meta, "refined", where)
     if refined:

@@ -184,6 +184,7 @@ class Refiner:
 
     def step(self, study: Any, seconds: float) -> None:
         from bench.network_sources import NetworkSpec  # noqa: PLC0415
+        from bench.calibrate import precision_for  # noqa: PLC0415
         from bench.refine import load_targets, refine  # noqa: PLC0415
         from bench.sampling import limits_for  # noqa: PLC0415
 
@@ -212,7 +213,8 @@ class Refiner:
                  f"at most) ...")
         t0 = time.monotonic()
         res = refine(base, name, st.root, targets, runner, db=st.db, limits=limits_for(base.runner), rounds=1,
-                     minutes=seconds / 60.0, top=TOP, min_gain=0.0, options=st.given, command=st.command)
+                     minutes=seconds / 60.0, top=TOP, min_gain=0.0, options=st.given, command=st.command,
+                     precision=precision_for(base.runner, runner.model_format, base))
         self.seconds += res.device_seconds
         history = list(study.user_attrs.get("refine") or [])
         self._provenance(study, name, history, number, picked, targets, res)

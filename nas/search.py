@@ -167,7 +167,7 @@ def calibrate_device(req: SearchRequest, err: TextIO) -> Path:
     profile, under the device's own name, to ``OUT/profiles`` (returned: the in-process
     estimator's profiles directory)."""
     from bench.adapt import does_not_carry  # noqa: PLC0415
-    from bench.calibrate import bias, measure, write_calibrated_profile  # noqa: PLC0415
+    from bench.calibrate import bias, measure, precision_for, write_calibrated_profile  # noqa: PLC0415
     from bench.network_sources import space_specs  # noqa: PLC0415
     from estimator.profile import load_profile  # noqa: PLC0415
 
@@ -186,8 +186,8 @@ def calibrate_device(req: SearchRequest, err: TextIO) -> Path:
     out = Path(req.out)
     print(f"calibrating {s.device} on {req.calibrate} samples of {s.space} ({base.runner}, "
           f"{', '.join(f'{k} {v}' for k, v in sorted(given.items())) or 'default options'}) ...", file=err)
-    m = measure(s.device, runner, specs, fusion=base.fusion_rules(),
-                db=out / "calibration.sqlite", options=given, progress=req.progress,
+    m = measure(s.device, runner, specs, fusion=base.fusion_rules(), precision=precision_for(base.runner,
+                runner.model_format, base), db=out / "calibration.sqlite", options=given, progress=req.progress,
                 log=lambda text: print(f"nas: {text}", file=err))
     med = bias(base, m.results)[0]
     cal = write_calibrated_profile(base, s.device, out / "profiles", m, replace=True,

@@ -479,6 +479,7 @@ def test_bench_calibrate_writes_a_calibrated_profile(cal, capsys):
     assert all(r["detail"]["params"] and r["detail"]["space"] == "mobilenet" for r in rows)
     c = prof.calibration
     assert c["kind"] == "measured" and c["runner"] == "onnxruntime" and c["base"] == DEVICE
+    assert c["precision"] == "fp32"  # what bench check re-times them in
     assert c["fingerprint"]["host"]["cpu_count"] == os.cpu_count()
     assert "onnxruntime" in c["fingerprint"]["runtime"]["versions"]
     assert "20 whole networks" in c["source"]
@@ -567,6 +568,45 @@ def test_service_answers_calibrated_with_uncalibrated_beside(cal):
 #: (a CI run's ResNets of 10-25 ms had a smallest CM_LV upper bound of 5.7e8 ms).
 NAS_SPACE_ARGS = ["--space-option", "resolutions=[64]", "--space-option", "max_depth=1", "--space-option",
                   "widths=[0.5]", "--budget", "1e9s", "--trials", "3", "--seed", "0", "--no-progress"]
+
+
+def test_precision_for_keeps_the_base_profiles_where_the_runner_renders_it():
+    from types import SimpleNamespace
+
+    from bench.calibrate import precision_for
+
+    fp32, int8 = SimpleNamespace(precision="fp32"), SimpleNamespace(precision="int8")
+    assert precision_for("litert", "tflite", fp32) == "fp32"  # a host CPU profile adapted to LiteRT
+    assert precision_for("litert", "tflite", int8) == "int8"
+    assert precision_for("litert", "tflite", None) == "int8"  # no base: the runner's own default
+    assert precision_for("vela", "tflite", fp32) == "int8"  # Vela compiles int8 only
+    assert precision_for("onnxruntime", "onnx", int8) == "fp32"  # ONNX benchmark graphs are fp32
+
+
+def test_calibrating_an_fp32_profile_on_litert_measures_fp32(cal, tmp_path):
+    """Without --precision, a LiteRT target measures a float32 base in float32 (not the TFLite
+    int8 default), records it, and refining with another precision is refused before measuring."""
+    pytest.importorskip("ai_edge_litert")
+    pytest.importorskip("bench.tflite_models", reason="needs the tflite extra (TensorFlow)", exc_type=ImportError)
+    from estimator.profile import load_profile
+
+    db = tmp_path / "lt.sqlite"
+    rc = _bench(["calibrate", "--device", DEVICE, "--name", "tiny-lt", "--root", str(cal["root"]), "--runner",
+                 "litert", "--networks", "2", "--db", str(db), *SPACE_ARGS])
+    assert rc == 0
+    con = sqlite3.connect(str(db))
+    try:
+        settings = [json.loads(r[0]) for r in con.execute("SELECT settings FROM environments")]
+    finally:
+        con.close()
+    assert [st["precision"] for st in settings] == ["fp32"]
+    assert load_profile("tiny-lt", cal["root"]).calibration["precision"] == "fp32"
+    shutil.rmtree(cal["root"] / "tiny-lt")
+    rc = run("bench", "test", ["bench.cmd_refine"], ["refine", "--device", DEVICE, "--root", str(cal["root"]),
+                                                      "--name", "tiny-r", "--precision", "int8", "--zoo",
+                                                      "mobilenet_v2@64", "--db", str(tmp_path / "r.sqlite"),
+                                                      "--no-progress"])
+    assert rc != 0 and not (tmp_path / "r.sqlite").exists() and not (cal["root"] / "tiny-r").exists()
 
 
 def test_nas_search_calibrate_measures_its_own_space_first(cal, tmp_path, capsys):
