@@ -64,9 +64,13 @@ real network; check ``Prepared.info["ops"]`` of the LiteRT runner, or the Vela r
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
-from typing import Any, Sequence
+import sys
+import tempfile
+import warnings
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -81,13 +85,52 @@ class TFLiteModelError(UserError):
     """The IR contains something that has no TFLite rendering (the message says what)."""
 
 
+@contextlib.contextmanager
+def native_stderr() -> Iterator[list[str]]:
+    """Hold what TensorFlow's C++ code writes to the process's stderr (file descriptor 2) while
+    the block runs: its start-up lines (oneDNN, CUDA drivers not found, absl's "log messages
+    before InitializeLog"), the converter's per-model "fully_quantize: ..." line and the
+    deprecation warning its int8 calibration raises about its own ``tf.lite.Interpreter``,
+    none of which a user can act on, would otherwise come between a bench command's lines, once
+    per benchmark model. The list yielded gets the held lines after the block, for an error
+    message; they are not printed. ``TF_CPP_MIN_LOG_LEVEL`` does not reach these lines
+    (TensorFlow 2.21 writes them before it reads it)."""
+    held: list[str] = []
+    fd = 2  # the C++ code writes there, whatever sys.stderr is
+    try:
+        saved = os.dup(fd)
+    except OSError:  # no stderr at all: nothing to hold
+        yield held
+        return
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), fd)
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=r"(?s).*tf\.lite\.Interpreter is deprecated")
+                yield held
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, fd)
+            os.close(saved)
+            sink.seek(0)
+            held += sink.read().decode("utf-8", "replace").splitlines()
+
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-try:
-    import tensorflow as tf
-except ImportError as _e:  # pragma: no cover - depends on the environment
+with native_stderr() as _held:
+    try:
+        import tensorflow as tf
+    except ImportError as _e:  # pragma: no cover - depends on the environment
+        _import_error: ImportError | None = _e
+    else:
+        _import_error = None
+        tf.config.list_physical_devices()  # the device platforms start here, not amid a measurement ("cuInit")
+if _import_error is not None:  # pragma: no cover - depends on the environment
     raise MissingTFLiteExtraError(
         "writing TFLite models needs TensorFlow: pip install 'confident-latency[tflite]' "
-        f"(the 'tflite' extra); import failed: {_e}") from _e
+        f"(the 'tflite' extra); import failed: {_import_error}"
+        + (f" ({_held[-1].strip()})" if _held else "")) from _import_error
 
 from estimator.layers import SPECS, LayerSpecError  # noqa: E402
 
@@ -388,9 +431,10 @@ def convert_concrete_function(fn: Any, quantization: str, samples: Sequence[Any]
         converter.inference_input_type = tf.int8
         converter.inference_output_type = tf.int8
     try:
-        return bytes(converter.convert())
+        with native_stderr() as held:
+            return bytes(converter.convert())
     except Exception as e:  # noqa: BLE001 - the converter raises ConverterError and friends
-        msg = str(e).strip().splitlines()
+        msg = str(e).strip().splitlines() or [line for line in held if "error" in line.lower()]
         detail = next((line for line in msg if "error" in line.lower()), msg[0] if msg else type(e).__name__)
         raise RuntimeError(f"TFLite conversion ({quantization}) failed: {detail}") from e
 

@@ -479,3 +479,26 @@ def test_a_litert_profile_gets_litert_fusion_rules_and_free_reshapes(tmp_path, l
     assert not rules.folds("fc", "sigmoid")
     assert set(prof.free_ops) == {"Reshape", "Flatten", "Squeeze", "Unsqueeze"}
     assert "ai_edge_litert" in prof.op_mapping["source"]
+
+
+def test_tensorflows_native_lines_are_held_not_printed(capfd):
+    """What TensorFlow's C++ code writes to stderr while a model converts is held for an error
+    message, not printed between a bench command's lines: the held block's fd-2 writes come back
+    in the list, and a conversion in a fresh process (import, float32 and int8) prints nothing."""
+    import os
+
+    with tm.native_stderr() as held:
+        os.write(2, b"fully_quantize: 0, inference_type: 6\n")
+    assert held == ["fully_quantize: 0, inference_type: 6"]
+    assert capfd.readouterr().err == ""
+    code = textwrap.dedent("""
+        from bench.modelgen import padded_model
+        from bench.tflite_models import to_tflite
+        ir = padded_model("conv2d", dict(h=8, w=8, c_in=8, c_out=8, k_h=3, k_w=3, s_h=1, s_w=1))
+        for q in ("float32", "int8"):
+            assert len(to_tflite(ir, q)) > 0
+        print("converted")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "converted", done.stderr[-2000:]
+    assert done.stderr == ""
