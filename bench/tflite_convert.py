@@ -897,9 +897,9 @@ def _op_resize(g: _Graph, node: onnx.NodeProto, at: dict[str, Any]) -> _T:
     half = ctm in ("half_pixel", "pytorch_half_pixel")
     size = [sizes[2], sizes[3]]
     if mode == "nearest":
-        y = tf.compat.v1.image.resize_nearest_neighbor(x, size, align_corners=align, half_pixel_centers=half)
+        y = tf.raw_ops.ResizeNearestNeighbor(images=x, size=size, align_corners=align, half_pixel_centers=half)
     elif mode == "linear":
-        y = tf.compat.v1.image.resize_bilinear(x, size, align_corners=align, half_pixel_centers=half)
+        y = tf.raw_ops.ResizeBilinear(images=x, size=size, align_corners=align, half_pixel_centers=half)
     else:
         raise ConversionError(f"{node.name}: Resize mode {mode!r} has no TFLite builtin (nearest, linear)")
     return _T(y, NHWC)

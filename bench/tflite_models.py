@@ -318,11 +318,12 @@ def _render(op: Op, ins: list[Any], weights: dict[str, dict[str, np.ndarray]]) -
     elif k == "resize":
         size = [int(a["h_out"]), int(a["w_out"])]
         if a["mode"] == "nearest":
-            y = tf.compat.v1.image.resize_nearest_neighbor(
-                ins[0], size, align_corners=False, half_pixel_centers=a.get("coord") == "half_pixel")
+            y = tf.raw_ops.ResizeNearestNeighbor(  # the op itself: TensorFlow 2's resize has no asymmetric mode
+                images=ins[0], size=size, align_corners=False, half_pixel_centers=a.get("coord") == "half_pixel")
         elif a["mode"] == "linear":
-            y = tf.compat.v1.image.resize_bilinear(
-                ins[0], size, align_corners=False, half_pixel_centers=a.get("coord", "half_pixel") == "half_pixel")
+            y = tf.raw_ops.ResizeBilinear(
+                images=ins[0], size=size, align_corners=False,
+                half_pixel_centers=a.get("coord", "half_pixel") == "half_pixel")
         else:
             raise TFLiteModelError(f"{op.name}: resize mode {a['mode']!r} has no TFLite builtin (nearest, linear only)")
     elif k == "act":

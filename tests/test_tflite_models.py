@@ -484,7 +484,8 @@ def test_a_litert_profile_gets_litert_fusion_rules_and_free_reshapes(tmp_path, l
 def test_tensorflows_native_lines_are_held_not_printed(capfd):
     """What TensorFlow's C++ code writes to stderr while a model converts is held for an error
     message, not printed between a bench command's lines: the held block's fd-2 writes come back
-    in the list, and a conversion in a fresh process (import, float32 and int8) prints nothing."""
+    in the list, and conversions in a fresh process (import, float32 and int8, resizes, which
+    TensorFlow's compat API logs as deprecated) print nothing."""
     import os
 
     with tm.native_stderr() as held:
@@ -494,9 +495,12 @@ def test_tensorflows_native_lines_are_held_not_printed(capfd):
     code = textwrap.dedent("""
         from bench.modelgen import padded_model
         from bench.tflite_models import to_tflite
-        ir = padded_model("conv2d", dict(h=8, w=8, c_in=8, c_out=8, k_h=3, k_w=3, s_h=1, s_w=1))
-        for q in ("float32", "int8"):
-            assert len(to_tflite(ir, q)) > 0
+        irs = [padded_model("conv2d", dict(h=8, w=8, c_in=8, c_out=8, k_h=3, k_w=3, s_h=1, s_w=1)),
+               padded_model("resize", dict(h=4, w=4, c=4, h_out=8, w_out=8)),
+               padded_model("resize", dict(h=4, w=5, c=4, h_out=7, w_out=10, mode="linear"))]
+        for ir in irs:
+            for q in ("float32", "int8"):
+                assert len(to_tflite(ir, q)) > 0
         print("converted")
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
