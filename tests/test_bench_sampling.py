@@ -180,3 +180,15 @@ def test_network_prior_moves_a_share_of_conv_channels_off_the_ladder(monkeypatch
     on = {c.key for c in plan} - {c.key for c in off}
     assert on <= before
     assert len({c.key for c in old} - on) <= 1.1 * (len(off) + len(rows))
+
+
+@pytest.mark.parametrize("layer_type", ["conv2d", "dwconv2d"])
+def test_a_tflite_plan_draws_no_window_tensorflow_cannot_render(layer_type):
+    """TensorFlow has no convolution that is dilated and strided at once: an ONNX plan draws
+    such configurations, a TFLite plan never does (the converter would refuse each one)."""
+    def both(c):
+        p = c.params
+        return max(p.get("d_h", 1), p.get("d_w", 1)) > 1 and max(p.get("s_h", 1), p.get("s_w", 1)) > 1
+
+    assert any(both(c) for c in sample_type(layer_type, 600, seed=0))
+    assert not any(both(c) for c in sample_type(layer_type, 600, seed=0, model_format="tflite"))

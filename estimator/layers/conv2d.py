@@ -8,7 +8,8 @@ import numpy as np
 
 from . import space
 from .ir import Op
-from .params import LayerSpecError, act_code, align, cold, io_bytes, nonneg, opt_int, positive, window, window_attrs
+from .params import (LayerSpecError, act_code, align, cold, io_bytes, nonneg, opt_int, positive, window, window_attrs,
+                     window_renders)
 from .registry import NCHW, LayerCounts, LayerTypeSpec, register
 from .shared import conv_draft, is_depthwise_conv
 
@@ -57,6 +58,9 @@ class Conv2d(LayerTypeSpec):
         return LayerCounts(feats, macs, params, 2.0 * macs,
                            io_bytes(n * h * w * c_in, n * h_out * w_out * c_out, params, eb),
                            (n, c_out, h_out, w_out))
+
+    def renders(self, p: Mapping[str, Any], model_format: str) -> bool:
+        return super().renders(p, model_format) and window_renders(p, model_format)
 
     def lum_inputs(self, p: Mapping[str, Any], counts: LayerCounts,
                    model_format: str = "onnx") -> tuple[NCHW, ...]:

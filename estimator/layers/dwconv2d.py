@@ -7,7 +7,7 @@ import numpy as np
 
 from . import space
 from .ir import Op
-from .params import act_code, align, io_bytes, nonneg, opt_int, positive, window, window_attrs
+from .params import act_code, align, io_bytes, nonneg, opt_int, positive, window, window_attrs, window_renders
 from .registry import NCHW, LayerCounts, LayerTypeSpec, register
 from .shared import conv_draft, is_depthwise_conv
 
@@ -51,6 +51,9 @@ class DwConv2d(LayerTypeSpec):
         return LayerCounts(feats, macs, params, 2.0 * macs,
                            io_bytes(n * h * w * c, n * h_out * w_out * c_out, params, eb),
                            (n, c_out, h_out, w_out))
+
+    def renders(self, p: Mapping[str, Any], model_format: str) -> bool:
+        return super().renders(p, model_format) and window_renders(p, model_format)
 
     def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
                 act: str | None, *, single: bool = False, model_format: str = "onnx") -> list[Op]:
