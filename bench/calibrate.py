@@ -26,8 +26,8 @@ from estimator.errors import UserError
 from .network_measure import DEFAULT_ROUNDS, DEFAULT_RUNS, DEFAULT_WARMUP
 from .runners.base import RUNNERS, RunnerError
 
-__all__ = ["precision_for", "DEFAULT_NETWORKS", "DEFAULT_SPACES", "Measured", "Calibrated", "runner_defaults", "measure",
-           "write_calibrated_profile", "describe_sources", "bias"]
+__all__ = ["DEFAULT_NETWORKS", "DEFAULT_SPACES", "Measured", "Calibrated", "runner_defaults", "precision_for",
+           "measure", "write_calibrated_profile", "describe_sources", "bias"]
 
 
 #: space samples measured when no source is given, round robin over three spaces: three
@@ -77,16 +77,17 @@ def runner_defaults(runner: str, base: Any) -> dict[str, Any]:
 
 def precision_for(runner_name: str, model_format: str, base: Any) -> str:
     """The precision a runner renders models in when it measures for profile ``base`` and no
-    ``--precision`` is given: BASE's where the runner renders it (the shipped fp32 ``host-cpu``
-    adapted or calibrated to LiteRT is measured in float32; a LiteRT fp32 profile is refined in
-    float32, not with int8 rows beside its float32 ones), else the runner's own default (Vela
-    int8; :func:`bench.smartpad.default_precision`)."""
+    ``--precision`` is given: BASE's where the runner renders it (BASE's own runner always; the
+    shipped fp32 ``host-cpu`` adapted or calibrated to LiteRT is measured in float32; a LiteRT
+    fp32 profile is refined in float32, not with int8 rows beside its float32 ones), else the
+    runner's own default (Vela int8; :func:`bench.smartpad.default_precision`)."""
     from .smartpad import TFLITE_QUANTIZATION, default_precision  # noqa: PLC0415
 
     if runner_name == "vela":
         return "int8"
     own = getattr(base, "precision", None)
-    if model_format == "tflite" and own in TFLITE_QUANTIZATION:
+    renders = runner_name == getattr(base, "runner", None) or (model_format == "tflite" and own in TFLITE_QUANTIZATION)
+    if own and renders:
         return str(own)
     return default_precision(model_format)
 

@@ -575,12 +575,14 @@ def test_precision_for_keeps_the_base_profiles_where_the_runner_renders_it():
 
     from bench.calibrate import precision_for
 
-    fp32, int8 = SimpleNamespace(precision="fp32"), SimpleNamespace(precision="int8")
+    fp32, int8 = SimpleNamespace(precision="fp32", runner="onnxruntime"), SimpleNamespace(precision="int8", runner="vela")
     assert precision_for("litert", "tflite", fp32) == "fp32"  # a host CPU profile adapted to LiteRT
     assert precision_for("litert", "tflite", int8) == "int8"
     assert precision_for("litert", "tflite", None) == "int8"  # no base: the runner's own default
     assert precision_for("vela", "tflite", fp32) == "int8"  # Vela compiles int8 only
     assert precision_for("onnxruntime", "onnx", int8) == "fp32"  # ONNX benchmark graphs are fp32
+    trt = SimpleNamespace(precision="fp16", runner="tensorrt")  # its own runner renders its precision
+    assert precision_for("tensorrt", "onnx", trt) == "fp16" and precision_for("onnxruntime", "onnx", trt) == "fp32"
 
 
 def test_calibrating_an_fp32_profile_on_litert_measures_fp32(cal, tmp_path):
