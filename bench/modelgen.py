@@ -230,8 +230,9 @@ def _lum_spec(layer_type: str, params: Mapping[str, Any], model_format: str = "o
     counts = describe(layer_type, params)  # validates and gives the output shape
     spec = SPECS[layer_type]
     if not spec.renders(params, model_format):
-        raise LayerSpecError(f"{layer_type} {dict(params)} has no {model_format} rendering "
-                             f"(the type renders to {', '.join(spec.model_formats)})")
+        why = (spec.render_limits if model_format in spec.model_formats and spec.render_limits
+               else f"the type renders to {', '.join(spec.model_formats)}")
+        raise LayerSpecError(f"{layer_type} {dict(params)} has no {model_format} rendering ({why})")
     return _LumSpec(tuple(spec.lum_inputs(params, counts, model_format)), spec.lum_output(params, counts, model_format))
 
 

@@ -192,3 +192,11 @@ def test_a_tflite_plan_draws_no_window_tensorflow_cannot_render(layer_type):
 
     assert any(both(c) for c in sample_type(layer_type, 600, seed=0))
     assert not any(both(c) for c in sample_type(layer_type, 600, seed=0, model_format="tflite"))
+    from bench.modelgen import padded_model
+    from estimator.layers import LayerSpecError
+
+    one = next(c for c in sample_type(layer_type, 600, seed=0) if both(c))
+    padded_model(layer_type, one.params)  # ONNX renders it
+    with pytest.raises(LayerSpecError, match="no tflite rendering .TensorFlow, hence TFLite, has no convolution that "
+                                             "is dilated and strided at once"):
+        padded_model(layer_type, one.params, model_format="tflite")

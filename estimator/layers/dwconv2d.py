@@ -52,6 +52,8 @@ class DwConv2d(LayerTypeSpec):
                            io_bytes(n * h * w * c, n * h_out * w_out * c_out, params, eb),
                            (n, c_out, h_out, w_out))
 
+    render_limits = "TensorFlow, hence TFLite, has no convolution that is dilated and strided at once"
+
     def renders(self, p: Mapping[str, Any], model_format: str) -> bool:
         return super().renders(p, model_format) and window_renders(p, model_format)
 

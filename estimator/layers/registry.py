@@ -109,6 +109,9 @@ class LayerTypeSpec:
     #: the IR primitives render to both; an op of the type's own kind through
     #: :meth:`onnx_nodes` and :meth:`tflite_ops`.
     model_formats: ClassVar[tuple[str, ...]] = ("onnx", "tflite")
+    #: What keeps some configurations of a rendered format from rendering (:meth:`renders`), in
+    #: words for the error that names such a configuration.
+    render_limits: ClassVar[str] = ""
     #: Whether the type takes a fused activation (raw param ``act``, feature ``act``): the
     #: producers that device fusion rules may fold an activation into.
     takes_act: ClassVar[bool] = False
