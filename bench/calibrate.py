@@ -107,13 +107,12 @@ def measure(name: str, runner: Any, specs: Sequence[Any], *, fusion: Any, db: st
     the caller judges the rounds' spread itself (rounds spread over a window on purpose)."""
     from .measure import bench_version, exclusive  # noqa: PLC0415
     from .network_measure import PROTOCOL, measure_networks, moved_warning  # noqa: PLC0415
-    from .smartpad import default_precision  # noqa: PLC0415
     from .storage import Store  # noqa: PLC0415
 
     if not specs:
         raise UserError("no network to measure")
     try:
-        precision = precision or ("int8" if runner.name == "vela" else default_precision(runner.model_format))
+        precision = precision or precision_for(runner.name, runner.model_format, None)
         path = Path(db)
         settings = {"protocol": PROTOCOL, "warmup": warmup, "runs": runs, "rounds": of_rounds or rounds,
                     "model_format": runner.model_format, "precision": precision, "bench_version": bench_version()}

@@ -9,7 +9,7 @@ import numpy as np
 from . import space
 from .ir import Op
 from .params import (LayerSpecError, act_code, align, cold, io_bytes, nonneg, opt_int, positive, window, window_attrs,
-                     window_renders)
+                     WINDOW_RENDER_LIMITS, window_renders)
 from .registry import NCHW, LayerCounts, LayerTypeSpec, register
 from .shared import conv_draft, is_depthwise_conv
 
@@ -59,7 +59,7 @@ class Conv2d(LayerTypeSpec):
                            io_bytes(n * h * w * c_in, n * h_out * w_out * c_out, params, eb),
                            (n, c_out, h_out, w_out))
 
-    render_limits = "TensorFlow, hence TFLite, has no convolution that is dilated and strided at once"
+    render_limits = WINDOW_RENDER_LIMITS
 
     def renders(self, p: Mapping[str, Any], model_format: str) -> bool:
         return super().renders(p, model_format) and window_renders(p, model_format)

@@ -7,7 +7,8 @@ import numpy as np
 
 from . import space
 from .ir import Op
-from .params import act_code, align, io_bytes, nonneg, opt_int, positive, window, window_attrs, window_renders
+from .params import (act_code, align, io_bytes, nonneg, opt_int, positive, window, window_attrs,
+                     WINDOW_RENDER_LIMITS, window_renders)
 from .registry import NCHW, LayerCounts, LayerTypeSpec, register
 from .shared import conv_draft, is_depthwise_conv
 
@@ -52,7 +53,7 @@ class DwConv2d(LayerTypeSpec):
                            io_bytes(n * h * w * c, n * h_out * w_out * c_out, params, eb),
                            (n, c_out, h_out, w_out))
 
-    render_limits = "TensorFlow, hence TFLite, has no convolution that is dilated and strided at once"
+    render_limits = WINDOW_RENDER_LIMITS
 
     def renders(self, p: Mapping[str, Any], model_format: str) -> bool:
         return super().renders(p, model_format) and window_renders(p, model_format)

@@ -152,10 +152,14 @@ def window(p: Mapping[str, Any], *, dilated: bool) -> tuple[int, int, int, int, 
     return h, w, k_h, k_w, s_h, s_w, h_out, w_out
 
 
+#: why :func:`window_renders` refuses a window (a type's ``render_limits``)
+WINDOW_RENDER_LIMITS = "TensorFlow, hence TFLite, has no convolution that is dilated and strided at once"
+
+
 def window_renders(p: Mapping[str, Any], model_format: str) -> bool:
-    """Whether a dilated window renders to ``model_format``: TensorFlow, hence TFLite, has no
-    convolution that is dilated and strided at once (its converter refuses them, so no TFLite
-    network holds one either); ONNX has."""
+    """Whether a dilated window renders to ``model_format``: not a dilated, strided one in TFLite
+    (:data:`WINDOW_RENDER_LIMITS`; its converter refuses them, so no TFLite network holds one
+    either); ONNX has them."""
     if model_format != "tflite":
         return True
     return max(opt_int(p, "d_h", 1), opt_int(p, "d_w", 1)) == 1 or max(opt_int(p, "s_h", 1), opt_int(p, "s_w", 1)) == 1
