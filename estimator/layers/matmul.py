@@ -58,6 +58,9 @@ class MatMul(LayerTypeSpec):
     def lum_output(self, p: Mapping[str, Any], counts: LayerCounts, model_format: str = "onnx") -> NCHW:
         return rows_of(self._shapes(p)[2], model_format)
 
+    def in_ranges(self, p: Mapping[str, Any], ins: Sequence[tuple[int, ...]], out: tuple[int, ...]) -> bool:
+        return self._rows_in_ranges((*ins, out))
+
     def single_layer_io(self, p: Mapping[str, Any], ins: tuple[NCHW, ...], out: NCHW,
                         model_format: str = "onnx") -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
         a, b, y = self._shapes(p)

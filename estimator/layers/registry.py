@@ -25,7 +25,7 @@ import numpy as np
 
 from .ir import Op
 from .params import LayerSpecError, integer
-from .space import SPACE_MAX, UnitHash
+from .space import MAX_ROW_ELEMS, SPACE_MAX, UnitHash
 
 __all__ = [
     "LayerType",
@@ -305,6 +305,14 @@ class LayerTypeSpec:
     def in_ranges(self, p: Mapping[str, Any], ins: Sequence[tuple[int, ...]], out: tuple[int, ...]) -> bool:
         """Whether a valid configuration lies inside the broad space (:data:`SPACE_MAX`)."""
         return self._in_ranges(p, ins, out, [s[1] for s in (*ins, out)])
+
+    @staticmethod
+    def _rows_in_ranges(shapes: Sequence[tuple[int, ...]]) -> bool:
+        """:meth:`in_ranges` of a type whose LUM tensors are :func:`rows_of` rows: each within
+        :data:`~estimator.layers.space.MAX_ROW_ELEMS` elements, whatever its rows and their
+        length (a map's channel and width caps would leave out the token layouts of DeiT's
+        q/k/v slices and MobileViT's patches)."""
+        return all(int(np.prod(s)) <= MAX_ROW_ELEMS for s in shapes)
 
     @staticmethod
     def _in_ranges(p: Mapping[str, Any], ins: Sequence[tuple[int, ...]], out: tuple[int, ...],

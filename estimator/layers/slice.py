@@ -61,6 +61,9 @@ class Slice(MemoryBound):
     def lum_output(self, p: Mapping[str, Any], counts: LayerCounts, model_format: str = "onnx") -> NCHW:
         return rows_of((1, self._kept(p), int(p["h"]), int(p["w"])), model_format)
 
+    def in_ranges(self, p: Mapping[str, Any], ins: Sequence[tuple[int, ...]], out: tuple[int, ...]) -> bool:
+        return self._rows_in_ranges((*ins, out))
+
     def single_layer_io(self, p: Mapping[str, Any], ins: tuple[NCHW, ...], out: NCHW,
                         model_format: str = "onnx") -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
         return ((1, int(p["c"]), int(p["h"]), int(p["w"])),), (1, self._kept(p), int(p["h"]), int(p["w"]))

@@ -62,6 +62,11 @@ class Softmax(MemoryBound):
     def lum_output(self, p: Mapping[str, Any], counts: LayerCounts, model_format: str = "onnx") -> NCHW:
         return self._shape(p, model_format)
 
+    def in_ranges(self, p: Mapping[str, Any], ins: Sequence[tuple[int, ...]], out: tuple[int, ...]) -> bool:
+        if self._axis(p) == 3:
+            return self._rows_in_ranges((*ins, out))
+        return super().in_ranges(p, ins, out)
+
     def single_layer_io(self, p: Mapping[str, Any], ins: tuple[NCHW, ...], out: NCHW,
                         model_format: str = "onnx") -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
         shape: tuple[int, ...] = (1, int(p["c"]), int(p["h"]), int(p["w"]))

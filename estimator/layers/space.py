@@ -16,7 +16,7 @@ import numpy as np
 
 from .params import same_pads
 
-__all__ = ["SPACE_MAX", "PRIOR_HW", "PRIOR_C", "PRIOR_TOKENS", "PRIOR_WIDTHS", "PRIOR_HEADS", "MAX_ROWS", "UnitHash", "loguniform_int", "channels", "hw", "kernel",
+__all__ = ["SPACE_MAX", "PRIOR_HW", "PRIOR_C", "PRIOR_TOKENS", "PRIOR_WIDTHS", "PRIOR_HEADS", "MAX_ROWS", "MAX_ROW_ELEMS", "UnitHash", "loguniform_int", "channels", "hw", "kernel",
            "strides", "pads", "off_ladder"]
 
 #: The raw parameter space.
@@ -44,6 +44,13 @@ PRIOR_WIDTHS = (64, 96, 128, 192, 240, 256, 288, 384, 480, 576, 768, 1024, 1536)
 PRIOR_HEADS = (1, 2, 3, 4, 6, 8, 12)
 #: The broad space's cap on rows of a token tensor.
 MAX_ROWS = 4096
+#: The broad space's cap on the elements of a tensor padded as rows
+#: (:func:`~estimator.layers.registry.rows_of`): what it allows a ``(1, c, 1, w)`` map. A row
+#: tensor's two dimensions are not a map's channels and width: attention's ``(heads, tokens,
+#: d)`` folds into ``(1, heads tokens, 1, d)`` or, sliced along its first axis, ``(1, 3 heads,
+#: 1, tokens d)`` (DeiT-Tiny's q/k/v: 12,608-element rows), and MobileViT's unfolded patches
+#: into ``(1, 49152, 1, 2)``.
+MAX_ROW_ELEMS = SPACE_MAX["c"] * SPACE_MAX["hw"]
 
 
 def loguniform_int(r: np.random.Generator, lo: int, hi: int) -> int:

@@ -53,6 +53,9 @@ class Transpose(MemoryBound):
     def lum_output(self, p: Mapping[str, Any], counts: LayerCounts, model_format: str = "onnx") -> NCHW:
         return rows_of(self._io(p)[1], model_format)
 
+    def in_ranges(self, p: Mapping[str, Any], ins: Sequence[tuple[int, ...]], out: tuple[int, ...]) -> bool:
+        return self._rows_in_ranges((*ins, out))
+
     def single_layer_io(self, p: Mapping[str, Any], ins: tuple[NCHW, ...], out: NCHW,
                         model_format: str = "onnx") -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
         x, y = self._io(p)
