@@ -238,3 +238,14 @@ def test_a_tflite_plan_draws_no_window_tensorflow_cannot_render(layer_type):
     with pytest.raises(LayerSpecError, match="no tflite rendering .TensorFlow, hence TFLite, has no convolution that "
                                              "is dilated and strided at once"):
         padded_model(layer_type, one.params, model_format="tflite")
+
+
+def test_the_transpose_prior_has_mobilevit_patches():
+    """MobileViT-XS unfolds its 96 x 32 x 32 map into 2x2 patches ((3072, 16, 2) rows swapped)
+    and folds them back ((24576, 2, 2)); the prior draws those shapes, by hash, leaving the
+    other draws' keys as they were."""
+    prior = sample_type("transpose", 700, seed=0, limits=LIM, prior=True, bins=1, pool_factor=1)
+    shapes = {(c.params["c"], c.params["h"], c.params["w"], c.params["moves_last"]) for c in prior}
+    assert {(3072, 16, 2, 0), (24576, 2, 2, 0), (1920, 8, 2, 0), (7680, 2, 2, 0)} <= shapes
+    token = [c for c in prior if c.params["w"] != 2 or c.params["c"] <= 192]
+    assert len(token) >= 500  # the attention transposes stay most of the prior

@@ -23,6 +23,8 @@ from .registry import NCHW, LayerCounts, register, reshape_op, rows_of
 from .shared import MemoryBound, generic_draft
 
 _PRIOR_SMALL = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192)
+#: Network prior: channels of MobileViT's transformer stages (XXS to S)
+_PRIOR_PATCH_C = (64, 80, 96, 120, 144, 160, 192, 240)
 
 
 @register
@@ -106,6 +108,21 @@ class Transpose(MemoryBound):
         else:  # DepthToSpace / SpaceToDepth interleave the last axis
             moves_last = 1
         return generic_draft(n, g, self.name, rank=rank, moves_last=moves_last)
+
+    def prior_variant(self, p: dict[str, Any], unit: space.UnitHash) -> dict[str, Any]:
+        """A fifth of the prior's draws become MobileViT's unfolding of a ``c`` x ``s`` x ``s``
+        map into 2x2 patches, ``(c s/2, 2, s/2, 2) -> (c s/2, s/2, 2, 2)``, or its folding back,
+        ``(c s^2/4, 2, 2)`` rows swapped: tens of thousands of channels of 2 elements (its
+        attention transposes are the token draws). Chosen by the configuration's hash, so the
+        other draws keep their keys."""
+        u = unit(p, "patches")
+        if u >= 0.2:
+            return p
+        side = (8, 16, 32)[int(3 * unit(p, "patches-side"))]
+        c = _PRIOR_PATCH_C[int(len(_PRIOR_PATCH_C) * unit(p, "patches-c"))]
+        if u < 0.1:
+            return dict(h=side // 2, w=2, c=c * side, rank=4, moves_last=0)  # unfold
+        return dict(h=2, w=2, c=c * (side // 2) ** 2, rank=4, moves_last=0)  # fold
 
     def draw(self, r: np.random.Generator, prior: bool) -> dict[str, Any]:
         if prior:
