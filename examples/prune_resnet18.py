@@ -1,6 +1,6 @@
 """Prune ResNet-18 to a latency budget with Torch-Pruning, guided by the network's latency model.
 
-    python examples/prune_resnet18.py --budget 15 --time
+    python examples/prune_resnet18.py --budget 25 --time
 
 A greedy, latency-aware channel pruner in the spirit of HALP:
 1. :class:`estimator.pruning.LatencyModel` reads the exported network once: its channel
@@ -94,7 +94,7 @@ def prune_to_budget(model: torch.nn.Module, lm: LatencyModel, shape: tuple[int, 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="host-cpu", help="device profile (default host-cpu)")
-    ap.add_argument("--budget", type=float, default=15.0, help="latency budget in ms (default 15)")
+    ap.add_argument("--budget", type=float, default=25.0, help="latency budget in ms (default 25)")
     ap.add_argument("--resolution", type=int, default=224, help="input resolution (default 224)")
     ap.add_argument("--step", type=int, default=8, help="channels pruned per step (default 8)")
     ap.add_argument("--metric", default="CM_LV", choices=("CM_LV", "CM_TV", "CM_O"),

@@ -4,7 +4,7 @@
 
 Runs on the shipped, measured ``host-cpu`` profile (its data never changes, so its models
 and numbers are deterministic; the models come from the local model cache) and ResNet-18
-from the zoo at 1536x1536: its convolutions lie beyond the benchmarked FLOPs, and its
+from the zoo at 2048x2048: its convolutions lie beyond the benchmarked FLOPs, and its
 network CM_O upper bound is more than 10x its estimate. The service and the in-process
 interface are compared in ``tests/test_interface.py``, the NAS report in
 ``tests/test_nas.py``.
@@ -30,8 +30,8 @@ PROFILES = Path(__file__).resolve().parents[1] / "profiles"
 def far(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from estimator import zoo
 
-    path = tmp_path_factory.mktemp("drivers") / "resnet18_1536.onnx"
-    path.write_bytes(zoo.export_onnx("resnet18", 1536))
+    path = tmp_path_factory.mktemp("drivers") / "resnet18_2048.onnx"
+    path.write_bytes(zoo.export_onnx("resnet18", 2048))
     return path
 
 
