@@ -111,10 +111,11 @@ class Transpose(MemoryBound):
 
     def prior_variant(self, p: dict[str, Any], unit: space.UnitHash) -> dict[str, Any]:
         """A fifth of the prior's draws become MobileViT's unfolding of a ``c`` x ``s`` x ``s``
-        map into 2x2 patches, ``(c s/2, 2, s/2, 2) -> (c s/2, s/2, 2, 2)``, or its folding back,
-        ``(c s^2/4, 2, 2)`` rows swapped: tens of thousands of channels of 2 elements (its
-        attention transposes are the token draws). Chosen by the configuration's hash, so the
-        other draws keep their keys."""
+        map into 2x2 patches or its folding back, as the importer describes them: ``(c s, s/2,
+        2)`` and ``(c s^2/4, 2, 2)`` with the first two axes swapped (MobileViT-XS: ``(3072, 16,
+        2)`` and ``(24576, 2, 2)``), thousands of rows of 2 elements (its attention transposes
+        are the token draws). Chosen by the configuration's hash, so the other draws keep their
+        keys."""
         u = unit(p, "patches")
         if u >= 0.2:
             return p
