@@ -4,10 +4,12 @@ import io
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 import torch
 
 from bench.modelgen import make_inputs, padded_model, single_layer_model, to_onnx
 from estimator.layers import describe
+from estimator.layers.transpose import reduced_transpose
 from estimator.onnx_import import load_network
 
 
@@ -39,3 +41,51 @@ def test_attention_transposes_import_with_their_kind():
     assert sorted(l.params["moves_last"] for l in tr) == [0, 1]
     for l in tr:
         padded_model("transpose", {k: v for k, v in l.params.items() if k != "n"})
+
+
+@pytest.mark.parametrize("shape,perm,want", [
+    ((1, 197, 3, 3, 64), (2, 0, 3, 1, 4), (197, 9, 64, 0)),  # DeiT's qkv: rows of 64 copied
+    ((1, 3, 197, 64), (0, 1, 3, 2), (3, 197, 64, 1)),        # k^T
+    ((1, 3, 197, 64), (0, 2, 1, 3), (3, 197, 64, 0)),        # heads <-> tokens
+    ((1, 2, 58, 28, 28), (0, 2, 1, 3, 4), (2, 58, 784, 0)),  # ShuffleNet's channel shuffle
+    ((1, 3, 85, 20, 20), (0, 1, 3, 4, 2), (3, 85, 400, 1)),  # YOLO's detect head
+    ((1, 192, 196), (0, 2, 1), (1, 192, 196, 1)),            # a patch embedding's flatten to tokens
+    ((5, 4, 6, 7), (1, 0, 2, 3), (5, 4, 42, 0)),             # (a, b, w) once 6 x 7 merge: exact
+])
+def test_a_transpose_is_the_rank_4_transpose_that_moves_its_elements(shape, perm, want):
+    """Rank 3 and below after dropping 1s and merging what moves together: the benchmarked
+    rank-4 transpose of ``(1, c, h, w)`` puts every element where the network's does."""
+    c, h, w, moves_last = reduced_transpose(shape, perm)
+    assert (c, h, w, moves_last) == want
+    x = np.arange(int(np.prod(shape)))
+    four = (0, 1, 3, 2) if moves_last else (0, 2, 1, 3)
+    np.testing.assert_array_equal(np.transpose(x.reshape(shape), perm).ravel(),
+                                  np.transpose(x.reshape(1, c, h, w), four).ravel())
+
+
+def test_higher_ranks_keep_the_innermost_move():
+    # MobileViT's unfolding into 2x2 patches, written as a rank-6 permutation (the hybrid space):
+    # (1, d, h/2, 2, w/2, 2) -> (1, 2, 2, h/2, w/2, d): the last axis (2) moves, d becomes last
+    assert reduced_transpose((1, 96, 12, 2, 12, 2), (0, 3, 5, 2, 4, 1)) == (288, 96, 2, 1)
+    # leading axes that stay in place are a batch: (n, a, b, w) -> (n, b, a, w)
+    assert reduced_transpose((8, 3, 16, 2), (0, 2, 1, 3)) == (24, 16, 2, 0)
+    assert reduced_transpose((1, 1, 5), (0, 2, 1)) == (1, 1, 5, 0)  # only 1s move: a copy
+
+
+def test_the_hybrid_space_s_attention_imports_as_benchable_rows():
+    """A MobileViT block of the `hybrid` NAS space (its tokens ``(b, patches, tokens, dim)``, so
+    rank-5 and rank-6 tensors): every transpose and softmax is a configuration smart padding
+    can measure, with the softmax's rows as long as its axis."""
+    from nas.spaces import MobileViTBlock
+
+    buf = io.BytesIO()
+    torch.onnx.export(MobileViTBlock(32, 48, layers=1, heads=2, mlp_ratio=2, mlp_act="gelu", act="silu").eval(),
+                      torch.randn(1, 32, 12, 12), buf, opset_version=17, dynamo=False)
+    layers = load_network(buf.getvalue()).layers
+    (sm,) = [l for l in layers if l.type == "softmax"]
+    # (1, 4 patches, 2 heads, 36 tokens, 36 tokens) over the last axis
+    assert (sm.params["c"], sm.params["h"], sm.params["w"], sm.params["axis_len"]) == (8, 36, 36, 36)
+    tr = [l for l in layers if l.type == "transpose"]
+    assert len(tr) >= 3
+    for l in [sm, *tr]:
+        padded_model(l.type, {k: v for k, v in l.params.items() if k != "n"})

@@ -95,12 +95,17 @@ class Softmax(MemoryBound):
 
     def from_onnx(self, n: Any, g: Any) -> Any:
         """``axis_len``: the length of the normalised axis (before opset 13, of the
-        flattened trailing axes)."""
+        flattened trailing axes). A tensor of rank 5 or more normalised over its last axis
+        (attention over the patch positions of a MobileViT block: ``(b, patches, heads, tokens,
+        tokens)``) is its rows: ``(c, h, w)`` = (the leading dimensions' product, the last two),
+        as a rank-4 one is."""
         xs = g.shape(n.input[0])
         d = generic_draft(n, g, self.name)
         if xs is not None and xs:
             axis = int(attrs(n).get("axis", 1 if g.opset < 13 else -1)) % len(xs)
             d.params["axis_len"] = int(xs[axis]) if g.opset >= 13 else int(math.prod(xs[axis:]))
+            if len(xs) >= 5 and axis == len(xs) - 1:
+                d.params.update(n=1, c=int(math.prod(xs[:-2])), h=int(xs[-2]), w=int(xs[-1]))
         return d
 
     def draw(self, r: np.random.Generator, prior: bool) -> dict[str, Any]:

@@ -27,6 +27,46 @@ _PRIOR_SMALL = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192)
 _PRIOR_PATCH_C = (64, 80, 96, 120, 144, 160, 192, 240)
 
 
+def reduced_transpose(shape: Sequence[int], perm: Sequence[int]) -> tuple[int, int, int, int]:
+    """``(c, h, w, moves_last)`` of the rank-4 transpose that moves the elements of a transpose of
+    ``shape`` by ``perm`` as it does.
+
+    Axes of size 1 are dropped, and axes next to each other in the input that stay next to each
+    other, in the same order, in the output are merged (they move as one): what is left is the
+    transpose's own rank. ``w`` is the last input axis left. If it stays last (contiguous rows
+    of ``w`` copied), ``h`` is the first axis the output puts somewhere else (leading axes
+    that stay in place are a batch) and ``c`` the rest: ``(a, b, w) -> (b, a, w)`` is exactly
+    ``(1, a, b, w)`` by (0, 2, 1, 3), and ``(n, a, b, w) -> (n, b, a, w)`` is ``(1, n a, b, w)``. If it moves (a
+    strided gather), ``h`` is the axis the output puts last and ``c`` the rest: ``(a, b, w) ->
+    (a, w, b)`` is exactly ``(1, a, b, w)`` by (0, 1, 3, 2). Rank 3 and below are exact; a higher
+    rank (MobileViT's 2x2 unfolding, ``(d, h/2, 2, w/2, 2) -> (2, 2, h/2, w/2, d)``) keeps the
+    innermost move and folds the rest into ``c``, where the element count stays. Rank 5 and 6
+    tensors (a transformer's ``(b, tokens, 3, heads, d) -> (3, b, heads, tokens, d)``, YOLO's
+    and ShuffleNet's rank-5 views) read this way are the transposes they are, not their
+    trailing dimensions lumped into ``w``."""
+    kept = [a for a in range(len(shape)) if shape[a] > 1]
+    order = [a for a in perm if shape[a] > 1]
+    groups: list[list[int]] = []  # in output order
+    for a in order:
+        if groups and kept.index(a) == kept.index(groups[-1][-1]) + 1:
+            groups[-1].append(a)
+        else:
+            groups.append([a])
+    if len(groups) <= 1:  # only axes of size 1 move: a copy
+        return 1, 1, max(int(np.prod(shape)), 1), 0
+    size = {g[0]: int(np.prod([shape[a] for a in g])) for g in groups}
+    total = int(np.prod(list(size.values())))
+    last = max(size)  # the group holding the last input axis left
+    w = size[last]
+    moves_last = int(groups[-1][0] != last)
+    if moves_last:
+        h = size[groups[-1][0]]
+    else:  # the first output axis that is not where it was (those before it are a batch)
+        firsts = sorted(size)
+        h = size[next(g[0] for i, g in enumerate(groups) if g[0] != firsts[i])]
+    return total // (h * w), h, w, moves_last
+
+
 @register
 class Transpose(MemoryBound):
     name = "transpose"
@@ -100,14 +140,19 @@ class Transpose(MemoryBound):
         return counts
 
     def from_onnx(self, n: Any, g: Any) -> Any:
+        """A Transpose as the rank-4 transpose smart padding measures (:func:`reduced_transpose`:
+        ``(c, h, w)`` and ``moves_last``); DepthToSpace / SpaceToDepth by their input's rows."""
         xs = g.shape(n.input[0])
         rank = len(xs or ()) or 4
-        if n.op_type == "Transpose":
-            perm = list(attrs(n).get("perm", range(rank - 1, -1, -1)))
-            moves_last = int(bool(perm) and perm[-1] != rank - 1)
-        else:  # DepthToSpace / SpaceToDepth interleave the last axis
-            moves_last = 1
-        return generic_draft(n, g, self.name, rank=rank, moves_last=moves_last)
+        if n.op_type != "Transpose":  # DepthToSpace / SpaceToDepth interleave the last axis
+            return generic_draft(n, g, self.name, rank=rank, moves_last=1)
+        perm = [int(a) for a in attrs(n).get("perm", range(rank - 1, -1, -1))]
+        if xs is None or sorted(perm) != list(range(len(xs))):
+            return generic_draft(n, g, self.name, rank=rank, moves_last=int(bool(perm) and perm[-1] != rank - 1))
+        c, h, w, moves_last = reduced_transpose(xs, perm)
+        d = generic_draft(n, g, self.name, rank=rank, moves_last=moves_last)
+        d.params.update(n=1, c=c, h=h, w=w)
+        return d
 
     def prior_variant(self, p: dict[str, Any], unit: space.UnitHash) -> dict[str, Any]:
         """A fifth of the prior's draws become MobileViT's unfolding of a ``c`` x ``s`` x ``s``
