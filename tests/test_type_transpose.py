@@ -85,7 +85,10 @@ def test_the_hybrid_space_s_attention_imports_as_benchable_rows():
     (sm,) = [l for l in layers if l.type == "softmax"]
     # (1, 4 patches, 2 heads, 36 tokens, 36 tokens) over the last axis
     assert (sm.params["c"], sm.params["h"], sm.params["w"], sm.params["axis_len"]) == (8, 36, 36, 36)
+    # the scale before it, a scalar multiply of the same tensor: its rows too
+    (scale,) = [l for l in layers if l.type == "mul" and l.name.endswith("attn/Mul")]
+    assert (scale.params["c"], scale.params["h"], scale.params["w"], scale.params["elems_b"]) == (8, 36, 36, 1)
     tr = [l for l in layers if l.type == "transpose"]
     assert len(tr) >= 3
-    for l in [sm, *tr]:
+    for l in [sm, scale, *tr]:
         padded_model(l.type, {k: v for k, v in l.params.items() if k != "n"})

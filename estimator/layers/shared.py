@@ -168,7 +168,10 @@ class BinaryEltwise(LayerTypeSpec):
 
     def from_onnx(self, n: Any, g: Any) -> Any:
         """A two-input element-wise node; an operand of fewer elements is broadcast
-        (``elems_b``), a constant operand is flagged ``const_operand``."""
+        (``elems_b``), a constant operand is flagged ``const_operand``. A tensor of rank 5 or
+        more with a scalar operand (attention's scale over a MobileViT block's patches,
+        ``(b, patches, heads, tokens, tokens)``) is its rows, ``(c, h, w)`` = (the leading
+        dimensions' product, the last two), as the softmax it feeds is."""
         ins = n.input
         if len(ins) != 2 or not ins[0] or not ins[1]:
             ins = [x for x in ins if x]
@@ -185,6 +188,9 @@ class BinaryEltwise(LayerTypeSpec):
         small, big = sorted((int(size_a), int(size_b)))
         if small != total or big != total:
             d.params.update(broadcast=1, elems_b=max(small, 1))
+        ys = g.shape(out)
+        if small == 1 and ys is not None and len(ys) >= 5:  # a scalar operand: the layout is the rows'
+            d.params.update(n=1, c=int(math.prod(ys[:-2])), h=int(ys[-2]), w=int(ys[-1]))
         if g.is_static(a) or g.is_static(b):
             d.flag("const_operand")
         return d
