@@ -1944,6 +1944,8 @@ cdef int make_draft(Ctx* c, int i, Draft* d) except -1:
         et = nelem(y)
         e0 = nelem(shp(c, c.ins[nd.in0]))
         e1 = nelem(shp(c, c.ins[nd.in0 + 1]))
+        if y.rank >= 5 and min(e0, e1) <= 1:
+            raise GiveUp("rank >= 5 with a scalar operand (read as rows by the Python importer)")
         if min(e0, e1) != et or max(e0, e1) != et:
             d.p[4] = 1
             d.p[5] = max(min(e0, e1), 1)

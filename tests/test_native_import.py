@@ -287,7 +287,13 @@ def test_gives_up_outside_its_subset(native):
                        [1, 3, 8, 8], [_i64("to_rows", [1, 8, 36]), _w("s", [8]), _w("b", [8])])
     attention = _graph([*tokens, helper.make_node("MatMul", ["t", "r"], ["y"], name="scores")],
                        [1, 3, 8, 8], [_i64("to_rows", [1, 8, 36])])
-    for data in (with_data, softmax, batch2, unnamed, dup, reordered, domain, bn, dynamic, layernorm, attention):
+    # a scalar multiply of a rank-5 view: the Python importer reads it as rows (BinaryEltwise.from_onnx)
+    scale5 = _graph([helper.make_node("Conv", ["x", "w_stripped"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+                     helper.make_node("Reshape", ["c", "to5"], ["r"], name="r5"),
+                     helper.make_node("Mul", ["r", "two"], ["y"], name="scale")],
+                    [1, 3, 8, 8], [_i64("to5", [1, 2, 4, 8, 8]), _scalar("two", 2.0)])
+    for data in (with_data, softmax, batch2, unnamed, dup, reordered, domain, bn, dynamic, layernorm, attention,
+                 scale5):
         assert native.extract(data, DEFAULT_FUSION) is None
         assert native.why_not(data, DEFAULT_FUSION)
         ref, got = _outcome(native, data, False), _outcome(native, data, True)
