@@ -18,6 +18,7 @@ it does not cover (the next type claiming the operator is asked, then ``other``)
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
@@ -28,7 +29,7 @@ from ..onnx_shapes import node_attrs
 from .params import conv_out
 
 __all__ = ["Draft", "Unsupported", "ImportContext", "OnnxImportError", "ImpossibleShapeError", "attrs", "is_const", "reduce_axes",
-           "impossible", "window_params", "check_window"]
+           "impossible", "window_params", "check_window", "last_axis_rows"]
 
 Shape = tuple[int, ...]
 
@@ -89,6 +90,15 @@ class ImportContext(Protocol):
     def spatial_params(self, d: Draft, t: str) -> tuple[int, int, int, int]: ...  # n, c, h, w; flags a batch
     def rows_params(self, d: Draft, t: str) -> tuple[int, int, int, int]: ...  # the same, leading dims as rows
     def other(self, node: Any, extra_flags: Sequence[str] = ()) -> Draft: ...
+
+
+def last_axis_rows(d: Draft, shape: Sequence[int]) -> None:
+    """Raw params ``(c, h, w)`` of a tensor read as rows along its last axis: (the leading
+    dimensions' product, the last two), as ``rows_params`` reads a rank-4 tensor. For ranks of 5
+    and more, where the shared reading (:func:`~estimator.layers.params.hwc`) lumps the trailing
+    dimensions into ``w``: a softmax over MobileViT's ``(b, patches, heads, tokens, tokens)``
+    and the scalar scale before it."""
+    d.params.update(n=1, c=int(math.prod(shape[:-2])), h=int(shape[-2]), w=int(shape[-1]))
 
 
 def is_const(g: Any, t: str, value: float) -> bool:

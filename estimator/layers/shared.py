@@ -8,7 +8,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from . import space
-from .importing import Draft, ImpossibleShapeError, Unsupported, attrs, check_window, window_params
+from .importing import (Draft, ImpossibleShapeError, Unsupported, attrs, check_window, last_axis_rows,
+                        window_params)
 from .ir import Op
 from .params import LayerSpecError, act_code, flag01, io_bytes, nonneg, opt_int, positive, window, window_attrs
 from .registry import NCHW, LayerCounts, LayerTypeSpec
@@ -190,7 +191,7 @@ class BinaryEltwise(LayerTypeSpec):
             d.params.update(broadcast=1, elems_b=max(small, 1))
         ys = g.shape(out)
         if small == 1 and ys is not None and len(ys) >= 5:  # a scalar operand: the layout is the rows'
-            d.params.update(n=1, c=int(math.prod(ys[:-2])), h=int(ys[-2]), w=int(ys[-1]))
+            last_axis_rows(d, ys)
         if g.is_static(a) or g.is_static(b):
             d.flag("const_operand")
         return d

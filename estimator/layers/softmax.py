@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from . import space
-from .importing import attrs
+from .importing import attrs, last_axis_rows
 from .ir import Op, tf_axis
 from .params import LayerSpecError, io_bytes, nonneg, positive
 from .registry import NCHW, LayerCounts, register, rows_of
@@ -105,7 +105,7 @@ class Softmax(MemoryBound):
             axis = int(attrs(n).get("axis", 1 if g.opset < 13 else -1)) % len(xs)
             d.params["axis_len"] = int(xs[axis]) if g.opset >= 13 else int(math.prod(xs[axis:]))
             if len(xs) >= 5 and axis == len(xs) - 1:
-                d.params.update(n=1, c=int(math.prod(xs[:-2])), h=int(xs[-2]), w=int(xs[-1]))
+                last_axis_rows(d, xs)
         return d
 
     def draw(self, r: np.random.Generator, prior: bool) -> dict[str, Any]:

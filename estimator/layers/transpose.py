@@ -11,6 +11,7 @@ rank-3 ``(c, h, w)`` between RESHAPEs of the NHWC rows and the permutation (1, 0
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -53,9 +54,9 @@ def reduced_transpose(shape: Sequence[int], perm: Sequence[int]) -> tuple[int, i
         else:
             groups.append([a])
     if len(groups) <= 1:  # only axes of size 1 move: a copy
-        return 1, 1, max(int(np.prod(shape)), 1), 0
-    size = {g[0]: int(np.prod([shape[a] for a in g])) for g in groups}
-    total = int(np.prod(list(size.values())))
+        return 1, 1, max(int(math.prod(shape)), 1), 0
+    size = {g[0]: int(math.prod(shape[a] for a in g)) for g in groups}
+    total = math.prod(size.values())
     last = max(size)  # the group holding the last input axis left
     w = size[last]
     moves_last = int(groups[-1][0] != last)
