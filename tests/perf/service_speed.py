@@ -220,6 +220,9 @@ def section_stream(client: EstimationClient, device: str, args: argparse.Namespa
 
 
 def section_layers(client: EstimationClient, device: str, args: argparse.Namespace, label: str = "") -> float:
+    if args.layers <= 0:
+        print(f"{label}EstimateLayers: skipped (--layers {args.layers})")
+        return float("nan")
     rng = np.random.default_rng(args.seed + 1)
     specs = random_layer_specs(rng, args.layers)
     t0 = time.perf_counter()
