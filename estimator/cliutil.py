@@ -134,13 +134,42 @@ class CliParser(argparse.ArgumentParser):
         raise _CommandLineError(message)
 
 
+#: the packages of this distribution: an ImportError naming one of them is a bug, not a
+#: dependency missing on this machine
+_OWN_PACKAGES = ("bench", "estimator", "nas", "service", "proto")
+
+
 def build_parser(prog: str, description: str, command_modules: Sequence[str]) -> CliParser:
-    """The parser of command ``prog`` with the subcommands of ``command_modules``."""
+    """The parser of command ``prog`` with the subcommands of ``command_modules``.
+
+    A module whose third-party dependency is not installed (a board with the agent's
+    packages only: no onnx, torch or scikit-learn) registers nothing; the others still
+    work, ``--help`` names what is missing, and a command line that needs it says why in
+    its one-line error (``parser.unavailable``: module -> missing package)."""
     parser = CliParser(prog=prog, description=description)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    unavailable: dict[str, str] = {}
     for name in command_modules:
-        importlib.import_module(name).register(sub)
+        names, choices = dict(sub._name_parser_map), list(sub._choices_actions)
+        try:
+            importlib.import_module(name).register(sub)
+        except ImportError as e:
+            missing = (e.name or "").split(".")[0]
+            if not missing or missing in _OWN_PACKAGES:
+                raise
+            unavailable[name] = missing
+            # drop what the module registered before its import failed
+            sub._name_parser_map.clear()
+            sub._name_parser_map.update(names)
+            sub._choices_actions[:] = choices
+    parser.unavailable = unavailable  # type: ignore[attr-defined]
+    if unavailable:
+        parser.epilog = "Not available here: " + _unavailable_text(unavailable) + "."
     return parser
+
+
+def _unavailable_text(unavailable: dict[str, str]) -> str:
+    return ", ".join(f"the commands of {m} (package {pkg!r} is not installed)" for m, pkg in unavailable.items())
 
 
 def run(prog: str, description: str, command_modules: Sequence[str], argv: Sequence[str] | None = None) -> int:
@@ -148,7 +177,9 @@ def run(prog: str, description: str, command_modules: Sequence[str], argv: Seque
     try:
         args = parser.parse_args(argv)
     except _CommandLineError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
+        unavailable = getattr(parser, "unavailable", None)
+        extra = f"; not available here: {_unavailable_text(unavailable)}" if unavailable and "invalid choice" in str(e) else ""
+        print(f"{prog}: error: {e}{extra}", file=sys.stderr)
         return 2
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)

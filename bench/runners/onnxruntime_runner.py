@@ -217,8 +217,10 @@ class OnnxRuntimeRunner(Runner):
     # --------------------------------------------------------------- environment
 
     def environment(self) -> dict[str, Any]:
-        import onnx
-
+        try:  # recorded where installed; the runner itself needs only onnxruntime (a board's agent)
+            import onnx
+        except ImportError:
+            onnx = None
         ort = self._ort
         aff = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
         env: dict[str, Any] = {
@@ -227,9 +229,9 @@ class OnnxRuntimeRunner(Runner):
             "precision": self.precision,
             "versions": {
                 "onnxruntime": ort.__version__,
-                "onnx": onnx.__version__,
                 "numpy": np.__version__,
                 "python": platform.python_version(),
+                **({"onnx": onnx.__version__} if onnx is not None else {}),
             },
             "host": {
                 "hostname": platform.node(),
