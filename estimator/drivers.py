@@ -94,8 +94,13 @@ def _why(layer: Any, reasons: Sequence[str], out_of_range: list[dict[str, Any]],
                          f"than any of them is from the rest)")
         else:
             parts.append(f"inside the benchmarked design space ({what})")
+    for r in reasons:
+        if r.startswith("unbenchmarked:"):
+            f = r.split(":", 1)[1]
+            parts.append(f"{f}={_num(float(layer.features.get(f, 0.0)))}: no benchmarked {layer.type} row has it "
+                         f"(predicted as the rows' operation)")
     known = {"no_data", "cpu_unverified", "batch", "knn"}
-    parts += [r for r in reasons if r not in known and not r.startswith("range:")]
+    parts += [r for r in reasons if r not in known and not r.startswith(("range:", "unbenchmarked:"))]
     return "; ".join(parts) or "inside the benchmarked design space"
 
 

@@ -499,6 +499,11 @@ class FastModels:
             for i, r in zip(idx_l, recs):
                 if r[3]:
                     reasons[i].extend(r[3])
+            for t in modelled:
+                mdl = self.types[t].model
+                if mdl.fixed:
+                    for i in by_type[t]:
+                        reasons[i].extend(mdl.unbenchmarked(layers[i].features))
         for fi, t in enumerate(present):
             idx = np.asarray(by_type[t], dtype=np.intp)
             family[idx] = fi

@@ -163,6 +163,10 @@ A layer is flagged when any of these holds (reasons are kept per layer):
 * ``knn``: its k-NN distance to the benchmarked rows exceeds the largest leave-one-out
   k-NN distance among the benchmarked rows themselves (it is farther from the data than
   any benchmarked configuration is from the rest);
+* ``unbenchmarked:<feature>``: a feature of :data:`FLAGGED_WHEN_FIXED` (a constant operand,
+  a batch normalisation, shared concatenation inputs) that every benchmarked row of its type
+  held at one value, and the layer has another: the model cannot see it, so the layer is
+  predicted as the rows' operation;
 * ``batch``: batch size ``n > 1`` (profiles are benchmarked at batch 1).
 
 Fallback rule (types without data, type ``other``, or fewer than ``min_rows`` rows)
@@ -617,6 +621,14 @@ def _forest(n_estimators: int, max_features: float, min_samples_leaf: int, seed:
 #: ``const_b`` (add, mul) and ``batchnorm`` (mul), set only on rows measured with a constant
 #: operand (``bench run --context const-operand``).
 OPTIONAL_FEATURES = ("act", "graph_input", "cold", "c_shared", "const_b", "batchnorm")
+#: Of those, the ones that change the operation itself (a constant second operand, a batch
+#: normalisation's scale and shift, concatenation inputs shared with other consumers): a layer
+#: whose value differs from the one every row of its type held is outside the benchmarked
+#: design space (reason ``unbenchmarked:<feature>``), not silently predicted as the rows'
+#: operation. ``act`` is left out on purpose (see :func:`_model_features`), ``graph_input``
+#: because a profile without such rows measured its stems padded as documented, and
+#: ``cold`` because the estimator sets it only where its type learnt it.
+FLAGGED_WHEN_FIXED = ("const_b", "batchnorm", "c_shared")
 
 
 def _model_features(layer_type: str, X: np.ndarray) -> tuple[tuple[str, ...], np.ndarray]:
@@ -630,6 +642,15 @@ def _model_features(layer_type: str, X: np.ndarray) -> tuple[tuple[str, ...], np
     names = feature_names(layer_type)
     keep = [j for j, f in enumerate(names) if f not in OPTIONAL_FEATURES or (X.size and np.ptp(X[:, j]) > 0)]
     return tuple(names[j] for j in keep), X[:, keep]
+
+
+def _fixed_features(layer_type: str, X: np.ndarray) -> dict[str, float]:
+    """The :data:`FLAGGED_WHEN_FIXED` features :func:`_model_features` leaves out, with the
+    one value every row has."""
+    names = feature_names(layer_type)
+    if not X.size:
+        return {}
+    return {f: float(X[0, j]) for j, f in enumerate(names) if f in FLAGGED_WHEN_FIXED and np.ptp(X[:, j]) == 0}
 
 
 @dataclass
@@ -672,6 +693,13 @@ class TypeModel:
     report: dict[str, Any]
     #: the ReferenceModel, or a function that loads it (called once, when first needed)
     reference_source: Any = field(default=None, repr=False, compare=False)
+    #: feature -> the one value every row held (:func:`_fixed_features`)
+    fixed: dict[str, float] = field(default_factory=dict)
+
+    def unbenchmarked(self, features: Mapping[str, float]) -> list[str]:
+        """``unbenchmarked:<feature>`` for each :attr:`fixed` feature of which ``features`` (a
+        layer's) has another value than every row had."""
+        return [f"unbenchmarked:{f}" for f, v in self.fixed.items() if float(features.get(f, 0.0)) != v]
 
     @property
     def reference(self) -> ReferenceModel:
@@ -687,7 +715,8 @@ class TypeModel:
     knn_de = property(lambda self: self.reference.knn_de, doc="crepes' k-NN difficulty estimator")
     regressors = property(lambda self: self.reference.regressors, doc="metric -> crepes ConformalRegressor")
 
-    _SCALARS = ("feature_names", "n_rows", "t_scale", "hyperparams", "grid", "betas", "knn_threshold", "report")
+    _SCALARS = ("feature_names", "n_rows", "t_scale", "hyperparams", "grid", "betas", "knn_threshold", "report",
+                "fixed")
 
     def arrays(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """``(JSON-ready numbers, plain arrays)`` for the model cache (:meth:`from_arrays`)."""
@@ -829,7 +858,7 @@ class TypeModel:
         model = cls(t, names, n, t_scale,
                     {"max_features": mf, "min_samples_leaf": msl, "n_estimators": options.n_estimators},
                     grid, betas, FastKNN.from_estimator(knn_de), float(d_loo.max()),
-                    X.min(axis=0), X.max(axis=0), families, {}, ref)
+                    X.min(axis=0), X.max(axis=0), families, {}, ref, _fixed_features(t, data.X))
         model.report = model._oob_report(data, oob, sig)
         model.report["grid_rows"] = int(grid[0].get("rows", n))
         return model
@@ -1120,6 +1149,8 @@ class DeviceModels:
                 knn[idx] = out["knn_distance"]
                 for j, i in enumerate(idx):
                     reasons[i].extend(out["reasons"][j])
+                    if model.fixed:
+                        reasons[i].extend(model.unbenchmarked(layers[i].features))
                 fams = model.families
             else:
                 byt = np.array([self._layer_bytes(layers[i]) for i in idx])
