@@ -38,7 +38,7 @@ import numpy as np
 
 from .errors import NotFoundError, UserError
 from .interface import (Estimation, EstimationError, LayerResult, NetworkResult, calibration_record,
-                        cm_o_driver_record, refinement_record, spec_parts)
+                        cm_o_driver_record, refinement_record, spec_parts, warn_all)
 from .layers import LAYER_TYPES, SPECS, LayerSpecError
 from .predict import METRICS, Estimator, LayerEstimate, NetworkEstimate, make_layer, parse_confidence
 from .profile import default_root, list_profiles, load_profile
@@ -474,18 +474,20 @@ class InProcessEstimation(Estimation):
         dev = self.device(device)
         parts = [spec_parts(s, i) for i, s in enumerate(specs)]
 
-        def run() -> list[LayerResult]:
+        def run() -> tuple[list[LayerResult], list[str]]:
             confs = parse_confidence(confidence)
             if not parts:
                 raise UserError("no layers given")
             items = batch_items(parts, "layers")
-            rows, _ = estimate_batch(dev.estimator, items, confs)
+            rows, warns = estimate_batch(dev.estimator, items, confs)
             return [LayerResult(**layer_record(r)) if r is not None else
                     LayerResult(name=it.name, type=it.type, op_type="", features={}, prediction_ms=0.0, intervals={},
                                 out_of_design_space=False, fallback=False, error=it.error)
-                    for it, r in zip(items, rows)]
+                    for it, r in zip(items, rows)], warns
 
-        return _answer(run)
+        results, warns = _answer(run)
+        warn_all(warns)
+        return results
 
 
 def _answer(call: Callable[[], Any]) -> Any:

@@ -24,12 +24,27 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .errors import UserError
 
-__all__ = ["Estimation", "EstimationError", "NetworkResult", "LayerResult", "Intervals", "spec_parts",
+__all__ = ["Estimation", "EstimationError", "EstimationWarning", "NetworkResult", "LayerResult", "Intervals", "spec_parts",
            "calibration_record", "refinement_record", "CALIBRATION_TEXT_KEYS", "WIDE_CM_O_FACTOR", "cm_o_is_wide",
            "cm_o_driver_record", "cm_o_driver_lines"]
 
 #: metric -> confidence (rounded to 12 digits) -> (lower_ms, upper_ms)
 Intervals = dict[str, dict[float, tuple[float, float]]]
+
+
+class EstimationWarning(UserWarning):
+    """What concerns a whole :meth:`Estimation.estimate_layers` request without failing it
+    (profile rows left out of training, layers with 0 channels, layers not estimated),
+    issued with :func:`warnings.warn` by either implementation: a list of layer results has
+    no field for it, and a network result carries its own ``warnings``."""
+
+
+def warn_all(messages: Iterable[str], stacklevel: int = 3) -> None:
+    """Issue each of ``messages`` as an :class:`EstimationWarning` (at the caller's caller)."""
+    import warnings  # noqa: PLC0415
+
+    for m in messages:
+        warnings.warn(str(m), EstimationWarning, stacklevel=stacklevel)
 
 
 class EstimationError(UserError):
@@ -355,7 +370,8 @@ class Estimation(ABC):
         A configuration that cannot be estimated gets a result with ``error`` set (its
         message names it: ``layers[3] (conv2d 'x'): ...``) and the others are answered; a
         layer with 0 channels gets 0 ms, flagged ``zero_channels``. What concerns the whole
-        request (unknown device, no layers, a bad confidence, too many layers) raises."""
+        request (unknown device, no layers, a bad confidence, too many layers) raises; what
+        concerns it without failing it is issued as an :class:`EstimationWarning`."""
 
     def close(self) -> None:
         """Release what the implementation holds (a channel, loaded models)."""

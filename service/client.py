@@ -45,7 +45,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import grpc
 
 from estimator.interface import (CALIBRATION_TEXT_KEYS, Estimation, EstimationError, Intervals, LayerResult,
-                                 NetworkResult, cm_o_driver_record, spec_parts)
+                                 NetworkResult, cm_o_driver_record, spec_parts, warn_all)
 from estimator.onnx_strip import model_bytes, strip_initializers
 from proto import estimation_pb2 as pb2
 from proto import estimation_pb2_grpc as pb2_grpc
@@ -447,6 +447,7 @@ class EstimationClient(Estimation):
         req = pb2.EstimateLayersRequest(device=device, confidence=_confidences(confidence),
                                         layers=[_spec_pb(s, i) for i, s in enumerate(specs)])
         r = self._call(self._stub.EstimateLayers, req, timeout_s)
+        warn_all(r.warnings)
         return [layer_result(m) for m in r.layers]
 
     def estimate_layers_response(self, specs: Iterable[Any], device: str,

@@ -5,13 +5,14 @@ on a copy of the shipped ``host-cpu`` profile (calibrated on whole networks, wit
 every part of a result is exercised)."""
 from __future__ import annotations
 
+import csv
 import shutil
 from pathlib import Path
 
 import pytest
 
 from estimator.inprocess import InProcessEstimation
-from estimator.interface import Estimation, EstimationError, LayerResult, NetworkResult
+from estimator.interface import Estimation, EstimationError, EstimationWarning, LayerResult, NetworkResult
 from service.client import EstimationClient
 from service.server import EmbeddedServer
 from tests.service_support import free_port
@@ -135,6 +136,39 @@ def test_a_batch_with_0_channel_and_bad_layers_gets_equal_answers(both) -> None:
         with pytest.raises(EstimationError):
             r.interval("CM_LV", 0.9)
     assert a[0].raise_for_error() is a[0] and "error" not in a[0].to_dict()
+
+
+def test_what_concerns_a_layer_batch_is_warned_alike(both) -> None:
+    """A list of layer results has no field for what concerns the whole request: both
+    implementations issue it as an EstimationWarning."""
+    local, client = both
+    conv = {"h": 28, "w": 28, "c_in": 16, "c_out": 32, "k_h": 3, "k_w": 3}
+    specs = [("conv2d", conv, "kept"), ("conv2d", dict(conv, c_out=0), "pruned"), ("nope", {"h": 8}, "x")]
+    got = []
+    for impl in (local, client):
+        with pytest.warns(EstimationWarning) as rec:
+            impl.estimate_layers(specs, DEVICE, 0.9)
+        got.append(sorted(str(w.message) for w in rec))
+    assert got[0] == got[1]
+    assert any("0 channels" in m for m in got[0]) and any("1 of 3 layer(s) not estimated" in m for m in got[0])
+
+
+def test_an_impossible_profile_row_is_warned_by_a_layer_batch(tmp_path: Path) -> None:
+    """A row of measurements.csv that cannot be a latency is left out of training; a pruning
+    tool asking for bare layers through the Python API hears it, with file and line."""
+    root = tmp_path / "profiles"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "profiles" / DEVICE, root / DEVICE)
+    path = root / DEVICE / "measurements.csv"
+    with path.open(newline="") as f:
+        rows = list(csv.reader(f))
+    row = next(i for i, r in enumerate(rows) if r[0] == "maxpool")
+    rows[row][rows[0].index("t_padded_ms")] = "nan"
+    with path.open("w", newline="") as f:
+        csv.writer(f, lineterminator="\n").writerows(rows)
+    with InProcessEstimation(root) as local, pytest.warns(EstimationWarning, match=rf"measurements.csv.*line {row + 1}"):
+        r = local.estimate_layers([("maxpool", {"h": 28, "w": 28, "c": 32, "k_h": 3, "k_w": 3, "s_h": 2, "s_w": 2})],
+                                  DEVICE, 0.9)
+    assert r[0].ok and r[0].prediction_ms > 0
 
 
 def test_devices_and_reloads_are_reported_alike(both) -> None:
