@@ -92,6 +92,8 @@ TIME_WEIGHT = 0.5
 MIN_LAYER_S = 60.0
 #: the state is written at most this often while layers are measured
 _SAVE_EVERY_S = 5.0
+#: the share over ``--minutes`` beyond which the run says it went over its budget
+OVER_BUDGET_WARN = 0.05
 
 
 def _digest(names: Sequence[str]) -> str:
@@ -281,7 +283,8 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
     # 1. the networks, first half of the rounds
     log(f"[1/4] timing {len(specs)} networks ({describe_sources(specs)}) in {half} of {rounds} interleaved rounds")
     m = measure(name, runner, specs, fusion=base.fusion_rules(), db=db, rounds=half, runs=runs, warmup=warmup,
-                precision=precision, options=options, progress=progress, log=log, of_rounds=rounds)
+                precision=precision, options=options, progress=progress, log=log, of_rounds=rounds,
+                tick=state.save_now_and_then)
     # what the second half of the rounds will take: the first half's timing, and rebuilding
     again_s = (sum(sum(r.round_medians_ms[:half]) for r in m.results) * (runs + warmup) / 1e3
                + _REBUILD_S * len(specs))
@@ -350,7 +353,8 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
     log(f"[4/4] timing the networks again: rounds {half + 1}-{rounds}")
     runner = make_runner(runner_name, options)
     m = measure(name, runner, specs, fusion=base.fusion_rules(), db=db, rounds=rounds, runs=runs, warmup=warmup,
-                precision=precision, options=options, progress=progress, log=log, first_round=half, warn_moved=False)
+                precision=precision, options=options, progress=progress, log=log, first_round=half, warn_moved=False,
+                tick=state.save_now_and_then)
     state.save(networks={"rounds": rounds})
     drift = sorted(100 * (statistics.median(r.round_medians_ms[half:]) / statistics.median(r.round_medians_ms[:half])
                           - 1) for r in m.results)
@@ -372,6 +376,10 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
         out = write_calibrated_profile(under, name, root, m, replace=replace, command=command,
                                        origin=f"{command} --device {base.name} --name {name}")
     state.save(done={"profile": str(out.path), "route": state.route})
+    if state.elapsed() > budget * (1 + OVER_BUDGET_WARN):
+        log(f"warning: {state.elapsed() / 60:.1f} minutes in all, over the {minutes:g}-minute budget: the network "
+            f"rounds are not cut short (only the layer profile is fitted to the budget); fewer --networks or --rounds "
+            f"keep within it")
     return Adapted(out.path, state.route, state.why, base_report, out.report, out.info, layer_rows, layer_s,
                    len(m.results), rounds, state.elapsed(), (med, lo, hi))
 

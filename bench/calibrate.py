@@ -96,7 +96,8 @@ def measure(name: str, runner: Any, specs: Sequence[Any], *, fusion: Any, db: st
             rounds: int = DEFAULT_ROUNDS, runs: int = DEFAULT_RUNS, warmup: int = DEFAULT_WARMUP,
             precision: str | None = None, options: dict[str, Any] | None = None,
             progress: bool = False, log: Callable[[str], None] | None = None,
-            of_rounds: int | None = None, first_round: int = 0, warn_moved: bool = True) -> Measured:
+            of_rounds: int | None = None, first_round: int = 0, warn_moved: bool = True,
+            tick: Callable[[], None] | None = None) -> Measured:
     """Measure ``specs`` (:mod:`bench.network_sources`) whole on ``runner`` (a
     :class:`~bench.runners.base.Runner`, closed afterwards), committing every round to ``db``
     (converted models are kept beside it in ``<db>.models/``); ``log`` also gets
@@ -104,7 +105,8 @@ def measure(name: str, runner: Any, specs: Sequence[Any], *, fusion: Any, db: st
     the rounds the database's environment is for, so that the first ``rounds`` of them
     measured now and all of them measured later are one set of rounds; ``first_round``: the
     rounds before it were measured then (not a resume). ``warn_moved=False``:
-    the caller judges the rounds' spread itself (rounds spread over a window on purpose)."""
+    the caller judges the rounds' spread itself (rounds spread over a window on purpose).
+    ``tick``: called as the rounds go (:func:`bench.network_measure.measure_networks`)."""
     from .measure import bench_version, exclusive  # noqa: PLC0415
     from .network_measure import PROTOCOL, measure_networks, moved_warning  # noqa: PLC0415
     from .storage import Store  # noqa: PLC0415
@@ -124,7 +126,8 @@ def measure(name: str, runner: Any, specs: Sequence[Any], *, fusion: Any, db: st
             t0 = time.monotonic()
             results = measure_networks(runner, store, env_id, specs, fusion=fusion, warmup=warmup, runs=runs,
                                        rounds=rounds, precision=precision, progress=progress, log=log,
-                                       cache=path.with_name(path.name + ".models"), first_round=first_round)
+                                       cache=path.with_name(path.name + ".models"), first_round=first_round,
+                                       tick=tick)
             seconds = time.monotonic() - t0
         warning = moved_warning(results) if warn_moved else ""
         if warning and log is not None:

@@ -39,7 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", required=True, help="the base profile (name or directory)")
     p.add_argument("--name", required=True, help="name of the profile to write")
     p.add_argument("--minutes", type=number(above=0), default=DEFAULT_MINUTES,
-                   help=f"budget of the whole command, wall time across resumed runs (default {DEFAULT_MINUTES:g})")
+                   help=f"budget of the whole command, wall time across resumed runs: the layer profile is fitted to "
+                        f"it; the network rounds are not cut short (default {DEFAULT_MINUTES:g})")
     p.add_argument("--route", default="auto", choices=ROUTES,
                    help="auto (default): the evidence decides; calibrate: calibrate BASE; profile: measure an own "
                         "layer profile")

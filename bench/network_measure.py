@@ -169,12 +169,16 @@ def converted(runner: Runner, model: bytes, precision: str, cache: Path | None) 
 def measure_networks(runner: Runner, store: Store, env_id: int, specs: Sequence[NetworkSpec], *, fusion: Any,
                      warmup: int = DEFAULT_WARMUP, runs: int = DEFAULT_RUNS, rounds: int = DEFAULT_ROUNDS,
                      precision: str = "fp32", cache: Path | None = None, first_round: int = 0,
-                     progress: bool = False, log: Callable[[str], None] | None = None) -> list[NetworkResult]:
+                     progress: bool = False, log: Callable[[str], None] | None = None,
+                     tick: Callable[[], None] | None = None) -> list[NetworkResult]:
     """Build, record, prepare, then time ``specs`` in interleaved rounds (see the module
     docstring); returns one result per spec, in order. ``cache``: where converted models are
     kept (:func:`converted`). ``first_round``: the rounds before it were measured by an
     earlier step of the caller's plan (``bench adapt`` times the networks before and after its
-    layers), so only rounds from it on that the database holds already count as resumed."""
+    layers), so only rounds from it on that the database holds already count as resumed.
+    ``tick()`` is called after each network built and each round stored (``bench adapt``
+    keeps its time budget current with it, so a killed run's time counts on resume)."""
+    tick = tick or (lambda: None)
     if runner.provenance == "estimated":
         warmup, runs, rounds = 0, 1, 1
     if rounds < 1 or runs < 1 or warmup < 0:
@@ -193,6 +197,7 @@ def measure_networks(runner: Runner, store: Store, env_id: int, specs: Sequence[
                 if any(r not in done.get(spec.name, {}) for r in range(rounds)):
                     models.add(spec.name, converted(runner, model, precision, cache))
                 bar.update()
+                tick()
         finally:
             bar.close()
         todo = sum(1 for s in specs for r in range(rounds) if r not in done.get(s.name, {}))
@@ -215,6 +220,7 @@ def measure_networks(runner: Runner, store: Store, env_id: int, specs: Sequence[
                     del prepared  # an unkept network is released here
                     store.add_network_round(env_id, spec.name, r, t)
                     bar.update()
+                    tick()
         finally:
             bar.close()
             models.clear()

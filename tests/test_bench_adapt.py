@@ -216,6 +216,31 @@ def test_sigkill_among_the_layers_then_resume_loses_and_repeats_nothing(profiled
     assert sorted(x.name for x in p.root.iterdir()) == sorted([DEVICE, NEW])
 
 
+def test_sigkill_among_the_first_network_rounds_keeps_their_time_in_the_budget(calibrated):
+    """A run killed while it times the networks, before any layer: the time it spent counts
+    in the budget of the run that resumes it, and no round is measured twice."""
+    c = calibrated
+    where = c.base / "killed-networks"
+    root = _root_with_base(c.ps, where)
+    db = where / "adapt.sqlite"
+    cmd = [sys.executable, "-m", "bench.cli", "adapt", "--device", DEVICE, "--name", NEW, "--root", str(root),
+           "--db", str(db), "--route", "calibrate", *NETWORK_ARGS]
+    env = with_entry_points(dict(os.environ, CL_CACHE_DIR=str(c.ps.cache)), where)
+    state = state_path(db)
+    run_and_kill(cmd, lambda: count_rows(db, "network_rounds") >= MIN_NETWORKS // 2 and state.exists(), env=env,
+                 timeout=240)
+    killed = json.loads(state.read_text())
+    rounds = _snapshot(db)["rounds"]
+    assert killed["spent_s"] > 0 and "networks_first" not in killed["phases"] and len(rounds) < MIN_NETWORKS * ROUNDS
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"resuming: {killed['spent_s']:.0f} s of the 10-minute budget spent by earlier runs" in done.stderr
+    assert json.loads(state.read_text())["spent_s"] > killed["spent_s"]
+    after = _snapshot(db)["rounds"]
+    assert all(after[key] == v for key, v in rounds.items())  # kept, not measured again
+    assert set(_rounds_per_network(db).values()) == {ROUNDS}
+
+
 @pytest.mark.parametrize("route", ["calibrate", "profile"])
 def test_estimator_predict_with_the_new_profile_is_calibrated(calibrated, profiled, route, capsys, monkeypatch):
     monkeypatch.setenv("CL_CACHE_DIR", str(calibrated.ps.cache))
