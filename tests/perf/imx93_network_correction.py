@@ -2,7 +2,7 @@
 
 The ``imx93`` profile sums per-layer predictions; what is left of its error against Vela's
 whole-network estimate is a schedule effect no per-layer benchmark sees (docs/boards.md,
-"Fifth issue-5 session"). This script builds a training set of whole networks that are not
+"What a per-layer benchmark cannot see on Vela"). This script builds a training set of whole networks that are not
 the 13 configurations of ``tests/perf/imx93_validation.py`` and records, per network,
 Vela's whole-network ms, the estimator's prediction and CM_LV interval and a few cheap
 network-level features. ``--fit`` then fits a small model of ``log(Vela / predicted)``
