@@ -4,9 +4,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
 
-from .layers import Layer, LayerType
+from .layers import SPECS, Layer, LayerType
+from .layers.params import dims_text
 from .cliargs import MODEL_HELP, input_shapes_from_args, model_source
 from .cliutil import number
 from .onnx_import import DEFAULT_SIMPLIFY_TIMEOUT_S, Network, load_network
@@ -45,50 +45,17 @@ def run(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------- formatting
 
 
-def _dims(*v: Any) -> str:
-    return "x".join(str(int(x)) for x in v)
-
-
 def key_features(layer: Layer) -> str:
-    """A short, human-readable summary of a layer's raw parameters."""
-    p, t = layer.params, layer.type
-    g = p.get
+    """A short, human-readable summary of a layer's raw parameters (its type's
+    :meth:`~estimator.layers.registry.LayerTypeSpec.brief`), else its input shape."""
     try:
-        if t == LayerType.CONV2D:
-            s = f"{_dims(g('h'), g('w'))} {g('c_in')}->{g('c_out')} k{_dims(g('k_h'), g('k_w'))} s{_dims(g('s_h', 1), g('s_w', 1))}"
-            if g("groups", 1) != 1:
-                s += f" g{g('groups')}"
-            if max(g("d_h", 1), g("d_w", 1)) > 1:
-                s += f" d{_dims(g('d_h', 1), g('d_w', 1))}"
-            return s
-        if t == LayerType.DWCONV2D:
-            s = f"{_dims(g('h'), g('w'))} c{g('c')} k{_dims(g('k_h'), g('k_w'))} s{_dims(g('s_h', 1), g('s_w', 1))}"
-            if g("multiplier", 1) != 1:
-                s += f" x{g('multiplier')}"
-            return s
-        if t == LayerType.FC:
-            return f"m{g('m', 1)} {g('c_in')}->{g('c_out')}"
-        if t == LayerType.MATMUL:
-            return f"b{g('b', 1)} {g('m')}x{g('k')} @ {g('k')}x{g('n_cols')}"
-        if t in (LayerType.MAXPOOL, LayerType.AVGPOOL):
-            return f"{_dims(g('h'), g('w'))} c{g('c')} k{_dims(g('k_h'), g('k_w'))} s{_dims(g('s_h', 1), g('s_w', 1))}"
-        if t == LayerType.GLOBALPOOL:
-            return f"{_dims(g('h'), g('w'))} c{g('c')} {g('mode', 'avg')}"
-        if t in (LayerType.ADD, LayerType.MUL):
-            return (f"{_dims(g('h'), g('w'))} c{g('c')}" + (" bcast" if g("broadcast") else "")
-                    + (" batchnorm" if g("batchnorm") else " const" if g("const_b") else ""))
-        if t == LayerType.CONCAT:
-            return f"{_dims(g('h'), g('w'))} [{'+'.join(str(c) for c in g('channels', []))}]"
-        if t == LayerType.ACTIVATION:
-            return f"{g('kind')} {_dims(g('h'), g('w'))} c{g('c')}"
-        if t == LayerType.RESIZE:
-            return f"{_dims(g('h'), g('w'))}->{_dims(g('h_out'), g('w_out'))} c{g('c')} {g('mode')}"
-        if t == LayerType.PAD:
-            return f"{_dims(g('h'), g('w'))}->{_dims(g('h_out'), g('w_out'))} c{g('c')}->{g('c_out')}"
+        s = SPECS[layer.type].brief(layer.params) if layer.type in SPECS else None
     except (TypeError, ValueError):
-        pass
+        s = None
+    if s:
+        return s
     shape = layer.input_shapes[0] if layer.input_shapes else ()
-    return "in " + (_dims(*shape) if shape else "?")
+    return "in " + (dims_text(*shape) if shape else "?")
 
 
 def _num(x: float) -> str:
@@ -115,7 +82,7 @@ def format_network(net: Network, title: str = "") -> str:
     right = {0, 4, 5}
     lines = []
     if title:
-        ins = ", ".join(f"{k} {_dims(*v)}" for k, v in net.inputs.items())
+        ins = ", ".join(f"{k} {dims_text(*v)}" for k, v in net.inputs.items())
         lines.append(f"{title}: opset {net.opset}, inputs {ins}, "
                      f"{'simplified with onnxsim' if net.simplified else 'not simplified'}")
     for r in [head] + rows:

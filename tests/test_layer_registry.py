@@ -122,3 +122,22 @@ def test_a_channel_count_of_0_is_the_one_zero_channel_rule(layer_type):
         for req in spec.required:  # a missing parameter stays the count's error
             if req not in keys:
                 assert not spec.zero_channels({a: v for a, v in zero.items() if a != req}), (layer_type, req)
+
+
+@pytest.mark.parametrize("layer_type", LAYER_TYPES)
+def test_each_type_summarises_its_own_parameters(layer_type):
+    """``estimator layers`` shows a type's summary of its raw parameters (``brief``, in the
+    type's module) or, for a type without one, the input shape: no list of types elsewhere."""
+    import inspect
+
+    from estimator import cmd_layers
+    from estimator.predict import make_layer
+
+    spec = SPECS[layer_type]
+    p = _valid_config(spec)
+    text = spec.brief(p)
+    assert text is None or (isinstance(text, str) and text), layer_type
+    if layer_type != "other":
+        shown = cmd_layers.key_features(make_layer(layer_type, p))
+        assert shown == text if text else shown.startswith("in "), (layer_type, shown)
+    assert "LayerType.CONV2D" not in inspect.getsource(cmd_layers)

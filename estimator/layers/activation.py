@@ -10,7 +10,7 @@ import numpy as np
 from . import space
 from .importing import Draft, attrs, is_const
 from .ir import Op
-from .params import ACTIVATION_KINDS, LayerSpecError, io_bytes, nonneg, positive
+from .params import ACTIVATION_KINDS, LayerSpecError, dims_text, io_bytes, nonneg, positive
 from .registry import NCHW, LayerCounts, LayerTypeSpec, register
 
 #: ONNX activation op -> activation kind (Clip is decided by its bounds).
@@ -82,6 +82,9 @@ class Activation(LayerTypeSpec):
     sampled = True
     onnx_ops = (*ONNX_KINDS, "Clip")
     onnx_patterns = ("Div", "Mul")  # where GELU's Erf and tanh forms start
+
+    def brief(self, p: Mapping[str, Any]) -> str:
+        return f"{p.get('kind')} {dims_text(p.get('h'), p.get('w'))} c{p.get('c')}"
 
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         n, h, w, c = positive(p, "n", 1), positive(p, "h"), positive(p, "w"), positive(p, "c")

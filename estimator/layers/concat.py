@@ -10,7 +10,7 @@ import numpy as np
 from . import space
 from .importing import attrs
 from .ir import Op
-from .params import LayerSpecError, integer, io_bytes, positive
+from .params import LayerSpecError, dims_text, integer, io_bytes, positive
 from .registry import NCHW, LayerCounts, LayerTypeSpec, register
 
 
@@ -82,6 +82,9 @@ class Concat(LayerTypeSpec):
             chans = [integer(p, f"c_in{i + 1}") for i in range(positive(p, "n_inputs", 2))]
         chans = _listed(chans)
         return bool(chans) and not any(chans) and all(p.get(k) is not None for k in self.required)
+
+    def brief(self, p: Mapping[str, Any]) -> str:
+        return f"{dims_text(p.get('h'), p.get('w'))} [{'+'.join(str(c) for c in p.get('channels', []))}]"
 
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         n, h, w = positive(p, "n", 1), positive(p, "h"), positive(p, "w")

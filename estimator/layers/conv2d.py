@@ -8,8 +8,8 @@ import numpy as np
 
 from . import space
 from .ir import Op
-from .params import (LayerSpecError, act_code, align, cold, io_bytes, nonneg, opt_int, positive, window, window_attrs,
-                     WINDOW_RENDER_LIMITS, window_renders)
+from .params import (LayerSpecError, WINDOW_RENDER_LIMITS, act_code, align, cold, dims_text, io_bytes, nonneg, opt_int,
+                     positive, window, window_attrs, window_renders)
 from .registry import NCHW, LayerCounts, LayerTypeSpec, register
 from .shared import conv_draft, is_depthwise_conv
 
@@ -40,6 +40,16 @@ class Conv2d(LayerTypeSpec):
     def channel_flow(self, p: Mapping[str, Any]) -> str:
         """A dense conv mixes channels; a grouped one ties them to its groups."""
         return "mix" if opt_int(p, "groups", 1) == 1 else ""
+
+    def brief(self, p: Mapping[str, Any]) -> str:
+        g = p.get
+        s = (f"{dims_text(g('h'), g('w'))} {g('c_in')}->{g('c_out')} k{dims_text(g('k_h'), g('k_w'))} "
+             f"s{dims_text(g('s_h', 1), g('s_w', 1))}")
+        if g("groups", 1) != 1:
+            s += f" g{g('groups')}"
+        if max(g("d_h", 1), g("d_w", 1)) > 1:
+            s += f" d{dims_text(g('d_h', 1), g('d_w', 1))}"
+        return s
 
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         n = positive(p, "n", 1)

@@ -7,8 +7,8 @@ import numpy as np
 
 from . import space
 from .ir import Op
-from .params import (act_code, align, io_bytes, nonneg, opt_int, positive, window, window_attrs,
-                     WINDOW_RENDER_LIMITS, window_renders)
+from .params import (WINDOW_RENDER_LIMITS, act_code, align, dims_text, io_bytes, nonneg, opt_int, positive, window,
+                     window_attrs, window_renders)
 from .registry import NCHW, LayerCounts, LayerTypeSpec, register
 from .shared import conv_draft, is_depthwise_conv
 
@@ -36,6 +36,11 @@ class DwConv2d(LayerTypeSpec):
     def channel_flow(self, p: Mapping[str, Any]) -> str:
         """Depthwise keeps its input's channels (a channel multiplier ties them to groups)."""
         return "through" if opt_int(p, "multiplier", 1) == 1 else ""
+
+    def brief(self, p: Mapping[str, Any]) -> str:
+        g = p.get
+        s = f"{dims_text(g('h'), g('w'))} c{g('c')} k{dims_text(g('k_h'), g('k_w'))} s{dims_text(g('s_h', 1), g('s_w', 1))}"
+        return s + (f" x{g('multiplier')}" if g("multiplier", 1) != 1 else "")
 
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         n = positive(p, "n", 1)

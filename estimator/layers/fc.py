@@ -33,6 +33,9 @@ class Fc(LayerTypeSpec):
     def channel_flow(self, p: Mapping[str, Any]) -> str:
         return "mix"
 
+    def brief(self, p: Mapping[str, Any]) -> str:
+        return f"m{p.get('m', 1)} {p.get('c_in')}->{p.get('c_out')}"
+
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         m = positive(p, "m", 1)  # rows (batch x tokens)
         c_in, c_out = positive(p, "c_in"), positive(p, "c_out")

@@ -8,7 +8,7 @@ import numpy as np
 from . import space
 from .importing import reduce_axes
 from .ir import Op
-from .params import LayerSpecError, io_bytes, positive
+from .params import LayerSpecError, dims_text, io_bytes, positive
 from .registry import NCHW, LayerCounts, LayerTypeSpec, register
 
 
@@ -24,6 +24,9 @@ class GlobalPool(LayerTypeSpec):
     benchable = True
     sampled = True
     onnx_ops = ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean", "ReduceMax")
+
+    def brief(self, p: Mapping[str, Any]) -> str:
+        return f"{dims_text(p.get('h'), p.get('w'))} c{p.get('c')} {p.get('mode', 'avg')}"
 
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         n, h, w, c = positive(p, "n", 1), positive(p, "h"), positive(p, "w"), positive(p, "c")

@@ -44,6 +44,9 @@ class LayerNorm(LayerTypeSpec):
     onnx_patterns = ("ReduceMean",)  # where an opset < 17 export's decomposed LayerNorm starts
     examples = (dict(rows=197, c=192), dict(rows=49, c=96), dict(rows=1, c=8))
 
+    def brief(self, p: Mapping[str, Any]) -> str:
+        return f"{p.get('rows')} rows x {p.get('c')}"
+
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         n, rows, c = positive(p, "n", 1), positive(p, "rows"), positive(p, "c")
         params = 2 * c  # scale and bias

@@ -39,6 +39,10 @@ class MatMul(LayerTypeSpec):
     sampled = True
     examples = (dict(b=3, m=197, k=64, n_cols=197), dict(b=3, m=197, k=197, n_cols=64), dict(m=8, k=16, n_cols=4))
 
+    def brief(self, p: Mapping[str, Any]) -> str:
+        g = p.get
+        return f"b{g('b', 1)} {g('m')}x{g('k')} @ {g('k')}x{g('n_cols')}"
+
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         b, m, k, nn = positive(p, "b", 1), positive(p, "m"), positive(p, "k"), positive(p, "n_cols")
         macs = b * m * k * nn

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .importing import attrs
-from .params import io_bytes, positive
+from .params import dims_text, io_bytes, positive
 from .registry import LayerCounts, LayerTypeSpec, register
 
 
@@ -27,6 +27,11 @@ class Pad(LayerTypeSpec):
     def with_channels(self, p: Mapping[str, Any], port: str | int, n: int) -> dict[str, Any]:
         return {**super().with_channels(p, port, n), "c_out": int(n)} if "c_out" in p else \
             super().with_channels(p, port, n)
+
+    def brief(self, p: Mapping[str, Any]) -> str:
+        g = p.get
+        return (f"{dims_text(g('h'), g('w'))}->{dims_text(g('h_out', g('h')), g('w_out', g('w')))} "
+                f"c{g('c')}->{g('c_out', g('c'))}")
 
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         n, h, w, c = positive(p, "n", 1), positive(p, "h"), positive(p, "w"), positive(p, "c")

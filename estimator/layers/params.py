@@ -14,6 +14,7 @@ from ..errors import UserError
 
 __all__ = [
     "LayerSpecError",
+    "dims_text",
     "ACTIVATION_KINDS",
     "RESIZE_MODES",
     "integer",
@@ -245,3 +246,8 @@ def cold(p: Mapping[str, Any]) -> float:
     """The ``cold`` feature: 1 for a row measured after a cache flush (``bench profile
     --cold-from``) or a layer the estimator predicts as read from DRAM."""
     return float(nonneg(p, "cold", 0) > 0)
+
+
+def dims_text(*v: Any) -> str:
+    """``56x56`` (:meth:`estimator.layers.registry.LayerTypeSpec.brief`'s sizes)."""
+    return "x".join(str(int(x)) for x in v)

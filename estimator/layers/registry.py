@@ -126,6 +126,11 @@ class LayerTypeSpec:
 
     # ------------------------------------------------------------------ counts
 
+    def brief(self, p: Mapping[str, Any]) -> str | None:
+        """A short human-readable summary of raw parameters ``p`` (``estimator layers``), or
+        None: the listing then shows the layer's input shape."""
+        return None
+
     def count(self, p: dict[str, Any], elem_bytes: int) -> LayerCounts:
         """Features, MACs, parameters, ops, bytes and output shape from raw parameters;
         :class:`LayerSpecError` for a missing parameter or an impossible configuration."""

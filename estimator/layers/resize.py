@@ -8,7 +8,7 @@ import numpy as np
 from . import space
 from .importing import Unsupported, attrs
 from .ir import Op
-from .params import RESIZE_MODES, LayerSpecError, io_bytes, nonneg, positive
+from .params import LayerSpecError, RESIZE_MODES, dims_text, io_bytes, nonneg, positive
 from .registry import NCHW, LayerCounts, LayerTypeSpec, register
 
 
@@ -35,6 +35,10 @@ class Resize(LayerTypeSpec):
     benchable = True
     sampled = True
     onnx_ops = ("Resize", "Upsample")
+
+    def brief(self, p: Mapping[str, Any]) -> str:
+        g = p.get
+        return f"{dims_text(g('h'), g('w'))}->{dims_text(g('h_out'), g('w_out'))} c{g('c')} {g('mode')}"
 
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         n, h, w, c = positive(p, "n", 1), positive(p, "h"), positive(p, "w"), positive(p, "c")

@@ -11,7 +11,7 @@ from . import space
 from .importing import (Draft, ImpossibleShapeError, Unsupported, attrs, check_window, last_axis_rows,
                         window_params)
 from .ir import Op
-from .params import LayerSpecError, act_code, flag01, io_bytes, nonneg, opt_int, positive, window, window_attrs
+from .params import LayerSpecError, act_code, dims_text, flag01, io_bytes, nonneg, opt_int, positive, window, window_attrs
 from .registry import NCHW, LayerCounts, LayerTypeSpec
 
 __all__ = ["WindowPool", "BinaryEltwise", "MemoryBound", "is_depthwise_conv", "conv_draft", "gemm_dims", "generic_draft"]
@@ -26,6 +26,10 @@ class WindowPool(LayerTypeSpec):
     required = ("h", "w", "c", "k_h", "k_w")
     benchable = True
     sampled = True
+
+    def brief(self, p: Mapping[str, Any]) -> str:
+        g = p.get
+        return f"{dims_text(g('h'), g('w'))} c{g('c')} k{dims_text(g('k_h'), g('k_w'))} s{dims_text(g('s_h', 1), g('s_w', 1))}"
 
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         n = positive(p, "n", 1)
@@ -115,6 +119,11 @@ class BinaryEltwise(LayerTypeSpec):
     sampled = True
     #: Share of broadcast draws.
     p_broadcast: float = 0.0
+
+    def brief(self, p: Mapping[str, Any]) -> str:
+        g = p.get
+        return (f"{dims_text(g('h'), g('w'))} c{g('c')}" + (" bcast" if g("broadcast") else "")
+                + (" batchnorm" if g("batchnorm") else " const" if g("const_b") else ""))
 
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         n, h, w, c = positive(p, "n", 1), positive(p, "h"), positive(p, "w"), positive(p, "c")
@@ -214,6 +223,11 @@ class MemoryBound(LayerTypeSpec):
     with_out: bool = False
     #: Further integer raw params that are features (0 by default).
     extra: tuple[str, ...] = ()
+
+    def brief(self, p: Mapping[str, Any]) -> str:
+        g = p.get
+        s = f"{dims_text(g('h'), g('w'))} c{g('c')}" + (f" -> {g('elems_out')}" if self.with_out and g("elems_out") else "")
+        return s + "".join(f" {k}={g(k)}" for k in self.extra if g(k))
 
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         n, h, w, c = positive(p, "n", 1), positive(p, "h"), positive(p, "w"), positive(p, "c")
