@@ -22,12 +22,23 @@ from estimator.errors import UserError
 
 from .runners.base import CACHE_KEYS
 
-__all__ = ["onnxruntime_fusion", "onnxruntime_op_mapping", "litert_fusion", "litert_op_mapping", "vela_fusion", "vela_op_mapping", "profile_from_db"]
+__all__ = ["runtime_fusion", "onnxruntime_fusion", "onnxruntime_op_mapping", "litert_fusion", "litert_op_mapping", "vela_fusion", "vela_op_mapping", "profile_from_db"]
+
+
+def runtime_fusion(runtime: str) -> dict[str, Any]:
+    """The default fusion rules of ``runtime`` (a profile's runner): each producer type's
+    activations on it (:attr:`~estimator.layers.registry.LayerTypeSpec.fused_activations`, in
+    the type's module, with the kinds and why), a BN folded into a preceding convolution, an
+    activation folded only into a producer whose output it alone reads."""
+    from estimator.layers import SPECS  # noqa: PLC0415
+
+    acts = {t: list(s.fused_activations[runtime]) for t, s in SPECS.items() if runtime in s.fused_activations}
+    return {"activations": acts, "bn_into_conv": True, "single_consumer": True}
 
 
 def onnxruntime_fusion() -> dict[str, Any]:
-    """Fusion rules of ONNX Runtime's CPU execution provider at graph optimisation 'all':
-    Conv + {Relu, Clip, LeakyRelu, Sigmoid, Tanh, HardSigmoid, HardSwish} become one
+    """Fusion rules of ONNX Runtime's CPU execution provider at graph optimisation 'all'
+    (:func:`runtime_fusion`): Conv + {Relu, Clip, LeakyRelu, Sigmoid, Tanh, HardSigmoid, HardSwish} become one
     kernel (MLAS applies ReLU inside the kernel and the others as a pass over its output,
     which the ``act`` feature tells apart); Gemm + an activation become one kernel; an Add
     followed by Relu is measured as one LUM (Table 2) and folds into the producing
@@ -41,11 +52,7 @@ def onnxruntime_fusion() -> dict[str, Any]:
     HardSwish is estimated as a standalone activation layer, which smart padding measures
     unfused (after the padding convolution's own ReLU: HardSigmoid + Mul kernels): in one
     sample 1.79 ms of a 4.92 ms estimate went to layers that cost nothing as kernels."""
-    conv = ["clip", "hardsigmoid", "hardswish", "leakyrelu", "relu", "relu6", "sigmoid", "tanh"]
-    return {"activations": {"conv2d": list(conv), "dwconv2d": list(conv),
-                            "fc": ["elu", "hardsigmoid", "leakyrelu", "relu", "sigmoid", "softplus", "tanh"],
-                            "add": ["relu"], "mul": []},
-            "bn_into_conv": True, "single_consumer": True}
+    return runtime_fusion("onnxruntime")
 
 #: ONNX ops ONNX Runtime's CPU execution provider runs as views of their input: their
 #: kernels alias the input buffer (no data moved). Measured with ONNX Runtime 1.32.0
@@ -69,28 +76,11 @@ def onnxruntime_op_mapping() -> dict[str, Any]:
                       f"and Unsqueeze alias their input (per-node kernel times 2-4 us whatever the size)"}
 
 
-#: Activations a LiteRT (XNNPACK) model runs inside the producing operator: what
-#: :mod:`bench.tflite_convert` leaves as the operator's fused activation function (ReLU, ReLU6,
-#: ReLU_N1_TO_1), which XNNPACK applies as the kernel's output clamp. Checked by converting
-#: producer -> activation -> convolution for every kind (``tests/test_tflite_models.py``): a
-#: convolution's or a depthwise convolution's HardSigmoid folds too (its ``+3`` into the bias,
-#: ReLU6 fused, the ``/6`` into the consumer's weights, or a MUL on a 1x1 SE gate). Every
-#: other kind stays an operator of its own (LOGISTIC, HARD_SWISH, LOGISTIC + MUL for SiLU,
-#: TANH, LEAKY_RELU, ...), which the ``activation`` benchmark measures. ``clip`` folds in its
-#: benchmarked range (-1, 1); another range becomes MINIMUM/MAXIMUM. With every activation
-#: folded (the library default), an adapted LiteRT profile predicted SiLU and hard-swish
-#: convolutions like ReLU ones: the ``mobilenet`` NAS space's samples 12 % under their
-#: measured time, their ReLU variants 9 %, variants with ReLU and 3x3 kernels +1 %.
-_LITERT_FUSED_ACTS = ["clip", "relu", "relu6"]
-
-
 def litert_fusion() -> dict[str, Any]:
     """Fusion rules of LiteRT on the host (XNNPACK) for networks converted by
-    :mod:`bench.tflite_convert` (see :data:`_LITERT_FUSED_ACTS`)."""
-    conv = sorted(_LITERT_FUSED_ACTS + ["hardsigmoid"])
-    return {"activations": {"conv2d": list(conv), "dwconv2d": list(conv), "fc": list(_LITERT_FUSED_ACTS),
-                            "add": list(_LITERT_FUSED_ACTS), "mul": list(_LITERT_FUSED_ACTS)},
-            "bn_into_conv": True, "single_consumer": True}
+    :mod:`bench.tflite_convert` (:func:`runtime_fusion`; the kinds and why:
+    :data:`estimator.layers.shared.LITERT_CLAMP_ACTS`)."""
+    return runtime_fusion("litert")
 
 
 def litert_op_mapping(versions: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -108,22 +98,10 @@ def litert_op_mapping(versions: Mapping[str, Any] | None = None) -> dict[str, An
                       "noise up to 3.7 M elements (smart padding)"}
 
 
-#: Activations Vela runs inside the producing NPU operation (no extra cycles): the TFLite
-#: converter fuses ReLU/ReLU6/ReLU_N1_TO_1 (and clips) into CONV_2D, DEPTHWISE_CONV_2D,
-#: FULLY_CONNECTED, ADD and MUL; Vela's graph optimiser then moves LUT activations
-#: (LOGISTIC, TANH, HARD_SWISH, LEAKY_RELU) into the preceding NPU operation when it is its
-#: only consumer and has no activation yet (``fuse_activation_function_with_prev``).
-#: HardSigmoid (``relu6(x + 3) / 6``) folds its ``+3`` into the bias and its ReLU6 into the
-#: op; the ``/6`` stays a MUL on the (usually 1x1) SE gate. SiLU (``x * sigmoid(x)``) does
-#: not fold: the producer's output has two consumers (LOGISTIC and MUL), so it stays a
-#: layer of its own, which the ``activation`` benchmark measures (kind ``silu``).
-_VELA_FUSED_ACTS = ["clip", "hardsigmoid", "hardswish", "leakyrelu", "relu", "relu6", "sigmoid", "tanh"]
-
-
 def vela_fusion() -> dict[str, Any]:
-    """Fusion rules of Vela for an Ethos-U target (see :data:`_VELA_FUSED_ACTS`)."""
-    prods = ("conv2d", "dwconv2d", "fc", "add", "mul")
-    return {"activations": {p: list(_VELA_FUSED_ACTS) for p in prods}, "bn_into_conv": True, "single_consumer": True}
+    """Fusion rules of Vela for an Ethos-U target (:func:`runtime_fusion`; the kinds and why:
+    :data:`estimator.layers.shared.VELA_FUSED_ACTS`)."""
+    return runtime_fusion("vela")
 
 
 #: ONNX op -> the TFLite operator (Vela's ``Op`` name) it becomes; ops whose operator is not

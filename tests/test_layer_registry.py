@@ -141,3 +141,21 @@ def test_each_type_summarises_its_own_parameters(layer_type):
         shown = cmd_layers.key_features(make_layer(layer_type, p))
         assert shown == text if text else shown.startswith("in "), (layer_type, shown)
     assert "LayerType.CONV2D" not in inspect.getsource(cmd_layers)
+
+
+def test_runtime_fusion_rules_come_from_the_type_modules(monkeypatch):
+    """A runtime's default fusion rules are each producer type's ``fused_activations`` for it,
+    assembled over the registry: a type module alone changes them."""
+    from bench.profile_db import litert_fusion, onnxruntime_fusion, runtime_fusion, vela_fusion
+    from estimator.fusion import FusionRules
+
+    for runtime, rules in (("onnxruntime", onnxruntime_fusion()), ("litert", litert_fusion()), ("vela", vela_fusion())):
+        assert rules == runtime_fusion(runtime)
+        assert set(rules["activations"]) == {t for t, s in SPECS.items() if runtime in s.fused_activations}
+        FusionRules.from_dict(rules)  # a valid rule set
+    ort = onnxruntime_fusion()["activations"]
+    assert ort["add"] == ["relu"] and ort["mul"] == [] and "silu" not in ort["conv2d"] and "hardswish" in ort["conv2d"]
+    assert litert_fusion()["activations"]["conv2d"] == ["clip", "hardsigmoid", "relu", "relu6"]
+    monkeypatch.setattr(type(SPECS["matmul"]), "fused_activations", {"litert": ("relu",)})
+    assert runtime_fusion("litert")["activations"]["matmul"] == ["relu"]
+    assert "matmul" not in runtime_fusion("onnxruntime")["activations"]

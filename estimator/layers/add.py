@@ -5,7 +5,7 @@ from typing import Any
 
 from . import space
 from .registry import register
-from .shared import BinaryEltwise
+from .shared import LITERT_CLAMP_ACTS, VELA_FUSED_ACTS, BinaryEltwise
 
 
 @register
@@ -14,6 +14,9 @@ class Add(BinaryEltwise):
     order = 80
     onnx_ops = ("Add", "Sub", "Sum")
     summary = "element-wise add/sub, optionally broadcast (+ fused activation)"
+    #: ONNX Runtime: an Add followed by Relu is measured as one LUM (Table 2) and folds into the
+    #: producing convolution's sum input
+    fused_activations = {"onnxruntime": ("relu",), "litert": LITERT_CLAMP_ACTS, "vela": VELA_FUSED_ACTS}
     lum_default_act = "relu"
     prior_acts = (("relu", .5), ("none", .5))
     p_broadcast = 0.05

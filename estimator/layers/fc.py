@@ -10,7 +10,7 @@ from . import space
 from .ir import Op, tf_axis
 from .params import LayerSpecError, act_code, cold, io_bytes, nonneg, opt_int, positive
 from .registry import NCHW, LayerCounts, LayerTypeSpec, register, rows_of
-from .shared import gemm_dims
+from .shared import LITERT_CLAMP_ACTS, VELA_FUSED_ACTS, gemm_dims
 
 
 @register
@@ -24,6 +24,10 @@ class Fc(LayerTypeSpec):
     channel_params = ("c_in", "c_out")
     benchable = True
     takes_act = True
+    #: ONNX Runtime fuses a one-row Gemm with these (an fc over token rows is measured with its
+    #: activation in the same padded model)
+    fused_activations = {"onnxruntime": ("elu", "hardsigmoid", "leakyrelu", "relu", "sigmoid", "softplus", "tanh"),
+                         "litert": LITERT_CLAMP_ACTS, "vela": VELA_FUSED_ACTS}
     lum_default_act = None
     prior_acts = ((None, .6), ("relu", .3), ("sigmoid", .05), ("hardsigmoid", .05))
     sampled = True

@@ -6,7 +6,7 @@ from typing import Any, Mapping, Sequence
 from .ir import Op
 from .params import LayerSpecError, flag01
 from .registry import NCHW, register
-from .shared import BinaryEltwise
+from .shared import LITERT_CLAMP_ACTS, VELA_FUSED_ACTS, BinaryEltwise
 
 
 @register
@@ -21,6 +21,7 @@ class Mul(BinaryEltwise):
     onnx_ops = ("Mul", "Div", "BatchNormalization")
     summary = "element-wise mul/div, optionally broadcast (+ fused activation); standalone batch norm"
     features = (*BinaryEltwise.features, "batchnorm")
+    fused_activations = {"onnxruntime": (), "litert": LITERT_CLAMP_ACTS, "vela": VELA_FUSED_ACTS}
     lum_default_act = None
     p_broadcast = 0.6
 

@@ -115,6 +115,11 @@ class LayerTypeSpec:
     #: Whether the type takes a fused activation (raw param ``act``, feature ``act``): the
     #: producers that device fusion rules may fold an activation into.
     takes_act: ClassVar[bool] = False
+    #: Runtime (a profile's runner: ``onnxruntime``, ``litert``, ``vela``) -> the activation
+    #: kinds that runtime runs inside this type's kernel: the type's part of the runtime's
+    #: default fusion rules (``bench.profile_db.runtime_fusion``, which says why per runtime).
+    #: A runtime not named fuses nothing into the type.
+    fused_activations: ClassVar[Mapping[str, tuple[str, ...]]] = {}
     #: The fused activation of the benchmarked LUM when a row names none (Table 2 of the
     #: paper: conv2d, dwconv2d and add carry a ReLU, fc and mul none).
     lum_default_act: ClassVar[str | None] = None

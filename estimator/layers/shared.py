@@ -17,6 +17,30 @@ from .registry import NCHW, LayerCounts, LayerTypeSpec
 __all__ = ["WindowPool", "BinaryEltwise", "MemoryBound", "is_depthwise_conv", "conv_draft", "gemm_dims", "generic_draft"]
 
 
+#: Activation kinds several producer types fuse on one runtime (their
+#: :attr:`~estimator.layers.registry.LayerTypeSpec.fused_activations`). ONNX Runtime (CPU, graph
+#: optimisation 'all'): a convolution's MLAS kernel applies these inside or as a pass over its
+#: output; SiLU and GELU stay kernels of their own.
+ORT_CONV_ACTS = ("clip", "hardsigmoid", "hardswish", "leakyrelu", "relu", "relu6", "sigmoid", "tanh")
+#: LiteRT (XNNPACK), for networks converted by ``bench.tflite_convert``: what stays the
+#: operator's fused activation function (ReLU, ReLU6, ReLU_N1_TO_1), which XNNPACK applies as the
+#: kernel's output clamp; ``clip`` in its benchmarked range (-1, 1). Every other kind stays an
+#: operator of its own (LOGISTIC, HARD_SWISH, LOGISTIC + MUL for SiLU, TANH, LEAKY_RELU, ...).
+#: Checked by converting producer -> activation -> convolution for every kind
+#: (``tests/test_tflite_models.py``). With every activation folded, an adapted LiteRT profile
+#: predicted SiLU and hard-swish convolutions like ReLU ones: the ``mobilenet`` NAS space's
+#: samples 12 % under their measured time, their ReLU variants 9 %.
+LITERT_CLAMP_ACTS = ("clip", "relu", "relu6")
+#: Vela for an Ethos-U target: the TFLite converter fuses ReLU/ReLU6/ReLU_N1_TO_1 (and clips)
+#: into CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED, ADD and MUL; Vela's graph optimiser moves
+#: LUT activations (LOGISTIC, TANH, HARD_SWISH, LEAKY_RELU) into the preceding NPU operation when
+#: it is its only consumer and has no activation yet (``fuse_activation_function_with_prev``).
+#: HardSigmoid (``relu6(x + 3) / 6``) folds its ``+3`` into the bias and its ReLU6 into the op;
+#: the ``/6`` stays a MUL on the (usually 1x1) SE gate. SiLU does not fold: the producer's output
+#: has two consumers (LOGISTIC and MUL), so it stays a layer of its own.
+VELA_FUSED_ACTS = ("clip", "hardsigmoid", "hardswish", "leakyrelu", "relu", "relu6", "sigmoid", "tanh")
+
+
 class WindowPool(LayerTypeSpec):
     """max or average pooling over a k_h x k_w window; IR op kind = the type's name."""
 
