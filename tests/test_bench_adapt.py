@@ -318,6 +318,33 @@ def test_decide_on_constructed_reports():
     assert route == "profile" and "another processor" in why and "AMD EPYC here" in why
 
 
+def test_bench_calibrate_warns_where_the_evidence_says_a_base_does_not_carry():
+    """``bench calibrate``'s warning (:func:`bench.adapt.does_not_carry`): a base measured on
+    another processor does not carry, however good its calibration looks; one measured here,
+    an uncalibrated report and a cost model's networks give no such warning."""
+    import copy
+
+    from bench.adapt import does_not_carry
+    from estimator import fingerprint as fp
+
+    here = fp.fingerprint("onnxruntime", 1)
+    there = copy.deepcopy(here)
+    there["host"]["cpu_model"] = "Another CPU"
+
+    def base(fingerprint):
+        return SimpleNamespace(name="b", runner="onnxruntime", precision="fp32", threads=1,
+                               recorded_fingerprint=lambda: fingerprint)
+
+    m = SimpleNamespace(kind="measured", runner="onnxruntime", options={"threads": 1}, precision="fp32")
+    why = does_not_carry(base(there), _report(100 * CARRY_ERROR / 2), m)
+    assert "another processor" in why and "Another CPU there" in why
+    assert does_not_carry(base(here), _report(100 * CARRY_ERROR + 5), m) == ""  # its own machine: the layer model's error
+    assert does_not_carry(base(there), None, m) == ""
+    assert does_not_carry(base(there), _report(1.0), SimpleNamespace(**{**m.__dict__, "kind": "estimated"})) == ""
+    two = SimpleNamespace(**{**m.__dict__, "options": {"threads": 2}})  # another setting on this processor
+    assert "another setting" in does_not_carry(base(here), _report(1.0), two)
+
+
 def test_cpu_differences_are_the_processor_not_the_kernel_cores_or_runtime():
     """Another CPU model, flag set or cache size is another processor; another kernel, core
     count, runtime version or VM of the same kind is not; a board or a cost model compares none."""
