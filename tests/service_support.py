@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import re
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -70,6 +73,23 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def agent_port(proc: Any, runner: str, model_format: str, timeout: float = 120.0) -> int:
+    """The port a ``bench agent`` subprocess (stderr piped, text) says it serves on, read from
+    its start-up line; fails with what it printed if it does not say so in ``timeout`` s."""
+    pattern = re.compile(rf"bench agent: runner {re.escape(runner)} \({re.escape(model_format)}\) on 127\.0\.0\.1:(\d+)")
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+        m = pattern.search(line)
+        if m:
+            return int(m.group(1))
+    pytest.fail("the agent did not start:\n" + "".join(lines))
 
 
 def self_signed_cert(directory: Path) -> tuple[Path, Path]:

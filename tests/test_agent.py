@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -30,6 +29,8 @@ from bench.runners.base import Prepared, RunnerError, Timing, get_runner  # noqa
 from bench.runners.litert_runner import LiteRTRunner  # noqa: E402
 from proto import bench_agent_pb2 as pb2  # noqa: E402
 from proto import bench_agent_pb2_grpc as pb2_grpc  # noqa: E402
+
+from .service_support import agent_port  # noqa: E402
 
 TOKEN = "s3cret-token"
 MAX_BYTES = 200_000
@@ -233,18 +234,7 @@ def test_bench_agent_command_serves_until_sigterm(tmp_path: Path, model) -> None
                              "--port", "0", "--token-file", str(token_file), "--max-model-mb", "1"],
                             cwd=ROOT, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
-        port = None
-        deadline = time.monotonic() + 120
-        lines: list[str] = []
-        while port is None and time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            if not line:
-                break
-            lines.append(line)
-            m = re.search(r"bench agent: runner litert \(tflite\) on 127\.0\.0\.1:(\d+)", line)
-            if m:
-                port = int(m.group(1))
-        assert port, "agent did not start:\n" + "".join(lines)
+        port = agent_port(proc, "litert", "tflite")
         with get_runner("agent", agent=f"127.0.0.1:{port}", token=TOKEN) as r:
             assert r.describe.max_model_bytes == 1 << 20
             assert r.time(r.prepare(model), warmup=1, runs=3).n == 3

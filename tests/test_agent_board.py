@@ -8,11 +8,9 @@ that need a missing package say so in one line.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +19,8 @@ pytest.importorskip("onnxruntime")
 
 from bench.modelgen import padded_model, to_onnx  # noqa: E402
 from bench.runners.base import get_runner  # noqa: E402
+
+from .service_support import agent_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 #: what a board's venv lacks (docs/boards.md installs numpy, grpcio, protobuf and tqdm only)
@@ -49,16 +49,7 @@ def test_agent_serves_onnxruntime_without_the_host_packages() -> None:
     proc = subprocess.Popen([sys.executable, "-c", BENCH_WITHOUT, "agent", "--runner", "onnxruntime", "--port", "0"],
                             cwd=ROOT, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
-        port, lines = None, []
-        deadline = time.monotonic() + 120
-        while port is None and time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            if not line:
-                break
-            lines.append(line)
-            m = re.search(r"bench agent: runner onnxruntime \(onnx\) on 127\.0\.0\.1:(\d+)", line)
-            port = int(m.group(1)) if m else None
-        assert port, "the agent did not start:\n" + "".join(lines)
+        port = agent_port(proc, "onnxruntime", "onnx")
         model = to_onnx(padded_model("conv2d", dict(h=8, w=8, c_in=4, c_out=8, k_h=3, k_w=3, s_h=1, s_w=1)))
         with get_runner("agent", agent=f"127.0.0.1:{port}") as r:
             env = r.environment()
