@@ -193,8 +193,9 @@ def test_network_prior_moves_a_share_of_conv_channels_off_the_ladder(monkeypatch
 
     types = ["conv2d", "dwconv2d", "add"]
     plan = make_plan(types, 0, prior_samples=400, seed=0, limits=LIM)
-    # (a residual add over token rows, (1, tokens, 1, width), counts tokens, not channels)
-    rows = [c for c in plan if c.layer_type == "add" and c.params["h"] == 1]
+    # (a residual add over token rows, (1, tokens, 1, width), counts tokens, not channels; an
+    # add of a constant: the add's own variants)
+    rows = [c for c in plan if c.layer_type == "add" and (c.params["h"] == 1 or c.params.get("const_b"))]
     plan = [c for c in plan if c not in rows]
     off = [c for c in plan if any(ch % 8 and ch != 3 for ch in _chans(c))]
     for t, share in (("conv2d", 0.15), ("dwconv2d", 0.25)):
@@ -211,7 +212,7 @@ def test_network_prior_moves_a_share_of_conv_channels_off_the_ladder(monkeypatch
     # an earlier one makes the plan draw once more, so compare with a longer old plan)
     for t in ("conv2d", "dwconv2d"):
         monkeypatch.setattr(SPECS[t], "off_ladder_share", 0.0)
-    monkeypatch.setattr(type(SPECS["add"]), "prior_variant", lambda self, p, unit: p)  # no token rows either
+    monkeypatch.setattr(type(SPECS["add"]), "prior_variant", lambda self, p, unit: p)  # no add variants either
     old = make_plan(types, 0, prior_samples=400, seed=0, limits=LIM)
     assert not any(ch % 8 and ch != 3 for c in old for ch in _chans(c))
     before = {c.key for c in make_plan(types, 0, prior_samples=450, seed=0, limits=LIM)}
@@ -249,3 +250,17 @@ def test_the_transpose_prior_has_mobilevit_patches():
     assert {(3072, 16, 2, 0), (24576, 2, 2, 0), (1920, 8, 2, 0), (7680, 2, 2, 0)} <= shapes
     token = [c for c in prior if c.params["w"] != 2 or c.params["c"] <= 192]
     assert len(token) >= 500  # the attention transposes stay most of the prior
+
+
+def test_the_network_prior_measures_constant_operands():
+    """Networks multiply and add constants (standalone batch norms, layer and attention scales,
+    shifts): the prior draws them, so a profile of the default plan has rows of their kind
+    instead of flagging such layers ``unbenchmarked:const_b``."""
+    plan = make_plan(["mul", "add"], 0, prior_samples=400, seed=0, limits=LIM)
+    mul = [c.params for c in plan if c.layer_type == "mul"]
+    const = [p for p in mul if p.get("const_b")]
+    assert 0.15 * len(mul) <= len(const) <= 0.35 * len(mul)
+    assert any(p.get("batchnorm") for p in const) and any(p.get("elems_b") == 1 for p in const)
+    assert any(p.get("elems_b") == p["c"] and not p.get("batchnorm") for p in const)
+    assert any(c.params.get("const_b") for c in plan if c.layer_type == "add")
+    assert all(in_space(c.layer_type, c.params, LIM) for c in plan)

@@ -22,8 +22,11 @@ class Add(BinaryEltwise):
     p_broadcast = 0.05
 
     def prior_variant(self, p: dict[str, Any], unit: space.UnitHash) -> dict[str, Any]:
-        """A quarter of the prior's adds are residual adds over token rows, (1, tokens, 1, width)."""
+        """A quarter of the prior's adds are residual adds over token rows, (1, tokens, 1, width);
+        a tenth of the others add a constant."""
         if unit(p, "token-rows") < 0.25 and not p.get("broadcast"):
             p.update(h=1, w=space.PRIOR_WIDTHS[int(len(space.PRIOR_WIDTHS) * unit(p, "width"))],
                      c=space.PRIOR_TOKENS[int(len(space.PRIOR_TOKENS) * unit(p, "tokens"))])
+        elif (u := unit(p, "const")) < 0.10:  # a constant shift: per channel (a BN's), the full shape (a grid)
+            p.update(const_b=1, **(dict(broadcast=1, elems_b=int(p["c"])) if u < 0.07 else {}))
         return p

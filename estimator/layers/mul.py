@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from . import space
 from .ir import Op
 from .params import LayerSpecError, flag01
 from .registry import NCHW, register
@@ -27,6 +28,20 @@ class Mul(BinaryEltwise):
 
     def extra_features(self, p: Mapping[str, Any]) -> dict[str, float]:
         return {"batchnorm": float(flag01(p, "batchnorm"))}
+
+    def prior_variant(self, p: dict[str, Any], unit: space.UnitHash) -> dict[str, Any]:
+        """A quarter of the prior's multiplies have a constant operand, as networks have them:
+        standalone batch normalisations (DenseNet's pre-activation BN), per-channel layer scales
+        (EfficientFormer, ConvNeXt) and scalar attention scales; a profile without such rows
+        flags those layers ``unbenchmarked:const_b``."""
+        u, c = unit(p, "const"), int(p["c"])
+        if u < 0.10:
+            p.update(broadcast=1, elems_b=c, const_params=2 * c, const_b=1, batchnorm=1)
+        elif u < 0.20:
+            p.update(broadcast=1, elems_b=c, const_b=1)
+        elif u < 0.25:  # a scalar without an activation is no operation on an Ethos-U
+            p.update(broadcast=1, elems_b=1, const_b=1, act="relu")
+        return p
 
     def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
                 act: str | None, *, single: bool = False, model_format: str = "onnx") -> list[Op]:
