@@ -10,7 +10,7 @@ from .ir import Op
 from .params import (WINDOW_RENDER_LIMITS, act_code, align, dims_text, io_bytes, nonneg, opt_int, positive, window,
                      window_attrs, window_renders)
 from .registry import NCHW, LayerCounts, LayerTypeSpec, register
-from .shared import LITERT_CLAMP_ACTS, ORT_CONV_ACTS, VELA_FUSED_ACTS, conv_draft, is_depthwise_conv
+from .shared import CONV_FUSED_ACTIVATIONS, conv_draft, is_depthwise_conv
 
 
 @register
@@ -25,10 +25,7 @@ class DwConv2d(LayerTypeSpec):
     required = ("h", "w", "c", "k_h", "k_w")
     benchable = True
     takes_act = True
-    #: a convolution's HardSigmoid folds on LiteRT too (its ``+3`` into the bias, ReLU6 fused, the
-    #: ``/6`` into the consumer's weights)
-    fused_activations = {"onnxruntime": ORT_CONV_ACTS, "litert": tuple(sorted((*LITERT_CLAMP_ACTS, "hardsigmoid"))),
-                         "vela": VELA_FUSED_ACTS}
+    fused_activations = CONV_FUSED_ACTIVATIONS
     lum_default_act = "relu"
     prior_acts = (("relu", .35), ("hardswish", .10), ("relu6", .3), ("none", .2), ("hardsigmoid", .05))
     sampled = True

@@ -39,6 +39,11 @@ LITERT_CLAMP_ACTS = ("clip", "relu", "relu6")
 #: the ``/6`` stays a MUL on the (usually 1x1) SE gate. SiLU does not fold: the producer's output
 #: has two consumers (LOGISTIC and MUL), so it stays a layer of its own.
 VELA_FUSED_ACTS = ("clip", "hardsigmoid", "hardswish", "leakyrelu", "relu", "relu6", "sigmoid", "tanh")
+#: The convolutions' (``conv2d``, ``dwconv2d``) ``fused_activations``: on LiteRT a convolution's
+#: HardSigmoid folds too (its ``+3`` into the bias, ReLU6 fused, the ``/6`` into the consumer's
+#: weights).
+CONV_FUSED_ACTIVATIONS = {"onnxruntime": ORT_CONV_ACTS, "litert": tuple(sorted((*LITERT_CLAMP_ACTS, "hardsigmoid"))),
+                          "vela": VELA_FUSED_ACTS}
 
 
 class WindowPool(LayerTypeSpec):
