@@ -245,10 +245,13 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
           route: str = "auto", rounds: int = DEFAULT_ROUNDS, runs: int, warmup: int,
           layer_plan: Callable[[Any], tuple[list[Any], str]], training: dict[str, Any] | None = None,
           replace: bool = False, command: str = "bench adapt", progress: bool = False,
-          log: Callable[[str], None] = lambda text: None) -> Adapted:
+          log: Callable[[str], None] = lambda text: None, minutes_option: str = "--minutes",
+          networks_option: str | None = "--networks") -> Adapted:
     """Make profile ``name`` under ``root`` hold here (see the module docstring). ``options``
     are the runner's (threads, affinity, ...); ``layer_plan(runner)`` gives the layer plan and
-    its description for the ``profile`` route; ``log`` gets every progress line."""
+    its description for the ``profile`` route; ``log`` gets every progress line.
+    ``minutes_option`` and ``networks_option`` name the caller's options for the budget and the
+    number of networks in the errors that suggest them (None: the caller has no such option)."""
     from estimator.profile import load_profile  # noqa: PLC0415
 
     from .calibrate import bias, describe_sources, measure, precision_for, write_calibrated_profile  # noqa: PLC0415
@@ -324,10 +327,10 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
             left = deadline - state.elapsed()
             if left < MIN_LAYER_S and not state.phases.get("layers", {}).get("rows"):
                 need = (state.elapsed() + MIN_LAYER_S + again_s + FIT_RESERVE_S) / 60
-                raise UserError(f"--minutes {minutes:g} leaves {max(left, 0):.0f} s for the layer profile after the networks "
-                                f"(about {again_s:.0f} s more for them after the layers): too little; run the same "
-                                f"command with --minutes {math.ceil(need) + 1} or more (what was measured is kept), or "
-                                f"fewer --networks")
+                raise UserError(f"{minutes_option} {minutes:g} leaves {max(left, 0):.0f} s for the layer profile after the "
+                                f"networks (about {again_s:.0f} s more for them after the layers): too little; run the same "
+                                f"command with {minutes_option} {math.ceil(need) + 1} or more (what was measured is kept)"
+                                + (f", or fewer {networks_option}" if networks_option else ""))
             log(f"[3/4] measuring a layer profile of this machine ({what}): {max(left, 0):.0f} s of the budget left "
                 f"for it")
             t0, before = time.monotonic(), layer_s
@@ -344,8 +347,8 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
         layer_s = before + time.monotonic() - t0
         state.save(layers={"seconds": round(layer_s, 1), "rows": layer_rows, "env_id": env_id})
         if not layer_rows:
-            raise UserError(f"no layer configuration measured within the budget (--minutes {minutes:g}); run the "
-                            f"same command with more --minutes (what was measured is kept)")
+            raise UserError(f"no layer configuration measured within the budget ({minutes_option} {minutes:g}); run the "
+                            f"same command with a larger {minutes_option} (what was measured is kept)")
         log(f"measured {stats.measured} configurations ({stats.already} from earlier runs, {stats.failed} failed): "
             f"{layer_rows} rows in {layer_s:.0f} s")
 

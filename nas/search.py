@@ -241,7 +241,7 @@ def adapt_device(req: SearchRequest, err: TextIO) -> Path:
               db=out / "adapt.sqlite", minutes=req.adapt_minutes, runs=DEFAULT_RUNS, warmup=DEFAULT_WARMUP,
               layer_plan=sampling_plan(None, DEFAULT_SAMPLES, None), replace=True,
               command=f"nas search --adapt {req.adapt_minutes:g}", progress=req.progress,
-              log=lambda text: print(f"nas: {text}", file=err))
+              log=lambda text: print(f"nas: {text}", file=err), minutes_option="--adapt", networks_option=None)
     for line in describe_adapted(base, r):
         print(f"nas: {line}", file=err)
     return r.path.parent

@@ -533,6 +533,62 @@ def test_adapt_bad_input_is_one_line_before_anything_is_measured(nas_env, tmp_pa
     assert "Traceback" not in err and not (tmp_path / "adapt.sqlite").exists() and not (tmp_path / "profiles").exists()
 
 
+def _network_rounds_and_rows(db: Path) -> tuple[int, int]:
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return (con.execute("SELECT COUNT(*) FROM network_rounds").fetchone()[0],
+                con.execute("SELECT COUNT(*) FROM measurements").fetchone()[0])
+    finally:
+        con.close()
+
+
+def test_adapt_then_search_with_the_adapted_profile_and_resume(nas_env, tmp_path, capsys, monkeypatch):
+    """--adapt MINUTES end to end: a budget too small for the layers is one line naming --adapt
+    (what was measured is kept); with enough, the profile is written to OUT/profiles and the
+    search's estimates come from it; the same command again resumes and measures nothing twice.
+    The calibration networks are MIN_NETWORKS tiny samples of the searched space (the defaults'
+    45 full-size ones take minutes)."""
+    import bench.adapt
+    import bench.calibrate
+    from estimator.calibration import MIN_NETWORKS
+    from estimator.inprocess import load_device
+
+    monkeypatch.setattr(bench.calibrate, "DEFAULT_SPACES", "mobilenet")
+    monkeypatch.setattr(bench.adapt, "DEFAULT_NETWORKS", MIN_NETWORKS)
+    monkeypatch.setattr(bench.adapt, "DEFAULT_RUNS", 3)
+    monkeypatch.setattr(bench.adapt, "DEFAULT_WARMUP", 1)
+    monkeypatch.setattr(bench.adapt, "DEFAULT_SAMPLES", 2)
+
+    def adapt_search(out: Path, minutes: str) -> tuple[int, str]:
+        rc = search(nas_env, out, "--space", "mobilenet", "--space-option", "resolutions=[64]", "--space-option",
+                    "max_depth=1", "--space-option", "widths=[0.5]", "--adapt", minutes, budget="1e9s", trials=2)
+        return rc, capsys.readouterr().err
+
+    small = tmp_path / "small"
+    rc, err = adapt_search(small, "0.05")
+    if "route profile" in err:  # the evidence decides the route; only an own layer profile needs the minutes
+        lines = [l for l in err.splitlines() if l.startswith("nas: error:")]
+        assert rc == 2 and len(lines) == 1 and "--adapt 0.05 leaves" in lines[0] and "run the same command with --adapt" \
+            in lines[0] and "--minutes" not in lines[0] and "--networks" not in lines[0], err
+        assert not (small / "profiles").exists()
+    out = tmp_path / "out"
+    rc, err = adapt_search(out, "5")
+    assert rc == 0, err[-3000:]
+    assert f"nas: wrote profile {DEVICE} ({out / 'profiles' / DEVICE})" in err
+    with (out / "profiles" / DEVICE / "networks.csv").open(newline="") as f:
+        assert len(list(csv.DictReader(f))) == MIN_NETWORKS
+    adapted = load_device(DEVICE, out / "profiles", cache_root=nas_env["cache"]).model_version
+    assert adapted != load_device(DEVICE, nas_env["root"], cache_root=nas_env["cache"]).model_version
+    trials = load_study(out, f"{DEVICE}-mobilenet").trials
+    assert trials and all(t.user_attrs["estimate"]["model_version"] == adapted for t in trials)
+    before = _network_rounds_and_rows(out / "adapt.sqlite")
+    rc, err = adapt_search(out, "5")
+    assert rc == 0, err[-3000:]
+    assert "nas: resuming:" in err and _network_rounds_and_rows(out / "adapt.sqlite") == before
+
+
 def test_objective_that_raises_fails_only_its_trial(nas_env, tmp_path, capsys):
     out = tmp_path / "out"
     rc = search(nas_env, out, "--space", "tests.test_nas:kernel_space", "--objective",
