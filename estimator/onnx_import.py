@@ -1100,6 +1100,35 @@ def _has_subgraph(node: Any) -> bool:
     return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
 
 
+def _outer_reads(node: Any) -> list[str]:
+    """The tensors of the enclosing graphs that a node's subgraphs (If branches, Loop and
+    Scan bodies, nested at any depth) read by name without taking them as inputs."""
+    out: dict[str, None] = {}
+    for a in node.attribute:
+        graphs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []
+        for g in graphs:
+            defined = {i.name for i in g.input} | {t.name for t in g.initializer} | {
+                t.values.name for t in g.sparse_initializer}
+            for n in g.node:
+                for t in [*n.input, *_outer_reads(n)]:
+                    if t and t not in defined:
+                        out[t] = None
+                defined.update(n.output)
+    return list(out)
+
+
+def _with_outer_reads(node: Any) -> Any:
+    """``node`` with its subgraphs' outer reads (:func:`_outer_reads`) added to its inputs, so
+    that what only a subgraph reads is live, ordered before it and not constant (a
+    :class:`GraphNode` copy; the model is not changed)."""
+    reads = [t for t in _outer_reads(node) if t not in node.input]
+    if not reads:
+        return node
+    copy = GraphNode(node)
+    copy.input = [*copy.input, *reads]
+    return copy
+
+
 class _Extractor:
     def __init__(self, model: onnx.ModelProto, shapes: dict[str, Shape | None], rules: FusionRules,
                  warnings: list[str], nodes: Sequence[GraphNode] | None = None,
@@ -1113,7 +1142,8 @@ class _Extractor:
         self.const_nodes: dict[str, onnx.NodeProto] = {}
         # values of initializers and Constant outputs already read (by the shape propagation)
         self._values: dict[str, np.ndarray | None] = dict(values) if values else {}
-        self.nodes = self._topo_sort(list(nodes) if nodes is not None else list(self.g.node))
+        self.nodes = self._topo_sort([_with_outer_reads(n) if _has_subgraph(n) else n
+                                      for n in (nodes if nodes is not None else self.g.node)])
         # Aliases: outputs of Identity/Dropout and of no-ops stand for their input.
         self.alias: dict[str, str] = {}
         self.noop: dict[str, str] = {}

@@ -486,6 +486,11 @@ def test_impossible_windows_and_groups_raise_a_dedicated_error(fast: bool) -> No
     groups = _graph([conv("g", "x", "w", group=4)], [1, 6, 8, 8], [_w("w", [8, 1, 3, 3])], outputs=("g",))
     with pytest.raises(ImpossibleShapeError, match=r"node 'g' \(Conv\): group=4 does not divide the 6 input channels"):
         load_network(groups, fast=fast)
+    for w, group in (([16, 5, 3, 3], 1), ([16, 8, 3, 3], 2)):  # input channels per group: 8, then 4
+        weights = _graph([conv("k", "x", "w", group=group)], [1, 8, 15, 15], [_w("w", w)], outputs=("k",))
+        with pytest.raises(ImpossibleShapeError, match=rf"node 'k' \(Conv\): the weight {'x'.join(map(str, w))} "
+                                                       rf"\(group={group}\) does not fit the input 1x8x15x15"):
+            load_network(weights, fast=fast)
     assert issubclass(ImpossibleShapeError, OnnxImportError)
 
 

@@ -534,3 +534,47 @@ def test_an_activation_of_kind_other_folds_and_keeps_its_producer():
     [layer] = net.layers
     assert layer.type == "conv2d" and layer.activation == "other" and layer.params["act"] == "other"
     assert layer.features["act"] == float(describe("conv2d", dict(layer.params)).features["act"]) > 0
+
+
+def _outer_read_model(kind: str) -> onnx.ModelProto:
+    """A Conv whose output only a subgraph reads: an If branch, or a Loop body whose explicit
+    inputs are all constants (the Loop is then not computed from constants alone)."""
+    r = np.random.default_rng(0)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 15, 15])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 15, 15])
+    v = helper.make_tensor_value_info
+    inits = [numpy_helper.from_array(r.random((16, 8, 3, 3)).astype(np.float32), "w")]
+    conv = helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1])
+    if kind == "if":
+        branch = lambda name, op: helper.make_graph(  # noqa: E731
+            [helper.make_node(op, ["c"], [f"{name}_y"], name=f"{name}_op")], name, [],
+            [v(f"{name}_y", TensorProto.FLOAT, [1, 16, 15, 15])])
+        nodes = [conv, helper.make_node("ReduceSum", ["x"], ["s"], name="sum", keepdims=0),
+                 helper.make_node("Greater", ["s", "zero"], ["cond"], name="gt"),
+                 helper.make_node("If", ["cond"], ["y"], name="if", then_branch=branch("then", "Relu"),
+                                  else_branch=branch("else", "Sigmoid"))]
+        inits.append(numpy_helper.from_array(np.array(0.0, np.float32), "zero"))
+    else:
+        body = helper.make_graph(
+            [helper.make_node("Identity", ["cond_in"], ["cond_out"], name="body_id"),
+             helper.make_node("Add", ["v_in", "c"], ["v_out"], name="body_add")], "body",
+            [v("i", TensorProto.INT64, []), v("cond_in", TensorProto.BOOL, []), v("v_in", TensorProto.FLOAT, [1, 16, 15, 15])],
+            [v("cond_out", TensorProto.BOOL, []), v("v_out", TensorProto.FLOAT, [1, 16, 15, 15])])
+        nodes = [conv, helper.make_node("Loop", ["trip", "go", "z"], ["y"], name="loop", body=body)]
+        inits += [numpy_helper.from_array(np.zeros((1, 16, 15, 15), np.float32), "z"),
+                  numpy_helper.from_array(np.array(3, np.int64), "trip"), numpy_helper.from_array(np.array(True), "go")]
+    model = helper.make_model(helper.make_graph(nodes, kind, [x], [y], inits), opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+@pytest.mark.parametrize("kind", ["if", "loop"])
+def test_a_tensor_only_a_subgraph_reads_keeps_its_producer(kind):
+    """Liveness, order and constant folding count what If branches and Loop bodies read from the
+    enclosing graph: the Conv is a layer, not dead code, and the If/Loop an `other` layer."""
+    net = load_network(_outer_read_model(kind).SerializeToString())
+    layers = {la.name: la for la in net.layers}
+    assert layers["conv"].type == "conv2d" and layers["conv"].macs == 16 * 8 * 9 * 15 * 15
+    assert layers[kind].type == "other" and "subgraph" in layers[kind].flags
+    assert "conv" not in net.free_nodes and kind not in net.free_nodes

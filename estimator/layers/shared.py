@@ -307,6 +307,10 @@ def conv_draft(n: Any, g: Any, layer_type: str) -> Draft:
             f"impossible shapes: node {n.name!r} (Conv): group={groups} does not divide the {c_in} input "
             f"channels and the {c_out} output channels (input {'x'.join(map(str, xs))}, "
             f"weight {'x'.join(map(str, ws))})")
+    if len(ws) != len(xs) or ws[1] * groups != c_in:
+        raise ImpossibleShapeError(
+            f"impossible shapes: node {n.name!r} (Conv): the weight {'x'.join(map(str, ws))} (group={groups}) does not "
+            f"fit the input {'x'.join(map(str, xs))}: it needs rank {len(xs)} and {c_in // groups} input channels per group")
     bias = 1 if len(n.input) > 2 and n.input[2] else 0
     out = g.canon(n.output[0])
     cons = g.cons(out)
