@@ -189,7 +189,7 @@ def _layer_of(i: int, part: Part, where: str, *, zero_ok: bool = False) -> Any:
     try:
         if zero_ok and typ in SPECS and SPECS[typ].zero_channels(params):
             return None
-        return make_layer(typ, params, name)
+        return make_layer(typ, params, name, strict=True)
     except UserError as e:
         raise LayerSpecError(f"{label}: {e}") from None
     except (TypeError, ValueError, OverflowError) as e:
@@ -450,7 +450,7 @@ class InProcessEstimation(Estimation):
         if parts is not None:
             if not parts:
                 raise UserError("the layer list is empty")
-            if input_shapes is not None:
+            if input_shapes:  # (an empty mapping gives none, as on the wire)
                 raise UserError("input_shapes applies to ONNX models, not to layer lists")
             layers = layers_from_parts(parts, "layers")
             res = est.estimate_network(SimpleNamespace(layers=layers, warnings=[], free_nodes={}, name=name), confs,

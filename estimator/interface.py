@@ -290,9 +290,11 @@ def spec_parts(spec: Any, index: int) -> tuple[str, str, dict[str, float], dict[
     """A bare layer configuration as ``(type, name, numbers, options)``.
 
     A spec is a dict ``{type, params, name?}`` or a tuple ``(type, params[, name])``.
-    Numeric parameters become floats, strings (``act="relu6"``) options, and integer lists
-    (concat ``channels=[16, 32]``) comma-joined options: the form the service's
-    ``LayerSpec`` carries, so both implementations build the same layers from it."""
+    Numeric parameters become floats, strings (``act="relu6"``) options, and lists (concat
+    ``channels=[16, 32]``) comma-joined options: the form the service's ``LayerSpec``
+    carries, so both implementations build the same layers from it. A parameter set to None
+    is left out; a value of another kind goes as its text, so that the type refuses it in
+    that configuration's own error and the batch's other layers are answered."""
     if isinstance(spec, Mapping):
         extra = sorted(set(spec) - {"type", "params", "name"})
         if extra:
@@ -317,10 +319,9 @@ def spec_parts(spec: Any, index: int) -> tuple[str, str, dict[str, float], dict[
         elif isinstance(v, str):
             options[str(k)] = v
         elif isinstance(v, (list, tuple)):
-            options[str(k)] = ",".join(str(int(x)) for x in v)
-        else:
-            raise TypeError(f"layer spec {index}: parameter {k!r} must be a number, a string or a list of "
-                            f"integers, got {v!r}")
+            options[str(k)] = ",".join(str(x) for x in v)
+        elif v is not None:
+            options[str(k)] = repr(v)[:200]
     return typ, str(name or ""), numbers, options
 
 

@@ -76,7 +76,7 @@ from .dataset import excluded_message
 from .drivers import cm_o_drivers
 from .errors import UserError
 from .interface import cm_o_is_wide
-from .layers import Layer, describe, weight_bound
+from .layers import Layer, describe, describe_strict, weight_bound
 from .fingerprint import last_level_cache_bytes
 from .models import METRICS, BatchPrediction, DeviceModels, elem_bytes_for, get_models
 from .profile import Profile, load_profile
@@ -108,9 +108,10 @@ def _ckey(c: float) -> str:
     return f"{c:g}"
 
 
-def make_layer(layer_type: str, params: Mapping[str, Any], name: str = "") -> Layer:
-    """A :class:`~estimator.layers.Layer` from a bare configuration (pruning tools, tests)."""
-    counts = describe(layer_type, params)
+def make_layer(layer_type: str, params: Mapping[str, Any], name: str = "", *, strict: bool = False) -> Layer:
+    """A :class:`~estimator.layers.Layer` from a bare configuration (pruning tools, tests);
+    ``strict``: a parameter the type does not read is an error (:func:`~estimator.layers.describe_strict`)."""
+    counts = describe_strict(layer_type, params) if strict else describe(layer_type, params)
     return Layer(name=name or layer_type, type=layer_type, params=dict(params), counts=counts)
 
 

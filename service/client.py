@@ -44,6 +44,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import grpc
 
+from estimator.errors import UserError
 from estimator.interface import (CALIBRATION_TEXT_KEYS, Estimation, EstimationError, Intervals, LayerResult,
                                  NetworkResult, cm_o_driver_record, spec_parts, warn_all)
 from estimator.onnx_strip import model_bytes, strip_initializers
@@ -56,6 +57,8 @@ __all__ = ["EstimationClient", "EstimationError", "NetworkResult", "LayerResult"
 
 DEFAULT_TIMEOUT_S = 30.0
 _MAX_MESSAGE = 256 << 20
+#: requests up to this size are sent without asking the server's limits (its smallest is 1 MiB)
+_ASK_LIMITS_ABOVE = 1 << 20
 
 
 def _error(e: grpc.RpcError) -> EstimationError:
@@ -155,11 +158,30 @@ def _spec_pb(spec: Any, index: int) -> pb2.LayerSpec:
 
 
 def _confidences(confidence: float | Iterable[float] | None) -> list[float]:
+    """The request's levels: none for None (the server's default, 0.9); an empty list is
+    refused here, as in process (on the wire it would read as "none given")."""
     if confidence is None:
         return []
     if isinstance(confidence, (int, float)):
         return [float(confidence)]
-    return [float(c) for c in confidence]
+    out = [float(c) for c in confidence]
+    if not out:
+        raise EstimationError("INVALID_ARGUMENT", "at least one confidence level is needed")
+    return out
+
+
+class _Unsent:
+    """A stream item that could not be sent: its error, answered in its place."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: EstimationError) -> None:
+        self.error = error
+
+    def result(self) -> NetworkResult:
+        return NetworkResult(total_ms=0.0, intervals={}, layers=[], warnings=[], n_layers=0, n_out_of_design_space=0,
+                             n_fallback=0, model_version="", cached=False, server_time_ms=0.0,
+                             request_id=self.error.request_id, error=self.error)
 
 
 # ---------------------------------------------------------------------------- client
@@ -202,6 +224,7 @@ class EstimationClient(Estimation):
         else:
             self._channel = grpc.insecure_channel(address, options=options)
         self._stub = pb2_grpc.EstimationStub(self._channel)
+        self._limits: dict[str, int] | None = None  # the server's, asked when a request is large
 
     # ------------------------------------------------------------- plumbing
     def close(self) -> None:
@@ -243,6 +266,24 @@ class EstimationClient(Estimation):
                 if e.code() == grpc.StatusCode.UNAVAILABLE and self._backoff(attempt, deadline):
                     continue
                 raise _error(e) from None
+
+    def _check_size(self, req: pb2.EstimateNetworkRequest) -> None:
+        """Refuse, before sending, a request larger than the server takes: gRPC would refuse it
+        in transport with a generic message, and on a stream end the whole stream. The limits
+        are asked once, and only for a request over :data:`_ASK_LIMITS_ABOVE` bytes."""
+        size = req.ByteSize()
+        if size <= _ASK_LIMITS_ABOVE:
+            return
+        if self._limits is None:
+            self._limits = self.server_info()["limits"]
+        max_onnx, max_message = self._limits["max_onnx_bytes"], self._limits["max_message_bytes"]
+        if max_onnx and len(req.onnx) > max_onnx:
+            raise EstimationError("RESOURCE_EXHAUSTED", (
+                f"the ONNX model is {len(req.onnx)} bytes; this server accepts at most {max_onnx} bytes "
+                f"({max_onnx / 2**20:.1f} MiB, --max-message-mb); strip the initializer data (strip=True, the default)"))
+        if max_message and size > max_message:
+            raise EstimationError("RESOURCE_EXHAUSTED", f"the request is {size} bytes; this server accepts messages of "
+                                                        f"at most {max_message} bytes (--max-message-mb)")
 
     # ----------------------------------------------------------------- RPCs
     def wait_ready(self, timeout_s: float = 60.0) -> None:
@@ -334,6 +375,7 @@ class EstimationClient(Estimation):
         """Estimate one network: total, one interval per metric and confidence, per-layer rows."""
         req = self.network_request(model, device, confidence=confidence, per_layer=per_layer,
                                    input_shapes=input_shapes, strip=strip, name=name)
+        self._check_size(req)
         return network_result(self._call(self._stub.EstimateNetwork, req, timeout_s))
 
     def estimate_networks(self, items: Iterable[Any], *, confidence: float | Iterable[float] | None = (0.9,),
@@ -344,9 +386,11 @@ class EstimationClient(Estimation):
         Each item is ``(model, device)``, a dict ``{model, device, confidence?, per_layer?,
         input_shapes?, name?, strip?}``, or a ready ``EstimateNetworkRequest``. Items are
         converted lazily, so a generator of candidates streams without being materialised.
-        A bad item yields a result with ``error`` set. ``timeout_s`` bounds the whole stream
-        (default: none). If the connection breaks with ``UNAVAILABLE``, the stream is
-        reopened and the unanswered requests are sent again (up to ``retries`` times).
+        A bad item yields a result with ``error`` set, whether the server refused it or it
+        could not be sent (a missing file, a malformed item, a model larger than the server
+        takes), and the stream goes on. ``timeout_s`` bounds the whole stream (default: none).
+        If the connection breaks with ``UNAVAILABLE``, the stream is reopened and the
+        unanswered requests are sent again (up to ``retries`` times).
         """
         defaults: dict[str, Any] = {"confidence": confidence, "per_layer": per_layer, "strip": strip}
         source = iter(items)
@@ -363,12 +407,25 @@ class EstimationClient(Estimation):
             elif isinstance(item, (tuple, list)) and len(item) == 2:
                 req = self.network_request(item[0], item[1], **defaults)
             else:
-                raise TypeError(f"stream item {counter[0]}: give (model, device), a dict or an "
-                                f"EstimateNetworkRequest, got {type(item).__name__}")
+                raise TypeError(f"give (model, device), a dict or an EstimateNetworkRequest, got {type(item).__name__}")
             if not req.request_id:
                 req.request_id = str(counter[0])
-            counter[0] += 1
+            self._check_size(req)
             return req
+
+        def converted(item: Any) -> pb2.EstimateNetworkRequest | _Unsent:
+            """The item's request, or its error where it cannot be sent."""
+            try:
+                return convert(item)
+            except Exception as e:  # noqa: BLE001 - the item's own error, answered in its place
+                err = e if isinstance(e, EstimationError) else (
+                    EstimationError.from_user_error(e) if isinstance(e, UserError) else EstimationError(
+                        "NOT_FOUND" if isinstance(e, FileNotFoundError) else "INVALID_ARGUMENT",
+                        f"{type(e).__name__}: {e}"))
+                return _Unsent(EstimationError(err.code, f"stream item {counter[0]}: {err.message}",
+                                               request_id=str(counter[0])))
+            finally:
+                counter[0] += 1
 
         # Threads: gRPC pulls requests() on its own thread, this generator reads responses.
         # `state` guards pending/carry/epoch and is held only briefly. `pull` serialises
@@ -394,18 +451,28 @@ class EstimationClient(Estimation):
                         if failed:
                             return
                         try:
-                            req = convert(next(source))
+                            item = next(source)
                         except StopIteration:
                             return
-                        except BaseException as e:  # noqa: BLE001 - raised to the caller after the answered items
-                            failed.append(e)
+                        except BaseException as e:  # noqa: BLE001 - the source's own failure: raised to the caller
+                            failed.append(e)  # after the answered items
                             return
+                        req = converted(item)
                         with state:
-                            if epoch != current_epoch[0]:
+                            if epoch != current_epoch[0] and not isinstance(req, _Unsent):
                                 carry.append(req)  # pulled for a dead stream: the new one sends it
                                 return
-                            pending.append(req)
+                            pending.append(req)  # (an unsent item keeps its place among the answers)
+                        if isinstance(req, _Unsent):
+                            continue
                 yield req
+
+        def unsent_before_answer() -> list[NetworkResult]:
+            """Pop (under ``state``) the unsent items ahead of the next request answered."""
+            out = []
+            while pending and isinstance(pending[0], _Unsent):
+                out.append(pending.popleft().result())
+            return out
 
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         attempt = 0
@@ -413,16 +480,21 @@ class EstimationClient(Estimation):
             with state:
                 current_epoch[0] += 1
                 epoch = current_epoch[0]
-                replay = list(pending)
+                replay = [r for r in pending if not isinstance(r, _Unsent)]
             call = self._stub.EstimateNetworks(requests(replay, epoch), timeout=self._remaining(deadline),
                                                metadata=self._metadata)
             try:
                 for resp in call:
                     with state:
+                        unsent = unsent_before_answer()
                         if pending:
                             pending.popleft()
                     attempt = 0
+                    yield from unsent
                     yield network_result(resp)
+                with state:
+                    unsent = unsent_before_answer()
+                yield from unsent
                 if failed:
                     raise failed[0]
                 return

@@ -633,8 +633,8 @@ class EstimationServicer(pb2_grpc.EstimationServicer):
 
     # ------------------------------------------------------------ estimation
     def _confidence(self, values: Sequence[float]) -> list[float]:
-        if len(values) > self.limits.max_confidence_levels:
-            raise TooLargeError(f"{len(values)} confidence levels; at most {self.limits.max_confidence_levels} "
+        if len(values) > self.limits.max_confidence_levels and len(set(values)) > self.limits.max_confidence_levels:
+            raise TooLargeError(f"{len(set(values))} confidence levels; at most {self.limits.max_confidence_levels} "
                                 "per request")
         return parse_confidence(list(values) if len(values) else None)
 

@@ -208,6 +208,36 @@ def test_stream_of_networks_in_order_with_a_bad_item(client: EstimationClient, m
     assert [r.request_id for r in out] == [str(i) for i in range(6)]
 
 
+def test_a_stream_item_that_cannot_be_sent_is_answered_in_its_place(profiles: ProfileSet, tmp_path: Path) -> None:
+    """A missing file, a model of the wrong kind, a malformed item, a model larger than the
+    server takes (gRPC would refuse it in transport and end the whole stream) and an empty
+    confidence list each get an error result in their place; the stream goes on."""
+    small = conv_net_onnx(32)
+    r = np.random.default_rng(0)
+    big = helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="r")], "big", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [numpy_helper.from_array(r.random(400_000).astype(np.float32), "unused")]))  # 1.6 MB of weights
+    items = [(small, DEVICE), (tmp_path / "missing.onnx", DEVICE), (12345, DEVICE), (small,),
+             {"model": big, "device": DEVICE, "strip": False}, {"model": small, "device": DEVICE, "confidence": []},
+             (small, DEVICE)]
+    with EmbeddedServer(profiles.root, cache_root=profiles.cache, max_message_mb=1.0) as srv, \
+            EstimationClient(srv.address, timeout_s=120) as c:
+        out = list(c.estimate_networks(items))
+        with pytest.raises(EstimationError, match=r"RESOURCE_EXHAUSTED: the ONNX model is \d+ bytes; this server "
+                                                  r"accepts at most 1048576 bytes"):
+            c.estimate_network(big, DEVICE, strip=False)
+    assert [x.ok for x in out] == [True, False, False, False, False, False, True]
+    assert [x.request_id for x in out] == [str(i) for i in range(7)]
+    assert out[6].total_ms == out[0].total_ms
+    assert [x.error.code for x in out[1:6]] == ["NOT_FOUND", "INVALID_ARGUMENT", "INVALID_ARGUMENT",
+                                                "RESOURCE_EXHAUSTED", "INVALID_ARGUMENT"]
+    assert out[1].error.message.startswith("stream item 1: FileNotFoundError") and "missing.onnx" in out[1].error.message
+    assert "give (model, device)" in out[3].error.message
+    assert "this server accepts at most 1048576 bytes" in out[4].error.message
+    assert out[5].error.message == "stream item 5: at least one confidence level is needed"
+
+
 def test_errors_are_estimation_errors(client: EstimationClient) -> None:
     bad, good = client.estimate_layers([("conv2d", {"h": 8}), ("conv2d", CONV)], DEVICE)  # a bad item, not a bad call
     assert not bad.ok and good.ok and good.prediction_ms > 0

@@ -138,6 +138,41 @@ def test_a_batch_with_0_channel_and_bad_layers_gets_equal_answers(both) -> None:
     assert a[0].raise_for_error() is a[0] and "error" not in a[0].to_dict()
 
 
+def test_a_parameter_no_type_reads_or_a_value_of_the_wrong_kind_is_the_layers_own_error(both) -> None:
+    """Never silently dropped: a misspelt parameter (``stride`` for ``s_h``/``s_w``), a
+    globalpool mode that is neither avg nor max, fractional or non-numeric concat channels, a
+    value that is no number; each fails only its own layer, alike in process and over gRPC."""
+    local, client = both
+    conv = {"h": 28, "w": 28, "c_in": 16, "c_out": 32, "k_h": 3, "k_w": 3}
+    specs = [("conv2d", conv), ("conv2d", dict(conv, stride=2)), ("globalpool", {"h": 7, "w": 7, "c": 8, "mode": "mean"}),
+             ("concat", {"h": 8, "w": 8, "channels": [16.7, 32]}), ("concat", {"h": 8, "w": 8, "channels": ["a", "b"]}),
+             ("conv2d", dict(conv, h={"a": 1})), ("conv2d", dict(conv, groups=None)), ("concat", {"h": 8, "w": 8, "channels": [16.0, 32]})]
+    a, b = local.estimate_layers(specs, DEVICE), client.estimate_layers(specs, DEVICE)
+    assert a == b and [r.ok for r in a] == [True, False, False, False, False, False, True, True]
+    assert a[6] == a[0]  # None: as if not given
+    msgs = [r.error.message for r in a if not r.ok]
+    assert msgs[0].startswith("layers[1] (conv2d): unknown parameter 'stride' for conv2d; it reads ") and "s_h" in msgs[0]
+    assert msgs[1] == "layers[2] (globalpool): globalpool mode 'mean' unknown; use 'avg' or 'max'"
+    assert msgs[2] == "layers[3] (concat): parameter 'channels' must list integers, got '16.7' at 0"
+    assert msgs[3] == "layers[4] (concat): parameter 'channels' must list integers, got 'a' at 0"
+    assert msgs[4] == "layers[5] (conv2d): parameter 'h' must be a number, got \"{'a': 1}\""
+
+
+def test_confidence_lists_and_empty_input_shapes_are_taken_alike(both) -> None:
+    local, client = both
+    conv = [("conv2d", {"h": 28, "w": 28, "c_in": 16, "c_out": 32, "k_h": 3, "k_w": 3})]
+    for impl in both:
+        with pytest.raises(EstimationError, match="INVALID_ARGUMENT: at least one confidence level is needed"):
+            impl.estimate_network(conv, DEVICE, confidence=[])
+        with pytest.raises(EstimationError, match="INVALID_ARGUMENT: at least one confidence level is needed"):
+            impl.estimate_layers(conv, DEVICE, confidence=())
+    levels = [0.9] * 17  # one level, given 17 times
+    assert _fields(local.estimate_network(conv, DEVICE, confidence=levels)) == _fields(
+        client.estimate_network(conv, DEVICE, confidence=levels))
+    assert _fields(local.estimate_network(conv, DEVICE, input_shapes={})) == _fields(
+        client.estimate_network(conv, DEVICE, input_shapes={}))
+
+
 def test_what_concerns_a_layer_batch_is_warned_alike(both) -> None:
     """A list of layer results has no field for what concerns the whole request: both
     implementations issue it as an EstimationWarning."""

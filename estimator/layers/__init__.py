@@ -33,6 +33,7 @@ discover()
 
 __all__ = [
     "COLD_TYPES",
+    "describe_strict",
     "weight_bound",
     "LayerType",
     "LayerTypeSpec",
@@ -108,6 +109,59 @@ def weight_bound(counts: LayerCounts) -> bool:
     n = out[0] if out else 1
     inputs = n * (f["c_in"] if "m" in f else f.get("h", 1) * f.get("w", 1) * f.get("c_in", f.get("c", 1)))
     return counts.params > inputs + math.prod(out)
+
+
+class _ReadKeys(dict):
+    """Raw parameters that note which keys a type's ``count`` reads (iterating them counts as
+    reading every key, so a type that walks its params never has an unread one)."""
+
+    def __init__(self, params: Mapping[str, Any]) -> None:
+        super().__init__(params)
+        self.read: set[str] = set()
+
+    def __getitem__(self, k: Any) -> Any:
+        self.read.add(k)
+        return super().__getitem__(k)
+
+    def get(self, k: Any, default: Any = None) -> Any:
+        self.read.add(k)
+        return super().get(k, default)
+
+    def __contains__(self, k: Any) -> bool:
+        self.read.add(k)
+        return super().__contains__(k)
+
+    def __iter__(self) -> Any:
+        self.read.update(self.keys())
+        return super().__iter__()
+
+    def items(self) -> Any:
+        self.read.update(self.keys())
+        return super().items()
+
+
+#: (type, set of keys) that :func:`describe_strict` found all read
+_ALL_READ: set[tuple[str, frozenset]] = set()
+
+
+def describe_strict(layer_type: str, params: Mapping[str, Any], *, elem_bytes: int = 4) -> LayerCounts:
+    """:func:`describe`, refusing a parameter the type's ``count`` never reads: a misspelt or
+    foreign key (``stride`` for conv2d's ``s_h``/``s_w``) that a layer would otherwise silently
+    go without. The message names the keys it does read or look for."""
+    key = (layer_type, frozenset(params))
+    if key in _ALL_READ:  # (a batch of configurations mostly repeats one set of keys)
+        return spec_for(layer_type).count(dict(params), elem_bytes)
+    rec = _ReadKeys(params)
+    counts = spec_for(layer_type).count(rec, elem_bytes)
+    unread = sorted(set(params) - rec.read)
+    if not unread:
+        if len(_ALL_READ) >= 4096:
+            _ALL_READ.clear()
+        _ALL_READ.add(key)
+    else:
+        raise LayerSpecError(f"unknown parameter{'s' if len(unread) > 1 else ''} {', '.join(map(repr, unread))} for "
+                             f"{layer_type}; it reads {', '.join(sorted(rec.read))}")
+    return counts
 
 
 def feature_names(layer_type: str) -> tuple[str, ...]:

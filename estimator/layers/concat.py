@@ -27,9 +27,22 @@ def input_channels(p: Mapping[str, Any]) -> list[int]:
 
 
 def _listed(chans: Any) -> list[int]:
-    if isinstance(chans, str):
-        chans = [int(x) for x in chans.replace(",", " ").split()]
-    return [int(c) for c in chans]
+    """Raw param ``channels`` (a list of integers, or "a,b,c") as ints; anything else is refused."""
+    items = chans.replace(",", " ").split() if isinstance(chans, str) else chans
+    try:
+        items = list(items)
+    except TypeError:
+        raise LayerSpecError(f"parameter 'channels' must list integers, got {chans!r}") from None
+    out = []
+    for i, c in enumerate(items):
+        try:
+            fc = float(c)
+        except (TypeError, ValueError):
+            fc = math.nan
+        if not math.isfinite(fc) or fc != int(fc) or isinstance(c, bool):
+            raise LayerSpecError(f"parameter 'channels' must list integers, got {c!r} at {i}")
+        out.append(int(fc))
+    return out
 
 
 @register

@@ -28,17 +28,22 @@ class GlobalPool(LayerTypeSpec):
     def brief(self, p: Mapping[str, Any]) -> str:
         return f"{dims_text(p.get('h'), p.get('w'))} c{p.get('c')} {p.get('mode', 'avg')}"
 
+    @staticmethod
+    def mode(p: Mapping[str, Any]) -> str:
+        mode = p.get("mode", "avg")
+        if mode not in ("avg", "max"):
+            raise LayerSpecError(f"globalpool mode {mode!r} unknown; use 'avg' or 'max'")
+        return mode
+
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
+        self.mode(p)  # (the same element count either way)
         n, h, w, c = positive(p, "n", 1), positive(p, "h"), positive(p, "w"), positive(p, "c")
         return LayerCounts(dict(h=h, w=w, c=c), 0, 0, float(n * h * w * c), io_bytes(n * h * w * c, n * c, 0, eb),
                            (n, c, 1, 1))
 
     def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
                 act: str | None, *, single: bool = False, model_format: str = "onnx") -> list[Op]:
-        mode = p.get("mode", "avg")
-        if mode not in ("avg", "max"):
-            raise LayerSpecError(f"globalpool mode {mode!r} unknown; use 'avg' or 'max'")
-        return [Op("globalpool", "lum", tuple(ins), out_name, out_shape, {"mode": mode})]
+        return [Op("globalpool", "lum", tuple(ins), out_name, out_shape, {"mode": self.mode(p)})]
 
     def from_onnx(self, n: Any, g: Any) -> Any:
         """A global pool, a ReduceMean/ReduceMax over both spatial axes of an NCHW tensor, or
