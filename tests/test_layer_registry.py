@@ -5,7 +5,7 @@ import pytest
 
 from bench.modelgen import padded_model, padding_keys, single_layer_model
 from bench.sampling import in_space
-from estimator.layers import BENCHABLE_TYPES, LAYER_TYPES, SAMPLED_TYPES, SPECS, LayerSpecError, describe
+from estimator.layers import BENCHABLE_TYPES, LAYER_TYPES, SAMPLED_TYPES, SPECS, LayerSpecError, describe, describe_strict
 
 
 def test_each_type_is_its_own_module():
@@ -29,6 +29,7 @@ def test_every_sampled_type_draws_configurations_its_lum_builds(layer_type):
                 counts = describe(layer_type, p)
             except LayerSpecError:
                 continue  # an invalid draw is rejected by the plan, not built
+            assert describe_strict(layer_type, p) == counts  # count reads every parameter the sampler sets
             if not in_space(layer_type, p):
                 continue
             ir = padded_model(layer_type, p)
@@ -40,6 +41,30 @@ def test_every_sampled_type_draws_configurations_its_lum_builds(layer_type):
             single_layer_model(layer_type, p)
             built += 1
     assert built >= 10, (layer_type, built)
+
+
+def test_count_reads_every_parameter_the_importer_sets_and_refuses_the_others():
+    """The contract behind layer specs' strictness (:func:`describe_strict`): a type's count
+    reads every raw parameter its importer, sampler or LUM takes, so a parameter it does not
+    read is a mistake (``stride`` for ``s_h``/``s_w``), refused with what it reads."""
+    from estimator import zoo
+    from estimator.onnx_import import load_network
+
+    seen = set()
+    for name, res in (("mobilenet_v3", 96), ("densenet121", 64), ("deit_tiny", None), ("mobilevit_xs", None)):
+        for la in load_network(zoo.export_onnx(name, res) if res else zoo.export_onnx(name)).layers:
+            if la.type != "other":
+                describe_strict(la.type, la.params)
+                seen.add(la.type)
+    assert {"conv2d", "dwconv2d", "fc", "matmul", "softmax", "layernorm", "concat", "globalpool"} <= seen
+    for layer_type, p in (("pad", dict(h=8, w=8, c=4, h_out=10, w_out=10, mode="reflect")),
+                          ("activation", dict(h=8, w=8, c=4, kind="clip", min=0.0, max=6.0)),
+                          ("dwconv2d", dict(h=8, w=8, c=4, k_h=3, k_w=3, groups=4))):
+        describe_strict(layer_type, p)
+    conv = dict(h=8, w=8, c_in=4, c_out=8, k_h=3, k_w=3)
+    with pytest.raises(LayerSpecError, match=r"unknown parameters 'pad', 'stride' for conv2d; it reads .*s_h, s_w"):
+        describe_strict("conv2d", dict(conv, stride=2, pad=1))
+    assert describe("conv2d", dict(conv, stride=2)) == describe("conv2d", conv)  # (what describe alone does)
 
 
 def test_a_type_without_a_lum_builder_is_refused_with_the_benchable_list():

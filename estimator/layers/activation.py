@@ -92,6 +92,9 @@ class Activation(LayerTypeSpec):
         code = ACTIVATION_KINDS.get(kind, ACTIVATION_KINDS["other"]) if isinstance(kind, str) else nonneg(p, "kind")
         out = n * h * w * c
         cp = nonneg(p, "const_params", 0)  # learned parameters, e.g. PReLU slopes
+        for key in ("alpha", "min", "max"):  # the op's constants (leakyrelu, elu, clip): no count depends on them
+            if p.get(key) is not None and not _number(p[key]):
+                raise LayerSpecError(f"parameter {key!r} must be a number, got {p[key]!r}")
         return LayerCounts(dict(h=h, w=w, c=c, kind=code), 0, cp, float(out), io_bytes(out, out, cp, eb), (n, c, h, w))
 
     def lum_ops(self, p: Mapping[str, Any], ins: Sequence[str], out_shape: NCHW, out_name: str,
@@ -214,3 +217,10 @@ class Activation(LayerTypeSpec):
             if unit(p, "token-kind") < 0.7:
                 p["kind"] = "gelu" if unit(p, "gelu-or-silu") < 0.6 else "silu"
         return p
+
+
+def _number(v: Any) -> bool:
+    try:
+        return math.isfinite(float(v))
+    except (TypeError, ValueError):
+        return False

@@ -7,8 +7,8 @@ import numpy as np
 
 from . import space
 from .ir import Op
-from .params import (WINDOW_RENDER_LIMITS, act_code, align, dims_text, io_bytes, nonneg, opt_int, positive, window,
-                     window_attrs, window_renders)
+from .params import (WINDOW_RENDER_LIMITS, LayerSpecError, act_code, align, dims_text, integer, io_bytes, nonneg, opt_int,
+                     positive, window, window_attrs, window_renders)
 from .registry import NCHW, LayerCounts, LayerTypeSpec, register
 from .shared import CONV_FUSED_ACTIVATIONS, conv_draft, is_depthwise_conv
 
@@ -48,6 +48,8 @@ class DwConv2d(LayerTypeSpec):
         h, w, k_h, k_w, s_h, s_w, h_out, w_out = window(p, dilated=True)
         c = positive(p, "c")
         mult = positive(p, "multiplier", 1)
+        if integer(p, "groups", c) != c:  # (a depthwise layer has one group per input channel)
+            raise LayerSpecError(f"dwconv2d has groups = c = {c}, got groups={p['groups']}; grouped convolutions are conv2d's")
         bias = nonneg(p, "bias", 1)
         c_out = c * mult
         params = c_out * k_h * k_w + (c_out if bias else 0)

@@ -4,8 +4,11 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .importing import attrs
-from .params import dims_text, io_bytes, positive
+from .params import LayerSpecError, dims_text, io_bytes, positive
 from .registry import LayerCounts, LayerTypeSpec, register
+
+#: ONNX Pad's modes
+PAD_MODES = ("constant", "reflect", "edge", "wrap")
 
 
 @register
@@ -37,6 +40,8 @@ class Pad(LayerTypeSpec):
         n, h, w, c = positive(p, "n", 1), positive(p, "h"), positive(p, "w"), positive(p, "c")
         h_out, w_out = positive(p, "h_out", h), positive(p, "w_out", w)
         c_out = positive(p, "c_out", c)
+        if p.get("mode", "constant") not in PAD_MODES:
+            raise LayerSpecError(f"pad mode {p['mode']!r} unknown; use one of {', '.join(PAD_MODES)}")
         out = n * c_out * h_out * w_out
         return LayerCounts(dict(h=h, w=w, c=c, h_out=h_out, w_out=w_out, c_out=c_out), 0, 0, float(out),
                            io_bytes(n * h * w * c, out, 0, eb), (n, c_out, h_out, w_out))

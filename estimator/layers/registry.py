@@ -138,7 +138,10 @@ class LayerTypeSpec:
 
     def count(self, p: dict[str, Any], elem_bytes: int) -> LayerCounts:
         """Features, MACs, parameters, ops, bytes and output shape from raw parameters;
-        :class:`LayerSpecError` for a missing parameter or an impossible configuration."""
+        :class:`LayerSpecError` for a missing parameter or an impossible configuration. It
+        reads (and checks) every raw parameter the type takes, those no count depends on
+        included (an op's constants, a mode): a key it never reads is refused in a layer spec
+        (:func:`estimator.layers.describe_strict`)."""
         raise NotImplementedError
 
     def zero_channels(self, p: Mapping[str, Any]) -> bool:
