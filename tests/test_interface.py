@@ -146,9 +146,11 @@ def test_a_parameter_no_type_reads_or_a_value_of_the_wrong_kind_is_the_layers_ow
     conv = {"h": 28, "w": 28, "c_in": 16, "c_out": 32, "k_h": 3, "k_w": 3}
     specs = [("conv2d", conv), ("conv2d", dict(conv, stride=2)), ("globalpool", {"h": 7, "w": 7, "c": 8, "mode": "mean"}),
              ("concat", {"h": 8, "w": 8, "channels": [16.7, 32]}), ("concat", {"h": 8, "w": 8, "channels": ["a", "b"]}),
-             ("conv2d", dict(conv, h={"a": 1})), ("conv2d", dict(conv, groups=None)), ("concat", {"h": 8, "w": 8, "channels": [16.0, 32]})]
+             ("conv2d", dict(conv, h={"a": 1})), ("conv2d", dict(conv, groups=None)), ("concat", {"h": 8, "w": 8, "channels": [16.0, 32]}),
+             ("activation", {"h": 8, "w": 8, "c": 8, "kind": "relu66"})]
     a, b = local.estimate_layers(specs, DEVICE), client.estimate_layers(specs, DEVICE)
-    assert a == b and [r.ok for r in a] == [True, False, False, False, False, False, True, True]
+    assert a == b and [r.ok for r in a] == [True, False, False, False, False, False, True, True, False]
+    assert a[8].error.message.startswith("layers[8] (activation): activation kind 'relu66' unknown; known: relu, ")
     assert a[6] == a[0]  # None: as if not given
     msgs = [r.error.message for r in a if not r.ok]
     assert msgs[0].startswith("layers[1] (conv2d): unknown parameter 'stride' for conv2d; it reads ") and "s_h" in msgs[0]

@@ -89,7 +89,9 @@ class Activation(LayerTypeSpec):
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         n, h, w, c = positive(p, "n", 1), positive(p, "h"), positive(p, "w"), positive(p, "c")
         kind = p.get("kind", "relu")
-        code = ACTIVATION_KINDS.get(kind, ACTIVATION_KINDS["other"]) if isinstance(kind, str) else nonneg(p, "kind")
+        if isinstance(kind, str) and kind not in ACTIVATION_KINDS:
+            raise LayerSpecError(f"activation kind {kind!r} unknown; known: {', '.join(ACTIVATION_KINDS)}")
+        code = ACTIVATION_KINDS[kind] if isinstance(kind, str) else nonneg(p, "kind")
         out = n * h * w * c
         cp = nonneg(p, "const_params", 0)  # learned parameters, e.g. PReLU slopes
         for key in ("alpha", "min", "max"):  # the op's constants (leakyrelu, elu, clip): no count depends on them
