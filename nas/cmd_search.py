@@ -8,6 +8,7 @@ from typing import Any
 from estimator.cliutil import DefaultsHelpFormatter, integer, number
 from estimator.errors import UserError
 
+from .polish import DEFAULT_POLISH
 from .proxy import resolve_objective
 from .refine import DEFAULT_EVERY
 from .spaces import DEFAULT_SPACE, check_options, resolve_space
@@ -33,6 +34,10 @@ def register(sub: Any) -> None:
     p.add_argument("--device", required=True, help="device profile name (one the estimator lists)")
     p.add_argument("--budget", required=True, help="latency budget with a unit: 50ms, 500us, 0.05s")
     p.add_argument("--trials", type=integer(min=1), default=DEFAULT_TRIALS, help="trials this worker runs")
+    p.add_argument("--polish", type=integer(min=0), default=DEFAULT_POLISH, metavar="N",
+                   help="after the trials, at most N more that step the winner up in one ordered parameter (the next "
+                        "width, resolution, depth, ...), kept while a step scores higher within the budget "
+                        f"(default {DEFAULT_POLISH}; 0: off)")
     p.add_argument("--timeout", default=None, help="stop this worker after this long (seconds, or 90s, 5min, 2h)")
     p.add_argument("--space", default=DEFAULT_SPACE,
                    help="built-in space (scaled, mobilenet, resnet, hybrid) or MODULE:FUNCTION")
@@ -138,7 +143,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                         adapt_minutes=args.adapt or 0.0,
                         calibrate_options=_options(args.calibrate_option, "--calibrate-option"),
                         workers=args.workers, refine_minutes=0.0 if args.refine is None else args.refine,
-                        refine_every=args.refine_every)
+                        refine_every=args.refine_every, polish=args.polish)
     if args.refine is not None:
         from .refine import check_refine  # noqa: PLC0415
 

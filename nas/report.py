@@ -67,6 +67,8 @@ class TrialRecord:
     model: dict[str, Any] = field(default_factory=dict)
     #: the layers that drive its CM_O interval, and why (:func:`estimator.interface.cm_o_driver_record`)
     cm_o_drivers: list[dict[str, Any]] = field(default_factory=list)
+    #: the version of the models that estimated it
+    model_version: str = ""
 
     @property
     def complete(self) -> bool:
@@ -89,6 +91,7 @@ def _record(t: Any) -> TrialRecord:
         r.n_layers, r.n_ood, r.n_fallback = est.n_layers, est.n_out_of_design_space, est.n_fallback
         r.ood_layers = list(est.ood_layers)
         r.cm_o_drivers = list(est.cm_o_drivers)
+        r.model_version = est.model_version
     if state == "COMPLETE":
         r.score = res.get("score")
         r.penalised = float(t.values[0]) if t.values else res.get("penalised_score")
@@ -101,7 +104,13 @@ def _record(t: Any) -> TrialRecord:
 
 
 def records(study: Any) -> list[TrialRecord]:
-    return [_record(t) for t in study.get_trials(deepcopy=False)]
+    recs = [_record(t) for t in study.get_trials(deepcopy=False)]
+    retried = {r.retry_of: r.number for r in recs if r.retry_of is not None}
+    for r in recs:  # a trial failed by the storage (its worker stopped) has no reason of its own
+        if r.state == "FAIL" and not r.fail_reason:
+            r.fail_reason = ("no reason recorded: its worker stopped (killed, interrupted or out of heartbeats)"
+                             + (f"; retried as trial {retried[r.number]}" if r.number in retried else ""))
+    return recs
 
 
 def pareto_front(recs: Sequence[TrialRecord]) -> list[TrialRecord]:
@@ -181,6 +190,13 @@ def _mean_timing(recs: Sequence[TrialRecord]) -> dict[str, float]:
     return {k: float(sum(t.get(k, 0.0) for t in rows) / len(rows)) for k in keys}
 
 
+def _count(keys: Sequence[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for k in keys:
+        out[k] = out.get(k, 0) + 1
+    return out
+
+
 def _trials_by_model(recs: Sequence[TrialRecord]) -> dict[str, int]:
     out: dict[str, int] = {}
     for r in recs:
@@ -250,6 +266,7 @@ def summarize(study: Any, recs: Sequence[TrialRecord] | None = None) -> dict[str
         "penalty_decided": [],
         "failures": [{"trial": r.number, "reason": r.fail_reason} for r in recs if r.state == "FAIL"][-20:],
         "mean_timing_s": _mean_timing(recs),
+        "trials_by_model_version": _count([r.model_version for r in recs if r.complete]),
     }
     if steps:
         last = steps[-1]
@@ -293,6 +310,10 @@ def summary_text(doc: Mapping[str, Any], *, files: Iterable[str] = ()) -> str:
                                                         f"{doc['failures'][-1]['reason']})" if doc.get("failures") else ""))
     if doc.get("n_retried"):
         lines.append(f"  retried after a dead worker: {doc['n_retried']}")
+    models = doc.get("trials_by_model_version") or {}
+    if len(models) > 1 and not doc.get("refine"):
+        lines.append(f"  estimated with {len(models)} models (" + ", ".join(f"{v or '?'}: {n}" for v, n in models.items())
+                     + "): a study continued with other profiles; scores across them do not compare")
     b = doc.get("best")
     if b is None:
         lines.append("no feasible architecture yet"
@@ -313,7 +334,7 @@ def summary_text(doc: Mapping[str, Any], *, files: Iterable[str] = ()) -> str:
                   f"({b['penalty'].get('amount', 0):.4g} off: CM_O width / prediction "
                   f"{b['penalty'].get('cm_o_rel_width', 0):.3g}, {b['n_out_of_design_space']}/{b['n_layers']} layers "
                   f"outside the design space, {b['n_fallback']} fallback)",
-                  f"  architecture: {json.dumps(b['arch'], separators=(',', ':'))[:600]}"]
+                  f"  architecture: {_cut(json.dumps(b['arch'], separators=(',', ':')), 600)}"]
         if doc.get("penalty_decided"):
             lines.append("why it won: these candidates scored at least as high but lost to the CM_O penalty:")
             lines += [f"  {x['why']}" for x in doc["penalty_decided"]]
@@ -363,6 +384,11 @@ def trials_table(recs: Sequence[TrialRecord], *, limit: int | None = 20, sort: s
 
 
 # ---------------------------------------------------------------------------- files
+
+
+def _cut(text: str, n: int) -> str:
+    """``text``, or its first ``n`` characters and how much is left out (summary.json has it whole)."""
+    return text if len(text) <= n else f"{text[:n]}... ({len(text) - n} more characters in summary.json)"
 
 
 def write_text_atomic(path: Path, text: str | bytes) -> None:
@@ -490,6 +516,10 @@ def plot(recs: Sequence[TrialRecord], doc: Mapping[str, Any], path: Path) -> Non
     write_text_atomic(path, buf.getvalue())
 
 
+#: the files about the best feasible architecture (written with it, removed without it)
+BEST_FILES = ("best.onnx", "best.json", "best_layers.csv", "best_layers.txt")
+
+
 def write_reports(out_dir: Path, study: Any, *, estimation: Any = None, space_fn: Any = None,
                   space_options: Mapping[str, Any] | None = None, init_seed: int = 0,
                   device: str | None = None) -> dict[str, Any]:
@@ -507,6 +537,9 @@ def write_reports(out_dir: Path, study: Any, *, estimation: Any = None, space_fn
     best = doc.get("best")
     if best is not None and estimation is not None and space_fn is not None:
         files += _write_best(out_dir, best, doc, estimation, space_fn, space_options or {}, init_seed, device)
+    else:  # never leave another study's (or an earlier state's) best beside this summary
+        for name in BEST_FILES:
+            (out_dir / name).unlink(missing_ok=True)
     plot(recs, doc, out_dir / "pareto.png")
     files.append("pareto.png")
     files += ["summary.json", "summary.txt"]
@@ -553,4 +586,4 @@ def _write_best(out_dir: Path, best: dict[str, Any], doc: dict[str, Any], estima
             f"{result.n_out_of_design_space}/{result.n_layers} layers out of design space (OOD), "
             f"{result.n_fallback} fallback (FALLBACK)")
     write_text_atomic(out_dir / "best_layers.txt", _layers_text(rows, head))
-    return ["best.onnx", "best.json", "best_layers.csv", "best_layers.txt"]
+    return list(BEST_FILES)

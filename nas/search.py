@@ -20,7 +20,8 @@ from estimator.errors import UserError
 from estimator.interface import Estimation, EstimationError
 
 from .device import device_runner
-from .report import write_reports
+from .polish import DEFAULT_POLISH, polish
+from .report import best_feasible, records, write_reports
 from .scoring import latency_constraint
 from .storage import default_url, open_storage, redact
 from .trial import CandidateError, Evaluator, SearchAborted, SearchSettings, supports_set_constraint
@@ -66,6 +67,8 @@ class SearchRequest:
     refine_every: int = 25
     #: write the reports at the end (off in the extra local workers: the first writes them)
     reports: bool = True
+    #: ``--polish N``: after the trials, at most N that step the winner up (:mod:`nas.polish`; 0 = off)
+    polish: int = DEFAULT_POLISH
 
 
 @dataclass
@@ -247,6 +250,12 @@ def adapt_device(req: SearchRequest, err: TextIO) -> Path:
     return r.path.parent
 
 
+def _best_number(study: Any) -> int | None:
+    """The number of the study's best feasible trial (the reports' winner), None if none."""
+    b = best_feasible(records(study))
+    return None if b is None else b.number
+
+
 def worker_shares(trials: int, workers: int) -> list[int]:
     """``trials`` split between ``workers`` local workers (the first ones take the remainder)."""
     if workers < 1:
@@ -405,13 +414,67 @@ def _study(req: SearchRequest, storage: Any, name: str) -> Any:
             time.sleep(0.5)
         attrs = study.user_attrs
     if "budget_ms" in attrs:
-        diff = [k for k in STUDY_KEYS if k in attrs and attrs[k] != want[k]]
+        diff = [k for k in STUDY_KEYS if k in attrs and not _same_setting(attrs[k], want[k])]
+        if diff and not any(t.state.name == "COMPLETE" for t in study.get_trials(deepcopy=False)):
+            for k in diff:  # nothing completed under the old settings: nothing to keep them for
+                study.set_user_attr(k, want[k])
+            print(f"nas: study {name!r} has no complete trial; its settings "
+                  + ", ".join(f"{k}={attrs[k]!r}" for k in diff) + " are replaced by this run's", file=sys.stderr)
+            diff = []
         if diff:
             was = ", ".join(f"{k}={attrs[k]!r}" for k in diff)
             now = ", ".join(f"{k}={want[k]!r}" for k in diff)
             raise UserError(f"study {name!r} was created with {was}; this run asks for {now}. Use the same "
                             f"settings to continue it, or a new --study name")
     return study
+
+
+def check_space(s: SearchSettings) -> None:
+    """Build one architecture of the space with its options, before any study exists: an option
+    value the space cannot take (``max_depth=0``, ``resolutions=[]``) is refused here in one line,
+    not after every trial has failed on it (and a study was created with it)."""
+    import optuna  # noqa: PLC0415
+
+    from .spaces import sample  # noqa: PLC0415
+
+    if s.space_fn is None:
+        return
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    try:
+        probe = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0)).ask()
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+    try:
+        sample(s.space_fn, probe, s.space_options, name=s.space)
+    except Exception as e:  # noqa: BLE001 - any failure of the builder is the options' (or the space's)
+        opts = " with " + ", ".join(f"{k}={v!r}" for k, v in s.space_options.items()) if s.space_options else ""
+        raise UserError(f"search space {s.space}{opts} cannot build an architecture: "
+                        f"{_one_line(e)}") from None
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text if isinstance(e, UserError) else f"{type(e).__name__}: {text}"
+
+
+def other_models(study: Any, version: str) -> dict[str, int]:
+    """Model versions other than ``version`` that estimated complete trials of ``study``, with
+    their trial counts (a study continued with other profiles mixes models)."""
+    out: dict[str, int] = {}
+    for t in study.get_trials(deepcopy=False):
+        v = str((t.user_attrs.get("estimate") or {}).get("model_version", ""))
+        if t.state.name == "COMPLETE" and v != version:
+            out[v] = out.get(v, 0) + 1
+    return out
+
+
+def _same_setting(was: Any, now: Any) -> bool:
+    """A study setting as stored against this run's (numbers to 1e-9 relative: a budget written
+    in another unit, or stored by an older version that rounded differently, is the same)."""
+    if isinstance(was, (int, float)) and isinstance(now, (int, float)) and not isinstance(was, bool):
+        return math.isclose(float(was), float(now), rel_tol=1e-9)
+    return was == now
 
 
 def run_search(req: SearchRequest, *, err: TextIO | None = None, out: TextIO | None = None,
@@ -427,9 +490,15 @@ def run_search(req: SearchRequest, *, err: TextIO | None = None, out: TextIO | N
         raise UserError(f"--trials must be >= 1, got {req.trials}")
     if req.patience < 0:
         raise UserError(f"--patience must be >= 0, got {req.patience}")
+    check_space(s)
     stack: list[Any] = []
     out_dir = Path(req.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"--out {out_dir} is a file, not a directory")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"--out {out_dir}: cannot create the directory: {e.strerror or e}") from None
     url = req.storage or default_url(out_dir)
     t_start = time.perf_counter()
     verbosity = optuna.logging.get_verbosity()
@@ -449,12 +518,21 @@ def run_search(req: SearchRequest, *, err: TextIO | None = None, out: TextIO | N
 
             setup = prepare_refine(req, err)
         estimation = connect(req, stack)
-        note = calibration_note(check_device(estimation, s.device), s.space)
+        device = check_device(estimation, s.device)
+        note = calibration_note(device, s.space)
         if note:
             print(f"note: {note}", file=err)
         storage = open_storage(url, heartbeat_interval=req.heartbeat_s)
         name = req.study or f"{s.device}-{s.space.rpartition(':')[2]}"
         study = _study(req, storage, name)
+        other = other_models(study, str(device.get("model_version", "")))
+        if other and not req.refine_minutes:
+            print(f"nas: warning: study {name!r} has trials estimated with other models ("
+                  + ", ".join(f"{v or '?'}: {n} trials" for v, n in other.items())
+                  + f") than this run's ({device.get('model_version')}, profiles "
+                    f"{req.profiles or 'default'}): their scores, intervals and penalties do not compare with the new "
+                    "trials'; continue it with the profiles it began with (--profiles, --calibrate, --adapt), or start "
+                    "a new --study", file=err)
         shares = worker_shares(req.trials, req.workers)
         extra = start_workers(req, url, name, shares[1:], err) if len(shares) > 1 else []
         stack.append(_Joiner(extra))
@@ -510,6 +588,12 @@ def run_search(req: SearchRequest, *, err: TextIO | None = None, out: TextIO | N
             return SearchOutcome(study_name=name, storage=redact(url), summary={}, stopped_reason=stopped,
                                  trials_run=n_done[0], elapsed_s=time.perf_counter() - t_start)
         failed_workers = _Joiner(extra).join(err)
+        polished = 0
+        if (req.polish and not aborted and not interrupted and not stopped and len(study.directions) == 1
+                and (req.timeout_s is None or time.perf_counter() - t_start < req.timeout_s)):
+            polished = polish(study, evaluator, req.polish, best=_best_number, catch=(CandidateError,),
+                              callbacks=[lambda st, t: on_trial(t)] if on_trial is not None else [],
+                              log=lambda text: print(f"nas: {text}", file=err))
         try:
             doc = write_reports(out_dir, study, estimation=None if aborted else estimation, space_fn=s.space_fn,
                                 space_options=s.space_options, init_seed=s.init_seed, device=evaluator.profile)
@@ -529,7 +613,7 @@ def run_search(req: SearchRequest, *, err: TextIO | None = None, out: TextIO | N
         text = (out_dir / "summary.txt").read_text(encoding="utf-8")
         print(text.rstrip("\n"), file=out)
         who = (f"{len(shares)} local workers ran {sum(shares)} trials" if extra
-               else f"this worker ran {n_done[0]} trials")
+               else f"this worker ran {n_done[0]} trials") + (f" and {polished} polishing the winner" if polished else "")
         before = [what for what, on in (("adapting", req.adapt_minutes), ("calibrating", req.calibrate)) if on]
         prep = f" after {prepared_s:.1f} s {' and '.join(before)} the profile" if before else ""
         print(f"storage: {redact(url)} (study {name!r}); {who} in {elapsed - prepared_s:.1f} s{prep}; "

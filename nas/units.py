@@ -28,6 +28,8 @@ def parse_budget(text: str) -> float:
     if unit and unit not in _TIME_UNITS_MS:
         raise UserError(f"--budget must be {_BUDGET_RULE}, got {text!r} (unknown unit {unit!r})")
     ms = value * _TIME_UNITS_MS.get(unit, 1.0)
+    if ms > 0 and math.isfinite(ms):  # one budget in any unit is one number: 2300us = 2.3ms exactly
+        ms = float(f"{ms:.12g}")
     if not (ms > 0 and math.isfinite(ms)):
         raise UserError(f"--budget must be {_BUDGET_RULE}, got {text!r}")
     return ms

@@ -567,7 +567,7 @@ def test_service_answers_calibrated_with_uncalibrated_beside(cal):
 #: and at 90 % such a type's band is its largest or second-largest score: one outlier row sets it
 #: (a CI run's ResNets of 10-25 ms had a smallest CM_LV upper bound of 5.7e8 ms).
 NAS_SPACE_ARGS = ["--space-option", "resolutions=[64]", "--space-option", "max_depth=1", "--space-option",
-                  "widths=[0.5]", "--budget", "1e9s", "--trials", "3", "--seed", "0", "--no-progress"]
+                  "widths=[0.5]", "--budget", "1e9s", "--trials", "3", "--seed", "0", "--polish", "0", "--no-progress"]
 
 
 def test_precision_for_keeps_the_base_profiles_where_the_runner_renders_it():

@@ -86,8 +86,11 @@ def _cache_env(nas_env, monkeypatch):
 
 def search(env: dict[str, Path], out: Path, *extra: str, budget: str = "10s", trials: int = 4,
            seed: int = 0) -> int:
+    """``nas search`` on the small profile; without polishing the winner unless ``extra`` asks
+    (the tests count trials)."""
+    polish = [] if "--polish" in extra else ["--polish", "0"]
     return nas_main(["search", "--device", DEVICE, "--budget", budget, "--trials", str(trials), "--seed", str(seed),
-                     "--profiles", str(env["root"]), "--out", str(out), "--no-progress", *extra])
+                     "--profiles", str(env["root"]), "--out", str(out), "--no-progress", *polish, *extra])
 
 
 def load_study(out: Path, name: str) -> Any:
@@ -519,6 +522,51 @@ def test_budget_without_unit(nas_env, tmp_path, capsys):
     assert rc == 2 and "--budget '50' has no unit: write 50ms" in err
 
 
+def test_out_that_is_a_file_and_space_option_values_are_refused_before_a_study(nas_env, tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    assert search(nas_env, afile, *SMALL) == 2
+    assert f"nas: error: --out {afile} is a file, not a directory" in capsys.readouterr().err
+    out = tmp_path / "out"
+    for option, why in (("max_depth=0", "space option 'max_depth' must be an integer"),
+                        ("resolutions=[]", "space option 'resolutions' needs at least one value")):
+        assert search(nas_env, out, "--space-option", option) == 2
+        lines = [l for l in capsys.readouterr().err.splitlines() if l.startswith("nas: error:")]
+        assert len(lines) == 1 and "cannot build an architecture" in lines[0] and why in lines[0], lines
+        assert not (out / "nas.db").exists()  # refused before a study was created with it
+
+
+def test_a_study_continues_with_its_budget_in_another_unit_and_warns_on_other_models(nas_env, tmp_path, capsys):
+    """2300us is the 2.3ms the study was created with; a study continued with other profiles
+    (another model version) says so, on stderr and in its summary."""
+    import shutil
+
+    out = tmp_path / "out"
+    assert search(nas_env, out, *SMALL, "--study", "u", budget="100.1ms", trials=2) == 0  # 100100 x 1e-3 != 100.1
+    assert search(nas_env, out, *SMALL, "--study", "u", budget="100100us", trials=1) == 0
+    assert "warning" not in capsys.readouterr().err
+    other = tmp_path / "profiles"
+    shutil.copytree(nas_env["root"], other)
+    meta = other / DEVICE / "profile.json"
+    doc = json.loads(meta.read_text())
+    doc["description"] = f"{doc.get('description') or ''} (another copy)"
+    meta.write_text(json.dumps(doc))
+    assert nas_main(["search", "--device", DEVICE, "--budget", "100.1ms", "--trials", "1", "--seed", "0", "--profiles",
+                     str(other), "--out", str(out), "--no-progress", "--polish", "0", "--study", "u", *SMALL]) == 0
+    err = capsys.readouterr().err
+    assert "nas: warning: study 'u' has trials estimated with other models (" in err and ": 3 trials)" in err
+    assert "estimated with 2 models (" in (out / "summary.txt").read_text()
+    assert len(json.loads((out / "summary.json").read_text())["trials_by_model_version"]) == 2
+
+
+def test_a_study_without_a_feasible_trial_leaves_no_best_files_of_another(nas_env, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert search(nas_env, out, *SMALL, "--study", "fits") == 0
+    assert (out / "best.json").exists()
+    assert search(nas_env, out, *SMALL, "--study", "nothing-fits", "--patience", "0", budget="1us", trials=2) == 2
+    assert not [p.name for p in out.glob("best*")] and json.loads((out / "summary.json").read_text())["best"] is None
+
+
 @pytest.mark.parametrize("extra, msg", [
     (["--service", "127.0.0.1:1"], "--adapt writes a profile for the in-process estimator"),
     (["--calibrate", "30"], "give --adapt or --calibrate, not both"),
@@ -531,6 +579,41 @@ def test_adapt_bad_input_is_one_line_before_anything_is_measured(nas_env, tmp_pa
     lines = [l for l in err.splitlines() if l.startswith("nas: error:")]
     assert rc == 2 and len(lines) == 1 and msg in lines[0], err
     assert "Traceback" not in err and not (tmp_path / "adapt.sqlite").exists() and not (tmp_path / "profiles").exists()
+
+
+def test_step_ups_move_one_ordered_parameter_to_its_next_value():
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    from nas.polish import step_ups
+
+    dists = {"resolution": CategoricalDistribution([224, 288, 352]), "width": CategoricalDistribution([0.5, 1.0, 0.75]),
+             "depth": IntDistribution(1, 4), "even": IntDistribution(2, 8, step=2), "se": CategoricalDistribution([False, True]),
+             "act": CategoricalDistribution(["relu", "silu"])}
+    params = {"resolution": 288, "width": 0.75, "depth": 4, "even": 4, "se": False, "act": "relu"}
+    ups = step_ups(params, dists)
+    changed = [{k: v for k, v in u.items() if params[k] != v} for u in ups]
+    assert changed == [{"resolution": 352}, {"width": 1.0}, {"even": 6}]  # depth is at its top; se, act unordered
+    assert step_ups({**params, "resolution": 352, "width": 1.0, "even": 8}, dists) == []
+
+
+def test_polish_steps_the_winner_up_within_the_budget(nas_env, tmp_path, capsys):
+    """--polish N: at most N trials after --trials, each the winner one step up; the winner is
+    still the best feasible trial, and every trial is in the reports."""
+    out = tmp_path / "out"
+    assert search(nas_env, out, *SMALL, "--polish", "6", "--study", "polish", trials=6, seed=3, budget="10s") == 0
+    err = capsys.readouterr().err
+    trials = load_study(out, "polish").trials
+    polished = len(trials) - 6
+    assert 1 <= polished <= 6 and f"polished the winner (trial " in err and f"with {polished} step-up trial" in err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["n_trials"] == len(trials)
+    feasible = [t for t in trials if t.state.name == "COMPLETE" and t.user_attrs.get("feasible")]
+    assert summary["best"]["trial"] == max(feasible, key=lambda t: (t.values[0], -t.user_attrs["latency_ms"],
+                                                                    -t.number)).number
+    first_best = max((t for t in feasible if t.number < 6), key=lambda t: t.values[0])
+    for t in trials[6:7]:  # the first step: the first winner with one parameter one step up
+        diff = {k for k in t.params if t.params[k] != first_best.params.get(k)}
+        assert len(diff) == 1, diff
 
 
 def _network_rounds_and_rows(db: Path) -> tuple[int, int]:

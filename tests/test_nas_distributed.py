@@ -50,7 +50,7 @@ def worker(env: dict[str, Path], url: str, study: str, out: Path, trials: int, s
     cmd = [sys.executable, "-m", "nas.cli", "search", "--device", DEVICE, "--budget", "10s", "--trials", str(trials),
            "--seed", str(seed), "--profiles", str(env["root"]), "--storage", url, "--study", study, "--out", str(out),
            "--space", "tests.test_nas:kernel_space", "--space-option", "kernels=[3,5,7]",
-           "--objective", "tests.test_nas_distributed:slow_objective", "--heartbeat", "1", "--no-progress"]
+           "--objective", "tests.test_nas_distributed:slow_objective", "--heartbeat", "1", "--polish", "0", "--no-progress"]
     e = dict(os.environ, CL_CACHE_DIR=str(env["cache"]), NAS_TEST_SLEEP=str(sleep),
              PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     fh = log.open("wb")
@@ -150,4 +150,7 @@ def test_killed_worker_is_retried_and_the_study_continues(env, pg, tmp_path, cap
     retry = retries[0]
     assert retry.state.name == "COMPLETE" and retry.params == victim.params and retry.number >= n_before
     assert all(t.state.name == "COMPLETE" for t in trials if t.number >= n_before)
-    assert "retried after a dead worker: 1" in (tmp_path / "b" / "summary.txt").read_text()
+    summary = (tmp_path / "b" / "summary.txt").read_text()
+    assert "retried after a dead worker: 1" in summary
+    assert (f"last: trial {victim.number}: no reason recorded: its worker stopped (killed, interrupted or out of "
+            f"heartbeats); retried as trial {retry.number})") in summary

@@ -132,7 +132,7 @@ def test_hybrid_search_end_to_end(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("CL_CACHE_DIR", str(tmp_path / "cache"))
     out = tmp_path / "out"
     rc = nas_main(["search", "--space", "hybrid", "--device", "host-cpu", "--budget", "40ms", "--trials", "8",
-                   "--seed", "0", "--profiles", str(root), "--out", str(out), "--no-progress"])
+                   "--polish", "0", "--seed", "0", "--profiles", str(root), "--out", str(out), "--no-progress"])
     text = capsys.readouterr().out
     assert rc == 0
     for f in ("trials.csv", "summary.json", "summary.txt", "pareto.json", "pareto.png"):

@@ -29,7 +29,7 @@ def _cache_env(nas_env, monkeypatch):
 
 def _search(env, out, *extra: str, trials: int = 11) -> int:
     return nas_main(["search", "--device", DEVICE, "--budget", "10s", "--trials", str(trials), "--seed", "0",
-                     "--profiles", str(env["root"]), "--out", str(out), "--study", "r", "--no-progress", *SMALL,
+                     "--profiles", str(env["root"]), "--out", str(out), "--study", "r", "--no-progress", "--polish", "0", *SMALL,
                      *extra])
 
 
