@@ -286,6 +286,8 @@ def cmd_show(a: argparse.Namespace) -> int:
     path = Path(a.dataset)
     if not path.exists():
         raise UserError(f"{path}: no such file")
+    if path.is_dir():
+        raise UserError(f"{path} is a directory, not a benchmark database or dataset CSV")
     if _is_sqlite(path):
         with Store.open_existing(path) as store:
             rows = store.export_rows()
@@ -309,7 +311,12 @@ def cmd_show(a: argparse.Namespace) -> int:
     counts: dict[int, int] = {}
     for r in rows:
         counts[int(r["env_id"])] = counts.get(int(r["env_id"]), 0) + 1
-    if rows:
+    if len(counts) > 1:  # never pool the rows of two environments (two machines, a measurement and a cost model)
+        about = {int(e["env_id"]): f"{e.get('runner', '?')}, {e.get('provenance', '?')}" for e in envs if "env_id" in e}
+        for env_id in sorted(counts):
+            print(f"environment {env_id} ({about.get(env_id, 'see below')}): {counts[env_id]} rows")
+            _print_summary(summarize([r for r in rows if int(r["env_id"]) == env_id]))
+    elif rows:
         _print_summary(summarize(rows))
     _print_provenance(envs, counts)
     return 0
@@ -321,10 +328,14 @@ def cmd_export(a: argparse.Namespace) -> int:
     if not a.csv and not a.parquet:
         raise UserError("bench export: give --csv FILE and/or --parquet FILE")
     with Store.open_existing(a.db) as store:
-        if a.csv:
-            n, side = export_csv(store, a.csv)
-            print(f"wrote {n} rows to {a.csv} (provenance: {side})")
-        if a.parquet:
-            n, side = export_parquet(store, a.parquet)
-            print(f"wrote {n} rows to {a.parquet} (provenance: {side})")
+        for dest, write in ((a.csv, export_csv), (a.parquet, export_parquet)):
+            if not dest:
+                continue
+            if Path(dest).is_dir():
+                raise UserError(f"{dest} is a directory; give the file to write")
+            try:
+                n, side = write(store, dest)
+            except OSError as e:
+                raise UserError(f"cannot write {dest}: {e.strerror or e}") from None
+            print(f"wrote {n} rows to {dest} (provenance: {side})")
     return 0

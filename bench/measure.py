@@ -129,7 +129,11 @@ def exclusive(path: Path) -> Iterator[None]:
     except ImportError:  # pragma: no cover - not POSIX
         yield
         return
-    lock = path.with_name(path.name + ".lock").open("a")
+    real = Path(path).resolve()  # one lock per file, whatever path (a symlink) names it
+    try:
+        lock = real.with_name(real.name + ".lock").open("a")
+    except OSError as e:
+        raise UserError(f"{path}: cannot create its lock file beside it ({e.strerror or e})") from None
     try:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -234,12 +234,14 @@ def profile_from_db(db: str | Path, name: str, *, source: str, root: str | Path 
                     training: Mapping[str, Any] | None = None, force: bool = False) -> Any:
     """Create ``<root>/<name>/`` from one environment of a bench database; returns the Profile."""
     from estimator.dataset import write_measurements  # noqa: PLC0415
-    from estimator.profile import create_profile, default_root  # noqa: PLC0415
+    from estimator.profile import create_profile, default_root, load_profile, staged_profile  # noqa: PLC0415
 
     from .storage import Store  # noqa: PLC0415
 
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
         raise UserError(f"--name {name!r}: use letters, digits, '.', '_' and '-' only")
+    if not str(source).strip():
+        raise UserError("--source is empty: say where the numbers came from (the machine, the command, the date)")
     root_p = Path(root) if root is not None else default_root()
     target = root_p / name
     if (target / "profile.json").exists() and not force:
@@ -249,6 +251,8 @@ def profile_from_db(db: str | Path, name: str, *, source: str, root: str | Path 
         counts = {e["env_id"]: store.count(e["env_id"]) for e in envs}
         if env_id is None:
             with_rows = [e for e in envs if counts[e["env_id"]]]
+            if not with_rows:
+                raise UserError(f"{db}: the database holds no measurements yet (bench run --out {db})")
             if len(with_rows) != 1:
                 listing = ", ".join(f"{e['env_id']} ({e['device']}, {e['runner']}, {counts[e['env_id']]} rows)"
                                     for e in envs) or "none"
@@ -299,8 +303,14 @@ def profile_from_db(db: str | Path, name: str, *, source: str, root: str | Path 
         write_measurements(csv_path, rows)
         side = Path(tmp) / "measurements.csv.provenance.json"
         side.write_text(json.dumps({"source": str(db), "environments": [env]}, default=str))
-        if target.exists() and force:
-            for f in ("profile.json", "measurements.csv"):
-                (target / f).unlink(missing_ok=True)
-        return create_profile(root_p, name, csv_path, source=source, provenance_json=side, hardware=hardware,
-                              **extra)
+        try:
+            # written beside the old profile and swapped in whole: a profile that fails to write
+            # (an empty --source, bad training options) leaves the old one as it was
+            with staged_profile(root_p, name, "profile") as stage:
+                create_profile(stage.parent, name, csv_path, source=source, provenance_json=side, hardware=hardware,
+                               **extra)
+        except OSError as e:
+            raise UserError(f"cannot write profile {name} under {root_p}: {e.strerror or e}") from None
+        except UserError as e:  # (its message names the staging folder: name the profile instead)
+            raise UserError(re.sub(rf"\.profile-{re.escape(name)}-\d+[/\\]", "", str(e))) from None
+    return load_profile(target)

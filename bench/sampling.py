@@ -252,9 +252,11 @@ def layer_types(spec: str | None, model_format: str) -> list[str]:
     from estimator.layers import sampled_types  # noqa: PLC0415 (the runner's format decides)
 
     ok = sampled_types(model_format)
-    if not spec:
+    if spec is None:
         return list(ok)
     types = [t.strip() for t in spec.split(",") if t.strip()]
+    if not types:
+        raise UserError(f"--layers {spec!r} names no layer type; benchable: {', '.join(ok)} (leave it out for all)")
     bad = [t for t in types if t not in ok]
     if bad:
         raise UserError(f"--layers: cannot benchmark {', '.join(bad)} with {model_format} models; "

@@ -78,6 +78,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 from datetime import datetime, timezone
 from pathlib import Path
@@ -226,14 +227,60 @@ def provenance_path(path: str | Path) -> Path:
     return p.with_name(p.name + ".provenance.json")
 
 
+def _connect_readonly(path: Path) -> sqlite3.Connection:
+    """A read-only connection; on read-only storage, where SQLite cannot create a WAL
+    database's shared-memory file, the file is opened as immutable (nobody can write it there)."""
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=60.0)
+    try:
+        con.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        return con
+    except sqlite3.OperationalError:
+        con.close()
+        if os.access(path.parent, os.W_OK):
+            raise
+        return sqlite3.connect(f"file:{path}?immutable=1", uri=True)
+
+
+def _refuse_foreign(path: Path) -> None:
+    """Refuse, reading it only, a file that is not a benchmark database: an SQLite database
+    of another tool (its tables and no bench ``meta`` table) or any other file. An empty file or
+    an empty SQLite database is taken."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    try:
+        con = _connect_readonly(path)
+        try:
+            tables = sorted(r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'"))
+            if tables and "meta" not in tables:
+                shown = ", ".join(tables[:5]) + (f" and {len(tables) - 5} more" if len(tables) > 5 else "")
+                raise StorageError(f"{path}: not a benchmark database (it holds tables {shown} and no bench meta "
+                                   "table); give another --out")
+            if tables and con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() is None:
+                raise StorageError(f"{path}: not a benchmark database (its meta table has no schema version)")
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as e:
+        raise StorageError(f"{path}: not a benchmark database ({e})") from e
+
+
 class Store:
     """A benchmark database (one file; open it once per process)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, readonly: bool = False) -> None:
+        """Open (creating it) a benchmark database for writing; ``readonly``: an existing one
+        for reading, where nothing is written (read-only storage included)."""
         self.path = Path(path)
         if self.path.is_dir():
             raise StorageError(f"{self.path} is a directory, not a benchmark database")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if readonly:
+            self._open_readonly()
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StorageError(f"{self.path}: cannot create its directory {self.path.parent} "
+                               f"({e.strerror or e})") from None
+        _refuse_foreign(self.path)  # before anything is written to it
         try:
             # autocommit mode: every statement outside an explicit BEGIN is its own transaction
             self.db = sqlite3.connect(str(self.path), timeout=60.0, isolation_level=None)
@@ -247,23 +294,34 @@ class Store:
             self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             self.db.execute("INSERT OR IGNORE INTO meta VALUES ('created_at', ?)", (_now(),))
             v = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
+        except sqlite3.OperationalError as e:
+            if "readonly" in str(e) or "unable to open" in str(e):
+                raise StorageError(f"{self.path}: cannot write the benchmark database there ({e})") from e
+            raise StorageError(f"{self.path}: not a benchmark database ({e})") from e
         except sqlite3.DatabaseError as e:
             raise StorageError(f"{self.path}: not a benchmark database ({e})") from e
         if int(v) != SCHEMA_VERSION:
             raise StorageError(f"{self.path}: schema version {v}, this bench writes {SCHEMA_VERSION}")
 
+    def _open_readonly(self) -> None:
+        try:
+            self.db = _connect_readonly(self.path)
+            self.db.row_factory = sqlite3.Row
+            row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        except sqlite3.DatabaseError as e:
+            raise StorageError(f"{self.path}: not a benchmark database ({e})") from e
+        if row is None:
+            raise StorageError(f"{self.path}: not a benchmark database (no schema version)")
+        if int(row[0]) != SCHEMA_VERSION:
+            raise StorageError(f"{self.path}: schema version {row[0]}, this bench reads {SCHEMA_VERSION}")
+
     @classmethod
     def open_existing(cls, path: str | Path) -> "Store":
+        """An existing database, read-only (``bench show``, ``export``, ``profile``)."""
         p = Path(path)
         if not p.is_file():
             raise StorageError(f"{p}: no such benchmark database")
-        try:
-            con = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
-            con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-            con.close()
-        except sqlite3.DatabaseError as e:
-            raise StorageError(f"{p}: not a benchmark database ({e})") from e
-        return cls(p)
+        return cls(p, readonly=True)
 
     def close(self) -> None:
         self.db.close()

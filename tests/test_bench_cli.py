@@ -103,6 +103,9 @@ def test_export_parquet(bench_db, tmp_path):
         (["run", "--device", "bad/name"], "--device"),
         (["export", "nowhere.sqlite", "--csv", "x.csv"], "no such benchmark database"),
         (["show", "nowhere.csv"], "no such file"),
+        (["run", "--device", "x", "--layers", ","], "--layers ',' names no layer type"),
+        (["run", "--device", "x", "--layers", ""], "--layers '' names no layer type"),
+        (["run", "--device", "x", "--runner", "agent", "--agent", "127.0.0.1:99999"], "a port in 1-65535"),
     ],
 )
 def test_bad_input_gives_one_line_errors(argv, msg, capsys, tmp_path, monkeypatch):
@@ -118,6 +121,55 @@ def test_export_needs_a_target_and_show_rejects_non_datasets(bench_db, tmp_path,
     junk.write_text("a,b\n1,2\n")
     assert main(["show", str(junk)]) == 2
     assert "missing columns" in capsys.readouterr().err
+
+
+def test_another_tools_database_is_refused_untouched_and_paths_that_are_not_files_are_one_line(bench_db, tmp_path,
+                                                                                              capsys):
+    users = tmp_path / "users.db"
+    con = sqlite3.connect(users)
+    con.execute("CREATE TABLE users (name TEXT)")
+    con.commit()
+    con.close()
+    before = users.read_bytes()
+    assert main(["run", "--device", "x", "--layers", "add", "--samples", "1", "--out", str(users), "--no-progress"]) == 2
+    assert "not a benchmark database (it holds tables users and no bench meta table)" in capsys.readouterr().err
+    assert users.read_bytes() == before and not users.with_name("users.db-wal").exists()
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    for argv, msg in ((["show", str(folder)], "is a directory, not a benchmark database"),
+                      (["export", str(bench_db), "--csv", str(folder)], "is a directory; give the file to write"),
+                      (["run", "--device", "x", "--layers", "add", "--samples", "1", "--no-progress", "--out",
+                        str(users) + "/x.sqlite"], "cannot create its directory")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("bench: error:") and msg in err[0], err
+
+
+def test_a_failed_profile_replacement_keeps_the_old_profile(bench_db, tmp_path, capsys):
+    from estimator.profile import load_profile
+
+    root = tmp_path / "profiles"
+    assert main(["profile", str(bench_db), "--name", "p", "--root", str(root), "--source", "pytest run"]) == 0
+    bad = tmp_path / "training.json"
+    bad.write_text('{"bogus_key": 1}')
+    for extra in (["--source", ""], ["--source", "again", "--training", str(bad)]):
+        capsys.readouterr()
+        assert main(["profile", str(bench_db), "--name", "p", "--root", str(root), "--force", *extra]) == 2
+        err = capsys.readouterr().err
+        assert ".profile-" not in err  # (it names the profile, not its staging folder)
+    assert load_profile("p", root=root).provenance.source == "pytest run"
+    assert sorted(p.name for p in root.iterdir()) == ["p"]
+
+
+def test_a_run_through_a_symlink_takes_the_same_lock(bench_db, tmp_path, capsys):
+    import fcntl
+
+    link = tmp_path / "link.sqlite"
+    link.symlink_to(bench_db)
+    with open(bench_db.with_name(bench_db.name + ".lock"), "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        rc = main(["run", "--device", "ci-host", "--layers", "add", "--samples", "1", "--out", str(link), "--no-progress"])
+    assert rc == 2 and "in use by another bench run" in capsys.readouterr().err
 
 
 def test_a_second_concurrent_run_on_the_same_database_is_refused(bench_db, capsys):
@@ -278,3 +330,19 @@ def test_run_from_onnx_leaves_out_what_excluded_networks_use(tmp_path, capsys):
     assert sorted(json.loads(r[0])["h"] for r in con.execute("SELECT params FROM measurements")) == [16, 16, 16]
     assert main(["run", "--device", "held-host", "--exclude-onnx", str(held)]) == 2
     assert "--exclude-onnx goes with --from-onnx" in capsys.readouterr().err
+
+
+def test_show_summarises_each_environment_apart(bench_db, tmp_path, capsys):
+    import shutil
+
+    db = tmp_path / "two.sqlite"
+    shutil.copyfile(bench_db, db)
+    assert main(["run", "--device", "ci-host", "--runner", "onnxruntime", "--layers", "add", "--samples", "1",
+                 "--warmup", "1", "--runs", "4", "--max-ops", "2e6", "--out", str(db), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["show", str(db)]) == 0
+    out = capsys.readouterr().out
+    import re
+
+    headers = re.findall(r"^environment (\d+) \(onnxruntime, measured\): (\d+) rows$", out, re.M)
+    assert len(headers) >= 2 and sum(int(n) for _, n in headers) == int(out.split(" measurements")[0].split()[-1])

@@ -48,8 +48,9 @@ class AgentRunner(Runner):
     def __init__(self, agent: str, token: str | None = None, timeout_s: float = 600.0,
                  connect_timeout_s: float = 10.0, tls_ca: str | Path | None = None,
                  tls_server_name: str | None = None) -> None:
-        if not agent or ":" not in str(agent):
-            raise RunnerError(f"agent address must be HOST:PORT, got {agent!r}")
+        port = str(agent).rpartition(":")[2] if agent else ""
+        if not agent or ":" not in str(agent) or not port.isdigit() or not 0 < int(port) < 65536:
+            raise RunnerError(f"agent address must be HOST:PORT with a port in 1-65535, got {agent!r}")
         self.address = str(agent)
         self.timeout_s = float(timeout_s)
         self._metadata = (("authorization", f"Bearer {token.strip()}"),) if token else ()
