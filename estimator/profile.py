@@ -133,7 +133,7 @@ ENV_ROOT = "CL_PROFILES"
 _PROVENANCE_KINDS = ("measured", "estimated")
 _TOP_KEYS = {"schema", "name", "description", "hardware", "runner", "precision", "threads", "provenance",
              "fusion", "op_mapping", "training", "fingerprint", "calibration", "refined"}
-_PROV_KEYS = {"kind", "source", "host", "versions", "date"}
+_PROV_KEYS = {"kind", "source", "host", "versions", "date", "measurement"}
 _CAL_KEYS = {"kind", "source", "runner", "runner_options", "precision", "fingerprint", "base", "date"}
 _REF_KEYS = {"base", "targets", "excluded", "rounds", "configurations", "device_seconds", "runner", "runner_options",
              "database", "date", "source", "search"}
@@ -154,10 +154,16 @@ class Provenance:
     date: str
     host: str = ""
     versions: dict[str, str] = field(default_factory=dict)
+    #: how the rows were timed, from the bench environment (runs, warm-up, threads, affinity,
+    #: graph optimisation, cache flushing, timer, ...); empty where the profile does not say
+    measurement: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "source": self.source, "host": self.host,
-                "versions": dict(self.versions), "date": self.date}
+        out = {"kind": self.kind, "source": self.source, "host": self.host,
+               "versions": dict(self.versions), "date": self.date}
+        if self.measurement:
+            out["measurement"] = dict(self.measurement)
+        return out
 
     def summary(self, limit: int = 240) -> str:
         """The source's first sentence (at most ``limit`` characters): what estimated or
@@ -479,7 +485,8 @@ def parse_profile_dict(meta: Any, path: Path, *, where: str | None = None) -> Pr
         raise ProfileError(f"{pw}: 'versions' values must be strings, got {bad}")
     provenance = Provenance(kind=kind, source=_req_str(prov, "source", pw),
                             date=_check_date(_req_str(prov, "date", pw), pw),
-                            host=_opt_str(prov, "host", pw), versions=versions)
+                            host=_opt_str(prov, "host", pw), versions=versions,
+                            measurement=_opt_dict(prov, "measurement", pw))
 
     training = _opt_dict(meta, "training", where)
     if training:
@@ -671,6 +678,13 @@ def write_fusion(name_or_path: str | Path, fusion: Mapping[str, Any], root: str 
     return load_profile(prof.path)
 
 
+#: what a profile's provenance keeps of how its rows were timed: the bench settings, and the
+#: runner's environment (the rest of the environment is its host and versions)
+MEASUREMENT_SETTINGS = ("protocol", "runs", "warmup", "model_format", "precision", "weights_seed", "flush_cache_mb")
+MEASUREMENT_ENVIRONMENT = ("threads", "inter_op_threads", "affinity", "graph_optimization", "execution_mode",
+                           "execution_provider", "delegate", "flush_cache_mb", "timer")
+
+
 def meta_from_bench_provenance(name: str, provenance: Mapping[str, Any], *, source: str,
                                hardware: str | None = None, **extra: Any) -> dict[str, Any]:
     """``profile.json`` metadata from a ``bench export`` provenance sidecar.
@@ -704,6 +718,12 @@ def meta_from_bench_provenance(name: str, provenance: Mapping[str, Any], *, sour
             "date": created or date.today().isoformat(),
         },
     }
+    settings = e.get("settings") if isinstance(e.get("settings"), Mapping) else {}
+    measurement = {k: v for k, v in {**{k: settings.get(k) for k in MEASUREMENT_SETTINGS},
+                                     **{k: env.get(k) for k in MEASUREMENT_ENVIRONMENT}}.items()
+                   if v not in (None, "", [], {})}
+    if measurement:
+        meta["provenance"]["measurement"] = measurement
     meta.update(extra)
     return meta
 

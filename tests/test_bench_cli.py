@@ -197,6 +197,9 @@ def test_profile_registers_a_measured_onnxruntime_profile_with_ort_fusion_rules(
     assert set(prof.free_ops) == {"Reshape", "Flatten", "Squeeze", "Unsqueeze"}
     assert "onnxruntime" in prof.op_mapping["source"]
     assert sum(1 for _ in prof.rows()) == 6 * (N + 1)
+    how = prof.provenance.measurement  # how the rows were timed, as bench run recorded it
+    assert (how["runs"], how["warmup"], how["threads"], how["graph_optimization"]) == (3, 1, 1, "all")
+    assert how["protocol"] == "smartpad-v1" and "perf_counter" in how["timer"]
 
 
 def test_flush_cache_is_a_recorded_runner_setting(tmp_path, capsys):
