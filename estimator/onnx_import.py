@@ -1034,12 +1034,8 @@ def _read_exact(fd: int, n: int, deadline: float) -> bytes:
 _WORKER = _SimplifyWorker()
 atexit.register(_WORKER.close)
 
-#: Options passed to ``onnxsim.simplify``: BN folding on, no numeric checking, and no MatMul +
-#: Add -> Gemm fusion: on a 3-D MatMul it wraps the Gemm in two Reshapes, so that a model with its
-#: weights gave other layers (reshape, fc, reshape) than the same model stripped (one fc, bias
-#: folded by the importer), which onnxsim leaves alone.
-_ONNXSIM_OPTS: dict[str, Any] = {"check_n": 0, "skip_fuse_bn": False, "skipped_optimizers": [
-    "fuse_matmul_add_bias_into_gemm", "fuse_matmul_add_bias_into_gemm_batched"]}
+#: Options passed to ``onnxsim.simplify``: BN folding on, no numeric checking.
+_ONNXSIM_OPTS: dict[str, Any] = {"check_n": 0, "skip_fuse_bn": False}
 
 
 def _run_onnxsim(model: onnx.ModelProto, timeout_s: float | None, raw: bytes | None = None) -> onnx.ModelProto:
