@@ -44,7 +44,6 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import grpc
 
-from estimator.errors import UserError
 from estimator.interface import (CALIBRATION_TEXT_KEYS, Estimation, EstimationError, Intervals, LayerResult,
                                  NetworkResult, cm_o_driver_record, spec_parts, warn_all)
 from estimator.onnx_strip import model_bytes, strip_initializers
@@ -419,7 +418,7 @@ class EstimationClient(Estimation):
                 return convert(item)
             except Exception as e:  # noqa: BLE001 - the item's own error, answered in its place
                 err = e if isinstance(e, EstimationError) else (
-                    EstimationError.from_user_error(e) if isinstance(e, UserError) else EstimationError(
+                    EstimationError.from_user_error(e) if hasattr(e, "grpc_status") else EstimationError(
                         "NOT_FOUND" if isinstance(e, FileNotFoundError) else "INVALID_ARGUMENT",
                         f"{type(e).__name__}: {e}"))
                 return _Unsent(EstimationError(err.code, f"stream item {counter[0]}: {err.message}",
