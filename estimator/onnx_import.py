@@ -30,7 +30,11 @@ Pipeline of :func:`load_network`
    :data:`estimator.layers.registry.ONNX_OPS`); this module walks the graph and never
    names a layer type's pattern. Operators no type claims become layers of type ``other``
    carrying their ``op_type``: nothing is dropped and nothing is silently zero. On the unsimplified
-   graph the same torch export gives the same layers as on the simplified one.
+   graph the same torch export gives the same layers as on the simplified one, but for a Linear
+   over tokens (a 3-D MatMul + Add): onnxsim makes it Reshape, Gemm, Reshape (three layers, the
+   reshapes free where the runtime aliases them), the unsimplified graph one fc with its bias
+   folded; the totals agree. :mod:`estimator.pruning` reads token linears' channel groups through
+   the first form.
 6. Device fusion rules (:class:`~estimator.fusion.FusionRules`) fold activations into the
    producing conv/dwconv/fc/add/mul and, where onnxsim did not, BatchNormalization into
    the preceding conv. SiLU appears as ``Sigmoid`` + ``Mul(x, sigmoid(x))`` and HardSwish
