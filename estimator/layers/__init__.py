@@ -141,14 +141,14 @@ class _ReadKeys(dict):
 
 
 #: (type, set of keys) that :func:`describe_strict` found all read
-_ALL_READ: set[tuple[str, frozenset]] = set()
+_ALL_READ: set[tuple[str, tuple]] = set()
 
 
 def describe_strict(layer_type: str, params: Mapping[str, Any], *, elem_bytes: int = 4) -> LayerCounts:
     """:func:`describe`, refusing a parameter the type's ``count`` never reads: a misspelt or
     foreign key (``stride`` for conv2d's ``s_h``/``s_w``) that a layer would otherwise silently
     go without. The message names the keys it does read or look for."""
-    key = (layer_type, frozenset(params))
+    key = (layer_type, tuple(params))  # (the same keys in another order: one more entry)
     if key in _ALL_READ:  # (a batch of configurations mostly repeats one set of keys)
         return spec_for(layer_type).count(dict(params), elem_bytes)
     rec = _ReadKeys(params)
