@@ -28,6 +28,7 @@ import io
 import json
 import math
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -190,20 +191,9 @@ def _mean_timing(recs: Sequence[TrialRecord]) -> dict[str, float]:
     return {k: float(sum(t.get(k, 0.0) for t in rows) / len(rows)) for k in keys}
 
 
-def _count(keys: Sequence[str]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for k in keys:
-        out[k] = out.get(k, 0) + 1
-    return out
-
-
 def _trials_by_model(recs: Sequence[TrialRecord]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for r in recs:
-        if r.complete and r.model:
-            k = f"{r.model.get('profile')}@{r.model.get('model_version')}"
-            out[k] = out.get(k, 0) + 1
-    return out
+    return dict(Counter(f"{r.model.get('profile')}@{r.model.get('model_version')}" for r in recs
+                        if r.complete and r.model))
 
 
 def budget_use(r: TrialRecord, budget_ms: float, confidence: float) -> dict[str, Any]:
@@ -266,7 +256,7 @@ def summarize(study: Any, recs: Sequence[TrialRecord] | None = None) -> dict[str
         "penalty_decided": [],
         "failures": [{"trial": r.number, "reason": r.fail_reason} for r in recs if r.state == "FAIL"][-20:],
         "mean_timing_s": _mean_timing(recs),
-        "trials_by_model_version": _count([r.model_version for r in recs if r.complete]),
+        "trials_by_model_version": dict(Counter(r.model_version for r in recs if r.complete)),
     }
     if steps:
         last = steps[-1]

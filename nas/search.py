@@ -449,13 +449,9 @@ def check_space(s: SearchSettings) -> None:
         sample(s.space_fn, probe, s.space_options, name=s.space)
     except Exception as e:  # noqa: BLE001 - any failure of the builder is the options' (or the space's)
         opts = " with " + ", ".join(f"{k}={v!r}" for k, v in s.space_options.items()) if s.space_options else ""
+        why = " ".join(str(e).split()) or type(e).__name__
         raise UserError(f"search space {s.space}{opts} cannot build an architecture: "
-                        f"{_one_line(e)}") from None
-
-
-def _one_line(e: BaseException) -> str:
-    text = " ".join(str(e).split()) or type(e).__name__
-    return text if isinstance(e, UserError) else f"{type(e).__name__}: {text}"
+                        f"{why if isinstance(e, UserError) else f'{type(e).__name__}: {why}'}") from None
 
 
 def other_models(study: Any, version: str) -> dict[str, int]:
