@@ -24,7 +24,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .errors import UserError
 
-__all__ = ["Estimation", "EstimationError", "EstimationWarning", "NetworkResult", "LayerResult", "Intervals", "spec_parts",
+__all__ = ["Estimation", "EstimationError", "EstimationWarning", "onnx_too_large", "NetworkResult", "LayerResult", "Intervals", "spec_parts",
            "calibration_record", "refinement_record", "CALIBRATION_TEXT_KEYS", "WIDE_CM_O_FACTOR", "cm_o_is_wide",
            "cm_o_driver_record", "cm_o_driver_lines"]
 
@@ -37,6 +37,14 @@ class EstimationWarning(UserWarning):
     (profile rows left out of training, layers with 0 channels, layers not estimated),
     issued with :func:`warnings.warn` by either implementation: a list of layer results has
     no field for it, and a network result carries its own ``warnings``."""
+
+
+def onnx_too_large(size: int, max_bytes: int) -> str:
+    """The refusal of an ONNX model over a service's limit: the server's, and the client's
+    before it sends one (gRPC would refuse it in transport, with a generic message)."""
+    return (f"the ONNX model is {size} bytes; this server accepts at most {max_bytes} bytes "
+            f"({max_bytes / 2**20:.1f} MiB, --max-message-mb); strip the initializer data "
+            "(the Python client does so by default)")
 
 
 def warn_all(messages: Iterable[str], stacklevel: int = 3) -> None:

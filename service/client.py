@@ -45,7 +45,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import grpc
 
 from estimator.interface import (CALIBRATION_TEXT_KEYS, Estimation, EstimationError, Intervals, LayerResult,
-                                 NetworkResult, cm_o_driver_record, spec_parts, warn_all)
+                                 NetworkResult, cm_o_driver_record, onnx_too_large, spec_parts, warn_all)
 from estimator.onnx_strip import model_bytes, strip_initializers
 from proto import estimation_pb2 as pb2
 from proto import estimation_pb2_grpc as pb2_grpc
@@ -277,9 +277,7 @@ class EstimationClient(Estimation):
             self._limits = self.server_info()["limits"]
         max_onnx, max_message = self._limits["max_onnx_bytes"], self._limits["max_message_bytes"]
         if max_onnx and len(req.onnx) > max_onnx:
-            raise EstimationError("RESOURCE_EXHAUSTED", (
-                f"the ONNX model is {len(req.onnx)} bytes; this server accepts at most {max_onnx} bytes "
-                f"({max_onnx / 2**20:.1f} MiB, --max-message-mb); strip the initializer data (strip=True, the default)"))
+            raise EstimationError("RESOURCE_EXHAUSTED", onnx_too_large(len(req.onnx), max_onnx))
         if max_message and size > max_message:
             raise EstimationError("RESOURCE_EXHAUSTED", f"the request is {size} bytes; this server accepts messages of "
                                                         f"at most {max_message} bytes (--max-message-mb)")

@@ -72,7 +72,7 @@ import grpc
 from estimator.errors import NotFoundError, TooLargeError, UserError
 from estimator.inprocess import (batch_items, check_input_shapes, check_ranges, estimate_batch, freeze_gc,
                                  layers_from_parts, load_devices, pair_layers, release_gc)
-from estimator.interface import calibration_record, cm_o_driver_record, refinement_record
+from estimator.interface import calibration_record, cm_o_driver_record, onnx_too_large, refinement_record
 from estimator.predict import METRICS, Estimator, LayerEstimate, NetworkEstimate, parse_confidence
 from estimator.profile import default_root
 from proto import estimation_pb2 as pb2
@@ -657,10 +657,7 @@ class EstimationServicer(pb2_grpc.EstimationServicer):
         if which == "onnx":
             size = len(request.onnx)
             if size > self.limits.max_onnx_bytes:
-                raise TooLargeError(
-                    f"the ONNX model is {size} bytes; this server accepts at most {self.limits.max_onnx_bytes} bytes "
-                    f"({self.limits.max_onnx_bytes / 2**20:.1f} MiB, --max-message-mb); strip the initializer data "
-                    "(the Python client does so by default)")
+                raise TooLargeError(onnx_too_large(size, self.limits.max_onnx_bytes))
             shapes = self._input_shapes(request.input_shapes)
             onnx_bytes = request.onnx
             if self.cache.maxsize:
