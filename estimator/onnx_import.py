@@ -30,11 +30,8 @@ Pipeline of :func:`load_network`
    :data:`estimator.layers.registry.ONNX_OPS`); this module walks the graph and never
    names a layer type's pattern. Operators no type claims become layers of type ``other``
    carrying their ``op_type``: nothing is dropped and nothing is silently zero. On the unsimplified
-   graph the same torch export gives the same layers as on the simplified one, but for a Linear
-   over tokens (a 3-D MatMul + Add): onnxsim makes it Reshape, Gemm, Reshape (three layers, the
-   reshapes free where the runtime aliases them), the unsimplified graph one fc with its bias
-   folded; the totals agree. :mod:`estimator.pruning` reads token linears' channel groups through
-   the first form.
+   graph the same torch export gives the same layers as on the simplified one (onnxsim runs
+   without its MatMul + Add -> Gemm fusion, which wraps a Linear over tokens in two Reshapes).
 6. Device fusion rules (:class:`~estimator.fusion.FusionRules`) fold activations into the
    producing conv/dwconv/fc/add/mul and, where onnxsim did not, BatchNormalization into
    the preceding conv. SiLU appears as ``Sigmoid`` + ``Mul(x, sigmoid(x))`` and HardSwish
@@ -1038,8 +1035,12 @@ def _read_exact(fd: int, n: int, deadline: float) -> bytes:
 _WORKER = _SimplifyWorker()
 atexit.register(_WORKER.close)
 
-#: Options passed to ``onnxsim.simplify``: BN folding on, no numeric checking.
-_ONNXSIM_OPTS: dict[str, Any] = {"check_n": 0, "skip_fuse_bn": False}
+#: Options passed to ``onnxsim.simplify``: BN folding on, no numeric checking, and no MatMul +
+#: Add -> Gemm fusion: on a 3-D MatMul it wraps the Gemm in two Reshapes, so that a model with its
+#: weights gave other layers (reshape, fc, reshape) than the same model stripped (one fc, bias
+#: folded by the importer), which onnxsim leaves alone.
+_ONNXSIM_OPTS: dict[str, Any] = {"check_n": 0, "skip_fuse_bn": False, "skipped_optimizers": [
+    "fuse_matmul_add_bias_into_gemm", "fuse_matmul_add_bias_into_gemm_batched"]}
 
 
 def _run_onnxsim(model: onnx.ModelProto, timeout_s: float | None, raw: bytes | None = None) -> onnx.ModelProto:

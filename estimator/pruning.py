@@ -159,6 +159,16 @@ def _count(spec: Any, p: Mapping[str, Any], port: str | int) -> int:
         return -1
 
 
+def _new_channels(layer: Layer) -> int:
+    """The channels of a tensor that a layer pruning cannot follow writes (a transpose, a
+    reshape, attention): axis 1, but the last axis of a rank-3 tensor, which these layers write
+    as tokens ``[batch, tokens, features]`` (a transformer's; the next fc reads the features)."""
+    shape = layer.output_shapes[0] if layer.output_shapes else ()
+    if len(shape) == 3:
+        return int(shape[-1])
+    return int(shape[1]) if len(shape) > 1 else 1
+
+
 def channel_groups(network: Any) -> list[ChannelGroup]:
     """The channel groups of an imported network (:class:`~estimator.onnx_import.Network`:
     its ``layers`` and the ONNX ``model`` they came from), producers first in layer order."""
@@ -265,8 +275,7 @@ def channel_groups(network: Any) -> list[ChannelGroup]:
             for s in ins:
                 for gid, _ in s:
                     groups.block(gid, f"{what} reads its channels in a way pruning cannot follow")
-            shape = layer.output_shapes[0] if layer.output_shapes else ()
-            out = [(groups.new(int(shape[1]) if len(shape) > 1 else 1, f"output of {what}"), 1)]
+            out = [(groups.new(_new_channels(layer), f"output of {what}"), 1)]
         for n in own:
             for o in n.output:
                 segs[o] = out

@@ -578,3 +578,15 @@ def test_a_tensor_only_a_subgraph_reads_keeps_its_producer(kind):
     assert layers["conv"].type == "conv2d" and layers["conv"].macs == 16 * 8 * 9 * 15 * 15
     assert layers[kind].type == "other" and "subgraph" in layers[kind].flags
     assert "conv" not in net.free_nodes and kind not in net.free_nodes
+
+
+def test_token_linears_give_the_same_layers_with_and_without_their_weights():
+    """nn.Linear over tokens exports as MatMul + Add: with the weights in the file onnxsim runs,
+    and its MatMul + Add -> Gemm fusion wrapped each 3-D one in two Reshapes (three layers
+    where the stripped model, which onnxsim skips, has one fc with its bias folded)."""
+    block = torch.nn.Sequential(torch.nn.Linear(64, 192), torch.nn.GELU(), torch.nn.Linear(192, 64)).eval()
+    data = _export(block, (1, 16, 64))
+    full, stripped = load_network(data), load_network(_strip(data))
+    assert full.simplified and not stripped.simplified
+    assert _signature(full) == _signature(stripped)
+    assert [la.type for la in full.layers].count("fc") == 2 and "reshape" not in [la.type for la in full.layers]

@@ -26,6 +26,7 @@ from estimator.cli import main as estimator_main
 from estimator.errors import UserError
 from estimator.layers import SPECS
 from estimator.predict import Estimator
+from service.client import strip_initializers
 from estimator.pruning import (TABLE_COLUMNS, LatencyModel, LatencyTable, estimate_module, kept_counts,
                                latency_table, module_name)
 
@@ -249,6 +250,23 @@ def test_deit_mlp_hidden_group_is_not_pruned_as_tokens(est):
     for g in hidden:
         through = [lm.layers[p.layer] for p in g.ports if p.port == "through"]
         assert g.prunable is False or all(SPECS[l.type].channels_at(l.params, "through") == 768 for l in through)
+
+
+def test_deit_groups_are_the_same_with_and_without_weights(est):
+    """The service's client strips weights; a token linear is then one fc reading
+    ``[1, tokens, features]``, as with its weights (the importer keeps MatMul + Add): the MLP's
+    hidden groups are found in both, on the features axis."""
+    data = zoo.export_onnx("deit_tiny", RES)
+    full, stripped = LatencyModel(est, data), LatencyModel(est, strip_initializers(data))
+
+    def groups(lm: LatencyModel) -> list[tuple]:
+        return [(g.channels, g.prunable, [(p.layer, p.port, p.mult) for p in g.ports]) for g in lm.groups]
+
+    assert groups(full) == groups(stripped)
+    hidden = [g for g in stripped.groups if g.prunable and g.channels == 768]
+    assert len(hidden) == 12  # one per block
+    for g in hidden:
+        assert [stripped.layers[p.layer].type for p in g.ports] == ["fc", "activation", "fc"]
 
 
 # -------------------------------------------------------------------- kept counts
