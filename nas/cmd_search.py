@@ -9,7 +9,7 @@ from estimator.cliutil import DefaultsHelpFormatter, integer, number
 from estimator.errors import UserError
 
 from .polish import DEFAULT_POLISH
-from .proxy import resolve_objective
+from .proxy import check_objective_options, resolve_objective
 from .refine import DEFAULT_EVERY
 from .spaces import DEFAULT_SPACE, check_options, resolve_space
 from .trial import SearchSettings
@@ -123,7 +123,8 @@ def settings_from_args(args: argparse.Namespace) -> SearchSettings:
     check_options(space_fn, space_opts, f"search space {space_name}")
     obj_name, obj_fn, deterministic = resolve_objective(args.objective)
     obj_opts = _options(args.objective_option, "--objective-option")
-    check_options(obj_fn, obj_opts, f"objective {obj_name}")
+    check_options(obj_fn, obj_opts, f"objective {obj_name}", positional=2)
+    check_objective_options(obj_name, obj_opts)
     return SearchSettings(device=args.device, budget_ms=budget, confidence=float(args.confidence),
                           penalty_weight=float(args.penalty_weight), multi_objective=bool(args.multi_objective),
                           space=space_name, space_fn=space_fn, space_options=space_opts, objective=obj_name,

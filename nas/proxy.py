@@ -58,7 +58,7 @@ from estimator.errors import UserError
 
 from .spaces import SpaceError, load_callable
 
-__all__ = ["ProxyError", "OBJECTIVES", "DETERMINISTIC", "resolve_objective", "naswot", "synflow",
+__all__ = ["ProxyError", "OBJECTIVES", "DETERMINISTIC", "resolve_objective", "check_objective_options", "naswot", "synflow",
            "synthetic_images", "proxy_resolution"]
 
 
@@ -111,16 +111,31 @@ def _input_shape(trial: Any) -> tuple[int, ...]:
     return tuple(int(d) for d in shape)
 
 
-def _check_batch_scale(batch: int, scale: float) -> None:
-    if not (isinstance(batch, int) and batch >= 2):
+def _integer(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_options(batch: int = 16, scale: float = 0.25, seed: int = 0) -> None:
+    """The built-in objectives' options (:func:`check_objective_options`)."""
+    if not (_integer(batch) and batch >= 2):
         raise UserError(f"objective option batch must be an integer >= 2, got {batch!r}")
-    if not (0 < float(scale) <= 1):
-        raise UserError(f"objective option scale must be in (0, 1], got {scale!r}")
+    if not ((_integer(scale) or isinstance(scale, float)) and 0 < scale <= 1):
+        raise UserError(f"objective option scale must be a number in (0, 1], got {scale!r}")
+    if not (_integer(seed) and seed >= 0):
+        raise UserError(f"objective option seed must be an integer >= 0, got {seed!r}")
+
+
+def check_objective_options(name: str, options: Mapping[str, Any]) -> None:
+    """Refuse a built-in objective's option value that every trial would refuse, before a study
+    exists (``nas search`` calls it with the parsed ``--objective-option`` values, whose names
+    :func:`nas.spaces.check_options` has checked)."""
+    if OBJECTIVES.get(name) is not None:
+        _check_options(**options)
 
 
 def naswot(model: nn.Module, trial: Any, *, batch: int = 16, scale: float = 0.25, seed: int = 0) -> float:
     """NASWOT score ``log|det K|`` (see the module docstring). Higher is better."""
-    _check_batch_scale(batch, scale)
+    _check_options(batch, scale, seed)
     shape = _input_shape(trial)
     h, w = proxy_resolution(shape, scale)
     x = synthetic_images(batch, shape[1], h, w, seed)
@@ -173,7 +188,7 @@ def naswot(model: nn.Module, trial: Any, *, batch: int = 16, scale: float = 0.25
 
 def synflow(model: nn.Module, trial: Any, *, scale: float = 0.25) -> float:
     """log SynFlow (see the module docstring). Higher is better."""
-    _check_batch_scale(2, scale)
+    _check_options(scale=scale)
     shape = _input_shape(trial)
     h, w = proxy_resolution(shape, scale)
     m = copy.deepcopy(model).double().eval()

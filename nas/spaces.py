@@ -699,8 +699,10 @@ def resolve_space(spec: str) -> tuple[str, SpaceFn]:
     return spec, load_callable(spec, "search space")
 
 
-def check_options(fn: Callable[..., Any], options: Mapping[str, Any], what: str) -> None:
-    """Fail early, with the accepted names, if ``fn`` does not take these keyword options."""
+def check_options(fn: Callable[..., Any], options: Mapping[str, Any], what: str, positional: int = 1) -> None:
+    """Fail early, with the accepted names, if ``fn`` does not take these keyword options
+    (``fn``'s first ``positional`` parameters are not options: a space's trial, an
+    objective's model and trial)."""
     if not options:
         return
     try:
@@ -710,7 +712,7 @@ def check_options(fn: Callable[..., Any], options: Mapping[str, Any], what: str)
     params = list(sig.parameters.values())
     if any(p.kind is p.VAR_KEYWORD for p in params):
         return
-    names = [p.name for p in params[1:] if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    names = [p.name for p in params[positional:] if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
     unknown = sorted(set(options) - set(names))
     if unknown:
         raise SpaceError(f"{what} does not take option(s) {', '.join(unknown)}; it takes: {', '.join(names) or 'none'}")

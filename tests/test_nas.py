@@ -534,6 +534,13 @@ def test_out_that_is_a_file_and_space_option_values_are_refused_before_a_study(n
         lines = [l for l in capsys.readouterr().err.splitlines() if l.startswith("nas: error:")]
         assert len(lines) == 1 and "cannot build an architecture" in lines[0] and why in lines[0], lines
         assert not (out / "nas.db").exists()  # refused before a study was created with it
+    for option, why in (("batch=-3", "objective option batch must be an integer >= 2, got -3"),
+                        ("scale=x", "objective option scale must be a number in (0, 1], got 'x'"),
+                        ("seed=x", "objective option seed must be an integer >= 0, got 'x'"),
+                        ("batchx=2", "objective naswot does not take option(s) batchx; it takes: batch, scale, seed")):
+        assert search(nas_env, out, "--objective-option", option) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [f"nas: error: {why}"]
+        assert not (out / "nas.db").exists()
 
 
 def test_a_study_continues_with_its_budget_in_another_unit_and_warns_on_other_models(nas_env, tmp_path, capsys):
