@@ -22,9 +22,7 @@ layer profile of the machine itself does (4-6 % after about 5 minutes). So:
    (:func:`bench.measure.measure_plan`, the sampling plan of ``bench run``, ordered by
    :func:`by_time_share` so that wherever the budget cuts it every type has rows, the types the
    networks spend their time in the most) until the budget leaves only what the last steps
-   need, :data:`COLD_SHARE` of that time going to its weight-bound configurations measured
-   again with cold caches (:func:`cold_configurations`; the cold rows of ``bench profile
-   --cold-from``, which a network too big for the last-level cache reads);
+   need;
 4. **networks again**: the other half of the rounds, so that the network timings behind the
    calibration span the measuring window and their drift enters the band
    (:func:`estimator.calibration.drift_of`);
@@ -89,19 +87,6 @@ DEFAULT_SAMPLES = 200
 #: 2-vCPU VM: 255 rows in 185 s) an even spread left 14 conv2d rows, and the profile predicted
 #: held-out CNNs 2-4x too slow
 TIME_WEIGHT = 0.5
-#: the part of the own layer profile's time spent measuring its weight-bound configurations
-#: (:func:`estimator.layers.weight_bound`: fc and conv2d whose weights outweigh their input and
-#: output) again with cold caches, as rows with ``cold=1`` that a network too big for the
-#: last-level cache reads (``bench profile --cold-from``); runners that flush caches only. Without
-#: them an own profile of a 2-vCPU AMD VM predicted the classifier of MobileNetV3 at 0.26 ms
-#: against the shipped profile's cold 0.59 ms, and the held-out depthwise networks 8-22 % low;
-#: with 240 cold rows (139 s) added, its calibrated held-out error went 8.4 -> 5.6 % on the same
-#: timings (docs/results.md)
-COLD_SHARE = 0.25
-#: the cache flush of those rows: twice a 32 MiB last-level cache
-COLD_FLUSH_MB = 64.0
-#: runners that take ``flush_cache_mb``
-FLUSHING_RUNNERS = ("onnxruntime", "litert")
 #: the fewest seconds worth measuring an own layer profile in (at 1 thread on a 2-vCPU VM,
 #: 200-400 configurations: every type gets a few rows from the shuffled plan)
 MIN_LAYER_S = 60.0
@@ -340,9 +325,6 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
                 shares.items(), key=lambda kv: -kv[1])[:4]) + f"... of the networks' time under {base.name}, half evenly"
             deadline = budget - again_s - FIT_RESERVE_S
             left = deadline - state.elapsed()
-            cold_plan = (cold_configurations(plan) if runner_name in FLUSHING_RUNNERS
-                         and not float(options.get("flush_cache_mb") or 0) else [])
-            cold_s = float(state.phases.get("cold", {}).get("budget_s", COLD_SHARE * max(left, 0.0) if cold_plan else 0.0))
             if left < MIN_LAYER_S and not state.phases.get("layers", {}).get("rows"):
                 need = (state.elapsed() + MIN_LAYER_S + again_s + FIT_RESERVE_S) / 60
                 raise UserError(f"{minutes_option} {minutes:g} leaves {max(left, 0):.0f} s for the layer profile after the "
@@ -350,14 +332,13 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
                                 f"command with {minutes_option} {math.ceil(need) + 1} or more (what was measured is kept)"
                                 + (f", or fewer {networks_option}" if networks_option else ""))
             log(f"[3/4] measuring a layer profile of this machine ({what}): {max(left, 0):.0f} s of the budget left "
-                f"for it" + (f", {cold_s:.0f} s of them for weight-bound configurations with cold caches" if cold_s else ""))
-            state.phases.setdefault("cold", {})["budget_s"] = round(cold_s, 1)
+                f"for it")
             t0, before = time.monotonic(), layer_s
 
             def stop() -> bool:
                 state.phases["layers"] = {"seconds": round(before + time.monotonic() - t0, 1)}
                 state.save_now_and_then()
-                return state.elapsed() >= deadline - cold_s
+                return state.elapsed() >= deadline
 
             stats, env_id, layer_rows = measure_plan(runner, db, name, plan, warmup=5, runs=20, precision=precision,
                                                      progress=progress, stop=stop)
@@ -370,8 +351,6 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
                             f"same command with a larger {minutes_option} (what was measured is kept)")
         log(f"measured {stats.measured} configurations ({stats.already} from earlier runs, {stats.failed} failed): "
             f"{layer_rows} rows in {layer_s:.0f} s")
-        if cold_plan and cold_s > 0:
-            _measure_cold(state, db, name, runner_name, options, precision, cold_plan, deadline, progress, log)
 
     # 4. the networks again: the other half of the rounds
     log(f"[4/4] timing the networks again: rounds {half + 1}-{rounds}")
@@ -394,12 +373,7 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
                       f"{layer_rows} configurations in {layer_s:.0f} s of a {minutes:g}-minute budget) on {hw}, "
                       f"{runner_name} ({', '.join(f'{k} {v}' for k, v in sorted(m.options.items())) or 'defaults'}), "
                       f"{precision}")
-            cold = state.phases.get("cold", {})
-            if cold.get("rows"):
-                source += (f"; its weight-bound fc and conv2d configurations measured again with a {COLD_FLUSH_MB:g} MiB "
-                           f"cache flush before every run ({cold['rows']} cold rows in {cold['seconds']:.0f} s)")
             profile_from_db(db, name, source=source, root=tmp, env_id=state.phases["layers"]["env_id"],
-                            cold_from=(cold["env_id"], None) if cold.get("rows") else None,
                             hardware=str(hw), training=training or None)
             under = load_profile(Path(tmp) / name)
         out = write_calibrated_profile(under, name, root, m, replace=replace, command=command,
@@ -411,43 +385,6 @@ def adapt(base: Any, name: str, root: str | Path, *, runner_name: str, options: 
             f"keep within it")
     return Adapted(out.path, state.route, state.why, base_report, out.report, out.info, layer_rows, layer_s,
                    len(m.results), rounds, state.elapsed(), (med, lo, hi))
-
-
-def cold_configurations(plan: Sequence[Any]) -> list[Any]:
-    """The configurations of ``plan`` (in its order) worth measuring cold: the weight-bound ones
-    of the types whose models learn ``cold`` (:data:`estimator.layers.COLD_TYPES`)."""
-    from estimator.layers import COLD_TYPES, describe, weight_bound  # noqa: PLC0415
-
-    return [c for c in plan if c.layer_type in COLD_TYPES and weight_bound(describe(c.layer_type, c.params))]
-
-
-def _measure_cold(state: AdaptState, db: Path, name: str, runner_name: str, options: dict[str, Any],
-                  precision: str, plan: Sequence[Any], deadline: float, progress: bool,
-                  log: Callable[[str], None]) -> None:
-    """Step 3's cold rows: ``plan`` measured with a :data:`COLD_FLUSH_MB` cache flush (an
-    environment of its own) until ``deadline`` (seconds of the budget); kept in the state's
-    ``cold`` phase for the profile (``cold_from``)."""
-    from .measure import make_runner, measure_plan  # noqa: PLC0415
-
-    phase = state.phases.setdefault("cold", {})
-    log(f"[3/4] the weight-bound fc and conv2d configurations again with a {COLD_FLUSH_MB:g} MiB cache flush before "
-        f"every run ({len(plan)} in the plan): {max(deadline - state.elapsed(), 0):.0f} s of the budget left for them")
-    runner = make_runner(runner_name, {**options, "flush_cache_mb": COLD_FLUSH_MB})
-    t0, before = time.monotonic(), float(phase.get("seconds", 0.0))
-
-    def stop() -> bool:
-        phase["seconds"] = round(before + time.monotonic() - t0, 1)
-        state.save_now_and_then()
-        return state.elapsed() >= deadline
-
-    try:
-        stats, env_id, rows = measure_plan(runner, db, name, plan, warmup=5, runs=20, precision=precision,
-                                           progress=progress, stop=stop)
-    finally:
-        runner.close()
-    state.save(cold={**phase, "seconds": round(before + time.monotonic() - t0, 1), "rows": rows, "env_id": env_id})
-    log(f"measured {stats.measured} configurations cold ({stats.already} from earlier runs, {stats.failed} failed): "
-        f"{rows} rows in {state.phases['cold']['seconds']:.0f} s")
 
 
 def time_shares(base: Any, results: Sequence[Any]) -> dict[str, float]:

@@ -192,14 +192,12 @@ def vela_op_mapping(failures: list[Mapping[str, Any]] | None = None) -> dict[str
 
 
 def _cold_rows(store: Any, db: Any, env: Mapping[str, Any], envs: Sequence[Mapping[str, Any]], env_id: int,
-               types: Sequence[str] | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+               types: Sequence[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The weight-bound ``types`` rows of environment ``env_id`` marked ``cold=1``, and the
-    ``cold_rows`` record (``types`` None: the cold types, :data:`estimator.layers.COLD_TYPES`,
-    that have weight-bound rows there). An environment that is not a cache-flushed copy of
-    ``env`` (it differs in more than :data:`CACHE_KEYS` or in its measurement settings, or
-    flushes nothing where ``env`` does not either), or holds no weight-bound row of a type, is
-    an error."""
-    from estimator.layers import COLD_TYPES, describe, weight_bound  # noqa: PLC0415
+    ``cold_rows`` record. An environment that is not a cache-flushed copy of ``env`` (it
+    differs in more than :data:`CACHE_KEYS` or in its measurement settings, or flushes
+    nothing where ``env`` does not either), or holds no weight-bound row of a type, is an error."""
+    from estimator.layers import describe, weight_bound  # noqa: PLC0415
 
     other = next((e for e in envs if e["env_id"] == env_id), None)
     if other is None:
@@ -216,13 +214,11 @@ def _cold_rows(store: Any, db: Any, env: Mapping[str, Any], envs: Sequence[Mappi
                         f"(bench run --flush-cache 64) and environment {env['env_id']} without one")
     rows: list[dict[str, Any]] = []
     for r in store.export_rows(env_id):
-        if r["layer_type"] not in (COLD_TYPES if types is None else types):
+        if r["layer_type"] not in types:
             continue
         params = json.loads(r["params"]) if isinstance(r["params"], str) else dict(r["params"])
         if weight_bound(describe(r["layer_type"], params)):
             rows.append({**r, "params": json.dumps({**params, "cold": 1}, sort_keys=True, separators=(",", ":"))})
-    if types is None:
-        types = sorted({r["layer_type"] for r in rows}) or list(COLD_TYPES)
     lacking = sorted(set(types) - {r["layer_type"] for r in rows})
     if lacking:
         raise UserError(f"--cold-from {env_id}: environment {env_id} holds no weight-bound {', '.join(lacking)} rows")
@@ -232,13 +228,11 @@ def _cold_rows(store: Any, db: Any, env: Mapping[str, Any], envs: Sequence[Mappi
 
 
 def profile_from_db(db: str | Path, name: str, *, source: str, root: str | Path | None = None,
-                    env_id: int | None = None, cold_from: tuple[int, Sequence[str] | None] | None = None,
+                    env_id: int | None = None, cold_from: tuple[int, Sequence[str]] | None = None,
                     hardware: str | None = None, description: str | None = None,
                     fusion: Mapping[str, Any] | None = None, op_mapping: Mapping[str, Any] | None = None,
                     training: Mapping[str, Any] | None = None, force: bool = False) -> Any:
-    """Create ``<root>/<name>/`` from one environment of a bench database; returns the Profile.
-    ``cold_from``: ``(environment, types)`` of cache-flushed rows added as cold rows
-    (:func:`_cold_rows`; types None: those it has)."""
+    """Create ``<root>/<name>/`` from one environment of a bench database; returns the Profile."""
     from estimator.dataset import write_measurements  # noqa: PLC0415
     from estimator.profile import create_profile, default_root, load_profile, staged_profile  # noqa: PLC0415
 
