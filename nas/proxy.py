@@ -48,6 +48,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
+import numbers
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -112,16 +113,16 @@ def _input_shape(trial: Any) -> tuple[int, ...]:
 
 
 def _integer(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
-def _check_options(batch: int = 16, scale: float = 0.25, seed: int = 0) -> None:
-    """The built-in objectives' options (:func:`check_objective_options`)."""
-    if not (_integer(batch) and batch >= 2):
+def _check_options(batch: Any = None, scale: Any = None, seed: Any = None) -> None:
+    """The built-in objectives' options, those given (:func:`check_objective_options`)."""
+    if batch is not None and not (_integer(batch) and batch >= 2):
         raise UserError(f"objective option batch must be an integer >= 2, got {batch!r}")
-    if not ((_integer(scale) or isinstance(scale, float)) and 0 < scale <= 1):
+    if scale is not None and not (isinstance(scale, numbers.Real) and not isinstance(scale, bool) and 0 < scale <= 1):
         raise UserError(f"objective option scale must be a number in (0, 1], got {scale!r}")
-    if not (_integer(seed) and seed >= 0):
+    if seed is not None and not (_integer(seed) and seed >= 0):
         raise UserError(f"objective option seed must be an integer >= 0, got {seed!r}")
 
 
