@@ -22,6 +22,8 @@ def _parse_ratios(text: str) -> list[float]:
 
 #: ``--ratios``: pruning ratios, comma-separated, each in [0, 1)
 RATIOS = Rule("comma-separated numbers", _parse_ratios, "in [0, 1)", lambda v: all(0 <= r < 1 for r in v))
+#: reasons printed per group kept whole (a transformer's residual width has one per layer norm)
+SHOWN_REASONS = 3
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -105,5 +107,7 @@ def format_table(t: LatencyTable) -> str:
         lines.append(f"{gr.index:5d}  {gr.name[:38]:38s} {gr.channels:8d} {len(gr.layers):7d}  {cells}")
     kept_whole = [gr for gr in m.groups if not gr.prunable and gr.producers]
     for gr in kept_whole:
-        lines.append(f"kept whole: {gr.name} ({gr.channels} channels): {'; '.join(gr.blocked)}")
+        why = gr.blocked[:SHOWN_REASONS] + ([f"and {len(gr.blocked) - SHOWN_REASONS} more (the JSON table lists all)"]
+                                            if len(gr.blocked) > SHOWN_REASONS else [])
+        lines.append(f"kept whole: {gr.name} ({gr.channels} channels): {'; '.join(why)}")
     return "\n".join(lines) + "\n"

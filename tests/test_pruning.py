@@ -497,6 +497,21 @@ def _cli(capsys, argv: list[str]) -> tuple[int, str, str]:
     return rc, out.out, out.err
 
 
+def test_cli_summary_cuts_a_long_list_of_reasons(capsys, tmp_path):
+    """DeiT's residual width is kept whole by every layer norm: the summary names three reasons
+    and counts the rest, which the JSON table lists."""
+    path = tmp_path / "deit.json"
+    rc, out, err = _cli(capsys, ["zoo:deit_tiny@64", "--device", "host-cpu", "--step", "384", "--out", str(path),
+                                 "--no-progress"])
+    assert rc == 0, err
+    long = [g for g in json.loads(path.read_text())["groups"] if len(g["blocked"]) > 3]
+    assert long
+    for g in long:
+        line = next(l for l in out.splitlines() if l.startswith(f"kept whole: {g['name']} "))
+        assert line.endswith(f"; and {len(g['blocked']) - 3} more (the JSON table lists all)")
+        assert "; ".join(g["blocked"][:3]) in line and g["blocked"][3] not in line
+
+
 def test_cli_csv_ratios_monotone(capsys, tmp_path):
     path = tmp_path / "r18.csv"
     rc, out, err = _cli(capsys, ["zoo:resnet18@64", "--device", "host-cpu", "--ratios", "0.3,0.5", "--monotone",
