@@ -161,10 +161,11 @@ def _count(spec: Any, p: Mapping[str, Any], port: str | int) -> int:
 
 def _new_channels(layer: Layer) -> int:
     """The channels of a tensor that a layer pruning cannot follow writes (a transpose, a
-    reshape, attention): axis 1, but the last axis of a rank-3 tensor, which these layers write
-    as tokens ``[batch, tokens, features]`` (a transformer's; the next fc reads the features)."""
+    reshape, attention, a grouped conv): axis 1, but the last axis of a rank-3 tensor that is not
+    a convolution's ``[batch, channels, length]``, which these layers write as tokens ``[batch,
+    tokens, features]`` (a transformer's; the next fc reads the features)."""
     shape = layer.output_shapes[0] if layer.output_shapes else ()
-    if len(shape) == 3:
+    if len(shape) == 3 and layer.op_type != "Conv":
         return int(shape[-1])
     return int(shape[1]) if len(shape) > 1 else 1
 

@@ -269,6 +269,19 @@ def test_deit_groups_are_the_same_with_and_without_weights(est):
         assert [stripped.layers[p.layer].type for p in g.ports] == ["fc", "activation", "fc"]
 
 
+def test_a_grouped_conv1d_keeps_its_channels_on_axis_1(est):
+    """A grouped 1-D conv (kept whole) writes ``[batch, channels, length]``, not tokens: the
+    dense conv after it still reads those channels, and its own output group stays prunable."""
+    net = torch.nn.Sequential(torch.nn.Conv1d(8, 32, 3, padding=1), torch.nn.ReLU(),
+                              torch.nn.Conv1d(32, 32, 3, padding=1, groups=4), torch.nn.ReLU(),
+                              torch.nn.Conv1d(32, 48, 1), torch.nn.ReLU(), torch.nn.Conv1d(48, 16, 1)).eval()
+    buf = io.BytesIO()
+    with torch.no_grad():
+        torch.onnx.export(net, (torch.zeros(1, 8, 50),), buf, dynamo=False, opset_version=17)
+    groups = LatencyModel(est, buf.getvalue()).groups
+    assert [(g.channels, g.prunable) for g in groups if g.producers] == [(32, False), (48, True), (16, False)]
+
+
 # -------------------------------------------------------------------- kept counts
 
 
