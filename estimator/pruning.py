@@ -6,8 +6,11 @@ convolution's input channels. Layers whose outputs meet in an add (the residual 
 ResNet) lose the same channels together. :func:`channel_groups` finds these *channel groups*
 by walking the imported network's ONNX graph; each layer type says how it carries channels
 (:meth:`~estimator.layers.registry.LayerTypeSpec.channel_flow`). A group is kept whole
-(``blocked``) where a layer reads channels in a way pruning cannot follow (attention, a
-grouped conv, a token layout) and where its channels leave the network (the classifier).
+(``blocked``) where a layer reads channels in a way pruning cannot follow (attention's
+head-splitting reshapes, a grouped conv) and where its channels leave the network (the
+classifier). A transformer's embedding width is one group through its token layout: each type
+says where a transpose, a layer norm or a token concat carries the channels
+(:meth:`~estimator.layers.registry.LayerTypeSpec.carries`).
 
 :class:`LatencyModel` answers a pruner's questions in that context: a layer's latency at
 given channel counts (:meth:`~LatencyModel.layer`, cached), a group's latency at a kept count
@@ -48,7 +51,8 @@ __all__ = ["Port", "ChannelGroup", "channel_groups", "module_name", "LayerLatenc
 class Port:
     """Where a channel group's channels are counted in one layer: ``port`` is ``"out"`` (a
     producer's output channels), ``"in"`` (a consumer's input channels), ``"through"`` (a
-    layer that keeps them), ``"flatten"`` or a concat input's index; ``mult`` channels there
+    layer that keeps them), ``"c"``, ``"h"`` or ``"w"`` (the raw parameter that holds them in a
+    token layout), ``"flatten"`` or a concat input's index; ``mult`` channels there
     per channel of the group (a flatten's ``h x w``)."""
 
     layer: int
@@ -145,6 +149,8 @@ class _Groups:
 
 
 Segments = list[tuple[int, int]]  # (group, channels of the tensor per channel of the group)
+#: the ports of a layer that keeps a group's channels
+_KEEPING_PORTS = ("through", "c", "h", "w")
 
 
 def _channels(groups: _Groups, segs: Segments) -> int:
@@ -159,6 +165,22 @@ def _count(spec: Any, p: Mapping[str, Any], port: str | int) -> int:
         return -1
 
 
+def _carried(spec: Any, layer: Layer, main: Any, data: Sequence[str], sizes: Sequence[int], axes: Mapping[str, int],
+             canon: Callable[[str], str]) -> tuple[str, int] | None:
+    """``(port, output axis)`` where ``layer`` (one data input) carries its input's channels in
+    a way its type's :meth:`~estimator.layers.registry.LayerTypeSpec.carries` names, else None."""
+    if spec is None or main is None or len(data) != 1 or not layer.input_shapes or not layer.output_shapes:
+        return None
+    shape = layer.input_shapes[0]
+    axis = axes.get(canon(data[0]))
+    if axis is None or not 0 <= axis < len(shape) or int(shape[axis]) != sizes[0]:
+        return None
+    carried = spec.carries(layer.params, main, shape, layer.output_shapes[0], axis)
+    if carried is None or _count(spec, layer.params, carried[0]) != sizes[0]:
+        return None
+    return carried
+
+
 def _new_channels(layer: Layer) -> int:
     """The channels of a tensor that a layer pruning cannot follow writes (a transpose, a
     reshape, attention, a grouped conv): axis 1, but the last axis of a rank-3 tensor that is not
@@ -168,6 +190,14 @@ def _new_channels(layer: Layer) -> int:
     if len(shape) == 3 and layer.op_type != "Conv":
         return int(shape[-1])
     return int(shape[1]) if len(shape) > 1 else 1
+
+
+def _channel_axis(layer: Layer) -> int:
+    """The axis of the channels of the tensor a layer writes, as :func:`_new_channels` reads it."""
+    shape = layer.output_shapes[0] if layer.output_shapes else ()
+    if len(shape) == 3 and layer.op_type != "Conv":
+        return 2
+    return 1 if len(shape) > 1 else 0
 
 
 def channel_groups(network: Any) -> list[ChannelGroup]:
@@ -201,11 +231,13 @@ def channel_groups(network: Any) -> list[ChannelGroup]:
     nodes = {n.name: n for n in g.node}
     groups = _Groups()
     segs: dict[str, Segments] = {}
+    axes: dict[str, int] = {}  # the axis of each tensor's channels
     for inp in g.input:
         if inp.name in const:
             continue
         dims = [d.dim_value for d in inp.type.tensor_type.shape.dim]
         segs[inp.name] = [(groups.new(dims[1] if len(dims) > 1 and dims[1] > 0 else 1, "the network's input"), 1)]
+        axes[inp.name] = 1
 
     def of(t: str) -> Segments:
         t = canon(t)
@@ -225,6 +257,7 @@ def channel_groups(network: Any) -> list[ChannelGroup]:
         ins = [of(x) for x in data]
         what = f"{layer.type} layer {layer.name}"
         out: Segments
+        out_axis = _channel_axis(layer)
         sizes = [_channels(groups, s) for s in ins]
         port = flow
         if flow == "mix" and not (ins and _count(spec, layer.params, "in") == sizes[0]):
@@ -255,12 +288,19 @@ def channel_groups(network: Any) -> list[ChannelGroup]:
             for gid, m in main_segs:
                 groups.add(gid, Port(i, port, m))
             out = main_segs
+            out_axis = axes.get(canon(data[0]), out_axis)
         elif flow == "concat":
             out = []
             for k, s in enumerate(ins):
                 for gid, m in s:
                     groups.add(gid, Port(i, k, m))
                 out += s
+            out_axis = axes.get(canon(data[0]), out_axis)
+        elif (carried := _carried(spec, layer, main, data, sizes, axes, canon)) is not None:
+            port, out_axis = carried
+            for gid, m in ins[0]:
+                groups.add(gid, Port(i, port, m))
+            out = ins[0]
         elif flow == "flatten" and ins and layer.input_shapes and len(layer.input_shapes[0]) == 4 \
                 and layer.output_shapes and len(layer.output_shapes[0]) == 2:
             n_, c, h, w = (int(x) for x in layer.input_shapes[0])
@@ -272,6 +312,7 @@ def channel_groups(network: Any) -> list[ChannelGroup]:
                 for gid, m in ins[0]:
                     groups.add(gid, Port(i, "flatten", m))
                 out = [(gid, m * h * w) for gid, m in ins[0]]
+                out_axis = 1
         else:
             for s in ins:
                 for gid, _ in s:
@@ -280,6 +321,7 @@ def channel_groups(network: Any) -> list[ChannelGroup]:
         for n in own:
             for o in n.output:
                 segs[o] = out
+                axes[o] = out_axis
     for o in g.output:
         for gid, _ in segs.get(canon(o.name), []):
             groups.block(gid, "its channels are the network's output")
@@ -368,9 +410,10 @@ class LatencyModel:
         for i, l in enumerate(self.layers):
             self._by_name.setdefault(l.name, i)
             self._by_name.setdefault(module_name(l.name), i)
-        #: the port (``"through"`` or ``"w"``) of each layer that keeps a group's channels
+        #: the port (``"through"``, or the parameter of a token layout: ``"c"``, ``"h"``, ``"w"``)
+        #: of each layer that keeps a group's channels
         self._through: dict[int, str] = {p.layer: str(p.port) for gr in self.groups for p in gr.ports
-                                         if p.port in ("through", "w")}
+                                         if p.port in _KEEPING_PORTS}
 
     # ------------------------------------------------------------------ lookup
     def index(self, layer: int | str) -> int:
@@ -424,11 +467,11 @@ class LatencyModel:
         flow = spec.channel_flow(self.layers[i].params)
         if flow == "mix":
             want = {"in": c_in, "out": c_out}
-        elif flow in ("through", "flatten"):
+        elif flow in ("through", "flatten") or i in self._through:
             if c_in is not None and c_out is not None and c_in != c_out:
                 raise UserError(f"{self.layers[i].type} layer {self.layers[i].name} keeps its channels: "
                                 f"c_in {c_in} != c_out {c_out}")
-            want = {flow: c_in if c_in is not None else c_out}
+            want = {self._through.get(i, flow): c_in if c_in is not None else c_out}
         elif c_in is None and c_out is None:
             want = {}
         else:

@@ -974,11 +974,11 @@ class _Attention(nn.Module):
         self.proj = nn.Linear(dim, dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, n, c = x.shape
+        b, n, _ = x.shape
         qkv = self.qkv(x).reshape(b, n, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]
         attn = torch.softmax(q @ k.transpose(-2, -1) * self.scale, dim=-1)
-        return self.proj((attn @ v).transpose(1, 2).reshape(b, n, c))
+        return self.proj((attn @ v).transpose(1, 2).reshape(b, n, self.heads * self.head_dim))
 
 
 class _TransformerBlock(nn.Module):

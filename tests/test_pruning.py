@@ -269,6 +269,80 @@ def test_deit_groups_are_the_same_with_and_without_weights(est):
         assert [stripped.layers[p.layer].type for p in g.ports] == ["fc", "activation", "fc"]
 
 
+def _narrow_deit(model: torch.nn.Module, k: int) -> torch.nn.Module:
+    """DeiT with its embedding width cut to ``k``: the patch embedding, class and position
+    tokens, every layer norm, each block's qkv input, projection output and MLP ends, and the
+    head's input (the attention's own width and the MLP's hidden width stay)."""
+    nn = torch.nn
+    model.patch_embed = nn.Conv2d(3, k, 16, 16)
+    model.cls_token = nn.Parameter(torch.randn(1, 1, k))
+    model.pos_embed = nn.Parameter(torch.randn(1, model.pos_embed.shape[1], k))
+    for b in model.blocks:
+        b.norm1, b.norm2 = nn.LayerNorm(k, eps=1e-6), nn.LayerNorm(k, eps=1e-6)
+        b.attn.qkv = nn.Linear(k, b.attn.qkv.out_features)
+        b.attn.proj = nn.Linear(b.attn.proj.in_features, k)
+        b.mlp[0] = nn.Linear(k, b.mlp[0].out_features)
+        b.mlp[2] = nn.Linear(b.mlp[2].in_features, k)
+    model.norm = nn.LayerNorm(k, eps=1e-6)
+    model.head = nn.Linear(k, model.head.out_features)
+    return model.eval()
+
+
+def _narrow_efficientformer(model: torch.nn.Module, k: int) -> torch.nn.Module:
+    """EfficientFormer with its last stage cut to ``k`` channels, from the embedding conv through
+    the Meta4D blocks, the flattening to tokens and the Meta3D block to both heads."""
+    nn = torch.nn
+
+    def scale(*shape: int) -> nn.Parameter:
+        return nn.Parameter(torch.rand(*shape) + 0.5)
+
+    stages = [i for i, m in enumerate(model.network) if isinstance(m, nn.Sequential)]
+    emb = model.network[stages[-1]]
+    emb[0], emb[1] = nn.Conv2d(emb[0].in_channels, k, 3, 2, 1), nn.BatchNorm2d(k)
+    for blk in list(model.network)[stages[-1] + 1:]:
+        if type(blk).__name__ == "_Meta4D":
+            blk.mlp[0] = nn.Conv2d(k, blk.mlp[0].out_channels, 1)
+            blk.mlp[3], blk.mlp[4] = nn.Conv2d(blk.mlp[3].in_channels, k, 1), nn.BatchNorm2d(k)
+            blk.layer_scale_1, blk.layer_scale_2 = scale(k, 1, 1), scale(k, 1, 1)
+        elif type(blk).__name__ == "_Meta3D":
+            blk.norm1, blk.norm2 = nn.LayerNorm(k), nn.LayerNorm(k)
+            t = blk.token_mixer
+            t.qkv, t.proj = nn.Linear(k, t.qkv.out_features), nn.Linear(t.proj.in_features, k)
+            blk.mlp[0], blk.mlp[2] = nn.Linear(k, blk.mlp[0].out_features), nn.Linear(blk.mlp[2].in_features, k)
+            blk.layer_scale_1, blk.layer_scale_2 = scale(k), scale(k)
+    model.norm = nn.LayerNorm(k)
+    model.head, model.dist_head = nn.Linear(k, 1000), nn.Linear(k, 1000)
+    return model.eval()
+
+
+@pytest.mark.parametrize("name, group, narrow, widths", [
+    ("deit_tiny", "patch_embed", _narrow_deit, (96, 37)),
+    ("efficientformer_l1", "network.13.0", _narrow_efficientformer, (200, 64)),
+])
+def test_a_transformer_embedding_width_is_one_prunable_group(est, name, group, narrow, widths):
+    """A transformer's embedding width runs from the patch embedding (or the last conv stage)
+    through the flattening and transposition to tokens, the token concat and gather, every
+    layer norm, residual add and token linear, to the heads: one group. Cut to a width, its
+    layers and estimate are those of the module built at that width."""
+    torch.manual_seed(0)
+    model = zoo.build(name, RES).eval()
+    lm = LatencyModel(est, zoo.export_onnx(model, input_shape=SHAPE), name=name)
+    g = lm.group(group)
+    assert g.prunable and g.producers[0] == lm.index(group), g.blocked
+    ports = {(lm.layers[p.layer].type, p.port) for p in g.ports}
+    assert {("layernorm", "c"), ("transpose", "h"), ("reshape", "c"), ("fc", "in"), ("fc", "out")} <= ports
+    transpose = next(p.layer for p in g.ports if lm.layers[p.layer].type == "transpose")
+    for k in widths:
+        assert lm.layer(transpose, c_in=k).c_in == k
+        narrowed = narrow(zoo.build(name, RES), k)
+        data = zoo.export_onnx(narrowed, input_shape=SHAPE)
+        mine, theirs = lm.pruned_layers({g.index: k}), est.load_network(data).layers
+        assert [(l.name, l.type) for l in mine] == [(l.name, l.type) for l in theirs]
+        for a, b in zip(mine, theirs):
+            assert (a.features, a.ops) == (b.features, b.ops), a.name
+        assert lm.estimate({g.index: k}).total_ms == pytest.approx(est.estimate_network(data).total_ms, rel=1e-9)
+
+
 def test_a_grouped_conv1d_keeps_its_channels_on_axis_1(est):
     """A grouped 1-D conv (kept whole) writes ``[batch, channels, length]``, not tokens: the
     dense conv after it still reads those channels, and its own output group stays prunable."""
@@ -510,15 +584,29 @@ def _cli(capsys, argv: list[str]) -> tuple[int, str, str]:
     return rc, out.out, out.err
 
 
+class _FiveGroupedReaders(torch.nn.Module):
+    """A convolution whose output five grouped convolutions read: five reasons to keep it whole."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.branches = torch.nn.ModuleList(torch.nn.Conv2d(16, 16, 3, padding=1, groups=2) for _ in range(5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        return sum(b(x) for b in self.branches)
+
+
 def test_cli_summary_cuts_a_long_list_of_reasons(capsys, tmp_path):
-    """DeiT's residual width is kept whole by every layer norm: the summary names three reasons
-    and counts the rest, which the JSON table lists."""
-    path = tmp_path / "deit.json"
-    rc, out, err = _cli(capsys, ["zoo:deit_tiny@64", "--device", "host-cpu", "--step", "384", "--out", str(path),
+    """A group kept whole by five readers: the summary names three reasons and counts the
+    rest, which the JSON table lists."""
+    model, path = tmp_path / "five.onnx", tmp_path / "five.json"
+    model.write_bytes(zoo.export_onnx(_FiveGroupedReaders().eval(), input_shape=(1, 3, 16, 16)))
+    rc, out, err = _cli(capsys, [str(model), "--device", "host-cpu", "--step", "8", "--out", str(path),
                                  "--no-progress"])
     assert rc == 0, err
-    long = [g for g in json.loads(path.read_text())["groups"] if len(g["blocked"]) > 3]
-    assert long
+    long = [g for g in json.loads(path.read_text())["groups"] if len(g["blocked"]) > 3 and g["producers"]]
+    assert [g["name"] for g in long] == ["stem"] and len(long[0]["blocked"]) == 5
     for g in long:
         line = next(l for l in out.splitlines() if l.startswith(f"kept whole: {g['name']} "))
         assert line.endswith(f"; and {len(g['blocked']) - 3} more (the JSON table lists all)")

@@ -71,6 +71,15 @@ class Concat(LayerTypeSpec):
     def channel_flow(self, p: Mapping[str, Any]) -> str:
         return "concat"
 
+    def carries(self, p: Mapping[str, Any], node: Any, in_shape: Sequence[int], out_shape: Sequence[int],
+                axis: int) -> tuple[str, int] | None:
+        """A concat of tokens (a class token before the patches: ``(n, tokens, features)``
+        along axis 1) keeps the features, the importer's ``w``."""
+        rank = len(in_shape)
+        if rank != 3 or axis != 2 or int(attrs(node).get("axis", 1)) % rank == axis:
+            return None
+        return ("w", axis) if int(p.get("h", 0)) == 1 and int(p.get("w", 0)) == int(in_shape[axis]) else None
+
     def n_inputs(self, p: Mapping[str, Any]) -> int:
         return len(input_channels(p))
 

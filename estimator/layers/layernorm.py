@@ -47,6 +47,17 @@ class LayerNorm(LayerTypeSpec):
     def brief(self, p: Mapping[str, Any]) -> str:
         return f"{p.get('rows')} rows x {p.get('c')}"
 
+    def carries(self, p: Mapping[str, Any], node: Any, in_shape: Sequence[int], out_shape: Sequence[int],
+                axis: int) -> tuple[str, int] | None:
+        """A layer norm over the channel axis alone (a transformer's, over its features) keeps
+        the channels: a pruner cuts its scale and bias with them."""
+        rank = len(in_shape)
+        if node.op_type != "LayerNormalization" or not rank or axis != rank - 1:
+            return None
+        if int(attrs(node).get("axis", -1)) % rank != axis or int(p.get("c", 0)) != int(in_shape[axis]):
+            return None
+        return "c", axis
+
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         n, rows, c = positive(p, "n", 1), positive(p, "rows"), positive(p, "c")
         params = 2 * c  # scale and bias

@@ -264,15 +264,25 @@ class LayerTypeSpec:
         (:mod:`estimator.pruning`): ``"mix"`` reads every input channel and writes channels of
         its own (ports ``"in"`` and ``"out"``: a dense conv, an fc), ``"through"`` keeps its
         input's channels (port ``"through"``, or ``"w"`` for token rows ``(1, rows, 1,
-        channels)``), ``"concat"`` joins its inputs' (ports 0, 1, ...),
+        channels)``; :meth:`carries` names the parameter of other layouts), ``"concat"`` joins
+        its inputs' (ports 0, 1, ...),
         ``"flatten"`` folds channels into features; ``""``: it reads channels in a way pruning
         cannot follow (attention, grouped convs), which keeps their group whole."""
         return "through" if self.through_channels else ""
 
+    def carries(self, p: Mapping[str, Any], node: Any, in_shape: Sequence[int], out_shape: Sequence[int],
+                axis: int) -> tuple[str, int] | None:
+        """Where a layer that :meth:`channel_flow` does not follow (a transpose, a layer norm, a
+        concat or gather along the tokens) carries the channels at axis ``axis`` of its input
+        ``in_shape``: ``(port, their axis in the output)``, the port being the raw parameter
+        that holds them (``"c"``, ``"h"`` or ``"w"``); None where it does not, which keeps their
+        group whole. ``node`` is the layer's main ONNX node. This is how a transformer's
+        embedding width runs from the patch embedding through the token layout to the head."""
+        return None
+
     def _channel_key(self, port: str | int) -> str:
         key = {"in": "c_in", "out": "c_out", "through": self.through_channels, "flatten": self.through_channels,
-               "w": "w" if self.through_channels else ""}.get(
-            port) if isinstance(port, str) else None
+               "c": "c", "h": "h", "w": "w"}.get(port) if isinstance(port, str) else None
         if not key:
             raise LayerSpecError(f"layer type {self.name!r} has no channel port {port!r}")
         return key

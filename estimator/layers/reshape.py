@@ -39,6 +39,15 @@ class Reshape(MemoryBound):
         output shape is that)."""
         return "flatten"
 
+    def carries(self, p: Mapping[str, Any], node: Any, in_shape: Sequence[int], out_shape: Sequence[int],
+                axis: int) -> tuple[str, int] | None:
+        """A flatten of a feature map's rows and columns, ``(n, c, h, w) -> (n, c, h w)`` (a
+        vision transformer's patch embedding), keeps its channels on axis 1."""
+        if len(in_shape) != 4 or axis != 1 or int(p.get("c", 0)) != int(in_shape[1]):
+            return None
+        n, c, h, w = (int(x) for x in in_shape)
+        return ("c", 1) if tuple(int(x) for x in out_shape) == (n, c, h * w) else None
+
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         n, h, w, c = positive(p, "n", 1), positive(p, "h"), positive(p, "w"), positive(p, "c")
         el = n * h * w * c

@@ -14,6 +14,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from . import space
+from .importing import attrs
 from .ir import Op, tf_axis
 from .params import LayerSpecError, opt_int
 from .registry import NCHW, LayerCounts, register, rows_of
@@ -45,6 +46,26 @@ class Slice(MemoryBound):
             if out % (n * h * w) == 0:
                 counts = LayerCounts(counts.features, 0, 0, counts.ops, counts.bytes, (n, out // (n * h * w), h, w))
         return counts
+
+    def carries(self, p: Mapping[str, Any], node: Any, in_shape: Sequence[int], out_shape: Sequence[int],
+                axis: int) -> tuple[str, int] | None:
+        """A gather along the tokens (a vision transformer's class token, ``x[:, 0]``) keeps the
+        features, the last axis (``w`` of the rows the importer reads)."""
+        rank = len(in_shape)
+        if node.op_type != "Gather" or rank < 2 or axis != rank - 1 or opt_int(p, "n_outputs", 1) != 1:
+            return None
+        g = int(attrs(node).get("axis", 0)) % rank
+        if g == axis or int(p.get("h", 0)) != 1 or int(p.get("w", 0)) != int(in_shape[axis]):
+            return None
+        out = axis - (1 if len(out_shape) < rank and g < axis else 0)
+        return ("w", out) if len(out_shape) > out and int(out_shape[out]) == int(in_shape[axis]) else None
+
+    def with_channels(self, p: Mapping[str, Any], port: str | int, n: int) -> dict[str, Any]:
+        """The features of token rows (port ``w``) scale the elements gathered with them."""
+        q = super().with_channels(p, port, n)
+        if port == "w" and "elems_out" in p:
+            q["elems_out"] = int(p["elems_out"]) // int(p["w"]) * int(n)
+        return q
 
     def _kept(self, p: Mapping[str, Any]) -> int:
         h, w, c = int(p["h"]), int(p["w"]), int(p["c"])

@@ -131,6 +131,27 @@ class Transpose(MemoryBound):
             perm = [tf_axis(perm[n], 4) for n in (0, 2, 3, 1)]
         return tf.transpose(ins[0], perm)
 
+    def carries(self, p: Mapping[str, Any], node: Any, in_shape: Sequence[int], out_shape: Sequence[int],
+                axis: int) -> tuple[str, int] | None:
+        """A transpose moves the channels to the axis its permutation gives them (a patch
+        embedding's ``(n, c, tokens) -> (n, tokens, c)``), where they stay one of the reduced
+        ``(c, h, w)`` by themselves: the one that alone doubles when they double."""
+        rank = len(in_shape)
+        if node.op_type != "Transpose" or not 0 <= axis < rank:
+            return None
+        perm = [int(a) for a in attrs(node).get("perm", range(rank - 1, -1, -1))]
+        if sorted(perm) != list(range(rank)):
+            return None
+        size = int(in_shape[axis])
+        wider = [int(x) for x in in_shape]
+        wider[axis] = 2 * size
+        a, b = reduced_transpose(in_shape, perm), reduced_transpose(wider, perm)
+        names = [k for k, x, y in zip("chw", a, b) if x != y]
+        if len(names) != 1 or a[3] != b[3] or int(p.get(names[0], 0)) != size:
+            return None
+        k = "chw".index(names[0])
+        return (names[0], perm.index(axis)) if (a[k], b[k]) == (size, 2 * size) else None
+
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         counts = super().count(p, eb)
         if opt_int(p, "rank", 0) == 4 or "moves_last" in p:
