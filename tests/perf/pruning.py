@@ -18,6 +18,11 @@ not a test: prints figures).
    ``|median(odd rounds) / median(even rounds) - 1|``.
 4. **Slowdowns in sign**: within each family and rounding, each step to the next ratio: a
    measured slowdown beyond the floor must be predicted as a slowdown.
+5. **Transformer embedding widths**: DeiT-Tiny and EfficientFormer-L1 (last stage) cut to
+   ``--deit-widths`` and ``--efficientformer-widths`` through their embedding group (the
+   modules built at each width as ``tests/test_pruning.py`` builds them), timed and estimated
+   as in 3, with each width's change from the full width, measured and predicted (what a
+   pruner reads from the table). ``--sections 5`` runs this one alone.
 
 These figures hold only where the profile holds: run ``bench check --device host-cpu`` first.
 """
@@ -28,6 +33,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
@@ -54,6 +60,52 @@ def uniform(name: str, ratio: float, round_to: int | None, res: int) -> torch.nn
     return m
 
 
+def transformer_widths(est: Estimator, a: argparse.Namespace) -> None:
+    """Section 5 (see the module docstring)."""
+    from tests.test_pruning import _narrow_deit, _narrow_efficientformer  # noqa: PLC0415
+
+    res, conf, shape = a.resolution, a.confidence, (1, 3, a.resolution, a.resolution)
+    cases = {"deit_tiny": ("patch_embed", _narrow_deit, a.deit_widths),
+             "efficientformer_l1": ("network.13.0", _narrow_efficientformer, a.efficientformer_widths)}
+    nets: dict[str, bytes] = {}
+    pruner: dict[str, Any] = {}
+    for name, (group, narrow, widths) in cases.items():
+        torch.manual_seed(0)
+        lm = LatencyModel(est, zoo.export_onnx(zoo.build(name, res), input_shape=shape), confidence=conf, name=name)
+        g = lm.group(group)
+        for k in (int(x) for x in widths.split(",")):
+            nets[f"{name}@{k}"] = zoo.export_onnx(narrow(zoo.build(name, res), k), input_shape=shape)
+            pruner[f"{name}@{k}"] = lm.estimate({g.index: k})
+    print(f"\ntiming {len(nets)} transformer widths in {a.rounds} interleaved rounds on CPU {a.affinity}", file=sys.stderr)
+    per = time_interleaved(nets, a.affinity, a.rounds)
+    print(f"\ntransformer embedding widths on {a.device} (measured: ONNX Runtime, 1 thread, CPU {a.affinity}, "
+          f"{a.rounds} rounds; change: from the first width)")
+    print(f"{'network':24s} {'measured':>9s} {'floor%':>7s} {'estimate':>9s} {'err%':>7s} {'CM_LV 90':>20s} {'in':>3s} "
+          f"{'uncal err%':>10s} {'change meas':>11s} {'pred':>7s} {'table=module':>12s}")
+    rows = []
+    for name in cases:
+        first = None
+        for k in [key for key in nets if key.startswith(name + "@")]:
+            v = per[k]
+            meas = statistics.median(v)
+            floor = abs(statistics.median(v[0::2]) / statistics.median(v[1::2]) - 1) * 100
+            e = est.estimate_network(nets[k], conf, per_layer=False)
+            lo, hi = e.interval("CM_LV", conf)
+            unc = (e.uncalibrated or {"total_ms": e.total_ms})["total_ms"]
+            first = first or (meas, e.total_ms)
+            same = abs(pruner[k].total_ms / e.total_ms - 1)
+            rows.append((meas, floor, e.total_ms, lo, hi, unc))
+            print(f"{k:24s} {meas:9.3f} {floor:7.2f} {e.total_ms:9.3f} {100 * (e.total_ms / meas - 1):+7.1f} "
+                  f"[{lo:8.3f}, {hi:8.3f}] {'y' if lo <= meas <= hi else 'N':>3s} {100 * (unc / meas - 1):+10.1f} "
+                  f"{100 * (meas / first[0] - 1):+10.1f}% {100 * (e.total_ms / first[1] - 1):+6.1f}% {same:12.1e}")
+    n = len(rows)
+    print(f"  {n} networks: noise floor mean {statistics.mean(r[1] for r in rows):.2f} %; calibrated mean |error| "
+          f"{statistics.mean(abs(r[2] / r[0] - 1) for r in rows) * 100:.2f} %, CM_LV {conf:g} covers "
+          f"{sum(r[3] <= r[0] <= r[4] for r in rows)}/{n} at mean width "
+          f"{statistics.mean((r[4] - r[3]) / r[2] for r in rows) * 100:.0f} %; uncalibrated mean |error| "
+          f"{statistics.mean(abs(r[5] / r[0] - 1) for r in rows) * 100:.2f} %")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="host-cpu")
@@ -65,10 +117,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--affinity", default="1", help="CPU(s) the timing is pinned to (default 1)")
     ap.add_argument("--repeat", type=int, default=3, help="table builds to take the best of (default 3)")
     ap.add_argument("--confidence", type=float, default=0.9)
+    ap.add_argument("--deit-widths", default="192,160,128,96,64", help="DeiT-Tiny embedding widths of section 5")
+    ap.add_argument("--efficientformer-widths", default="448,352,256,160",
+                    help="EfficientFormer-L1 last-stage widths of section 5")
+    ap.add_argument("--sections", default="1,2,3,4,5", help="sections to run (default all: 1,2,3,4,5)")
     a = ap.parse_args(argv)
     res, conf = a.resolution, a.confidence
+    sections = {int(x) for x in a.sections.split(",")}
     est = Estimator.from_profile(a.device, root=a.profiles)
     est.warm_up()
+    if 5 in sections:
+        transformer_widths(est, a)
+    if not sections & {1, 2, 3, 4}:
+        return 0
 
     # 1. table build time
     data = zoo.export_onnx("resnet18", 224)
