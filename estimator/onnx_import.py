@@ -121,6 +121,7 @@ from onnx import TensorProto, numpy_helper
 from .errors import NotFoundError
 from .fusion import FusionRules
 from .layers import FUSED_ACT_TYPES, SPECS, Layer, LayerSpecError, LayerType, describe, hwc
+from .layers.params import rows_chw
 from .layers.importing import Draft as _Draft
 from .layers.importing import ImpossibleShapeError, OnnxImportError
 from .layers.importing import Unsupported as _Unsupported
@@ -1455,7 +1456,7 @@ class _Extractor:
         if n > 1:
             d.flag("batch_gt_1")  # (the leading dim is folded into the rows: one kernel reads them all)
             s = self.shape(t)
-            c, h, w = (n, 1, c) if s is not None and len(s) == 2 else (n * c, h, w)
+            c, h, w = rows_chw(s) if s is not None else (n * c, h, w)
         p = d.params
         p["n"], p["h"], p["w"], p["c"] = 1, h, w, c
         return 1, c, h, w

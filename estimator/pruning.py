@@ -8,8 +8,9 @@ by walking the imported network's ONNX graph; each layer type says how it carrie
 (:meth:`~estimator.layers.registry.LayerTypeSpec.channel_flow`). A group is kept whole
 (``blocked``) where a layer reads channels in a way pruning cannot follow (attention's
 head-splitting reshapes, a grouped conv) and where its channels leave the network (the
-classifier). A transformer's embedding width is one group through its token layout: each type
-says where a transpose, a layer norm or a token concat carries the channels
+classifier). A transformer's width is one group through its token layout (a patch embedding,
+MobileViT's unfolding into patches and back): each type says where a reshape, a transpose, a
+layer norm or a token concat carries the channels
 (:meth:`~estimator.layers.registry.LayerTypeSpec.carries`).
 
 :class:`LatencyModel` answers a pruner's questions in that context: a layer's latency at
@@ -38,6 +39,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .errors import UserError
 from .layers import SPECS, Layer, describe
+from .layers.registry import ChannelAxis
 from .predict import Estimator, LayerEstimate, NetworkEstimate, parse_confidence
 
 __all__ = ["Port", "ChannelGroup", "channel_groups", "module_name", "LayerLatency", "LatencyModel",
@@ -165,20 +167,29 @@ def _count(spec: Any, p: Mapping[str, Any], port: str | int) -> int:
         return -1
 
 
-def _carried(spec: Any, layer: Layer, main: Any, data: Sequence[str], sizes: Sequence[int], axes: Mapping[str, int],
-             canon: Callable[[str], str]) -> tuple[str, int] | None:
-    """``(port, output axis)`` where ``layer`` (one data input) carries its input's channels in
-    a way its type's :meth:`~estimator.layers.registry.LayerTypeSpec.carries` names, else None."""
-    if spec is None or main is None or len(data) != 1 or not layer.input_shapes or not layer.output_shapes:
+def _carried(spec: Any, layer: Layer, main: Any, data: Sequence[str], ins: Sequence[Segments], groups: _Groups,
+             axes: Mapping[str, tuple[int, int]], canon: Callable[[str], str]) -> tuple[str, int, Segments, tuple[int, int]] | None:
+    """Where ``layer`` (one data input holding one group) carries that group's channels in a way
+    its type's :meth:`~estimator.layers.registry.LayerTypeSpec.carries` names: ``(port, the
+    port's channels per channel of the group, the output's segments, the output's (axis,
+    inner))``; None where it does not."""
+    if spec is None or main is None or len(data) != 1 or len(ins[0]) != 1 or not layer.input_shapes \
+            or not layer.output_shapes:
         return None
-    shape = layer.input_shapes[0]
-    axis = axes.get(canon(data[0]))
-    if axis is None or not 0 <= axis < len(shape) or int(shape[axis]) != sizes[0]:
+    (gid, m), = ins[0]
+    k = groups.channels[groups.find(gid)]
+    shape, out_shape = layer.input_shapes[0], layer.output_shapes[0]
+    axis, inner = axes.get(canon(data[0]), (-1, 1))
+    if not 0 <= axis < len(shape) or int(shape[axis]) != k * m or k < 1:
         return None
-    carried = spec.carries(layer.params, main, shape, layer.output_shapes[0], axis)
-    if carried is None or _count(spec, layer.params, carried[0]) != sizes[0]:
+    carried = spec.carries(layer.params, main, shape, out_shape, ChannelAxis(axis, k, inner))
+    if carried is None:
         return None
-    return carried
+    port, at = carried
+    count = _count(spec, layer.params, port)
+    if count < k or count % k or not 0 <= at.axis < len(out_shape) or int(out_shape[at.axis]) % k:
+        return None
+    return port, count // k, [(gid, int(out_shape[at.axis]) // k)], (at.axis, at.inner)
 
 
 def _new_channels(layer: Layer) -> int:
@@ -231,13 +242,13 @@ def channel_groups(network: Any) -> list[ChannelGroup]:
     nodes = {n.name: n for n in g.node}
     groups = _Groups()
     segs: dict[str, Segments] = {}
-    axes: dict[str, int] = {}  # the axis of each tensor's channels
+    axes: dict[str, tuple[int, int]] = {}  # each tensor's channel axis and entries per channel there
     for inp in g.input:
         if inp.name in const:
             continue
         dims = [d.dim_value for d in inp.type.tensor_type.shape.dim]
         segs[inp.name] = [(groups.new(dims[1] if len(dims) > 1 and dims[1] > 0 else 1, "the network's input"), 1)]
-        axes[inp.name] = 1
+        axes[inp.name] = (1, 1)
 
     def of(t: str) -> Segments:
         t = canon(t)
@@ -257,7 +268,7 @@ def channel_groups(network: Any) -> list[ChannelGroup]:
         ins = [of(x) for x in data]
         what = f"{layer.type} layer {layer.name}"
         out: Segments
-        out_axis = _channel_axis(layer)
+        out_axis = (_channel_axis(layer), 1)
         sizes = [_channels(groups, s) for s in ins]
         port = flow
         if flow == "mix" and not (ins and _count(spec, layer.params, "in") == sizes[0]):
@@ -296,11 +307,6 @@ def channel_groups(network: Any) -> list[ChannelGroup]:
                     groups.add(gid, Port(i, k, m))
                 out += s
             out_axis = axes.get(canon(data[0]), out_axis)
-        elif (carried := _carried(spec, layer, main, data, sizes, axes, canon)) is not None:
-            port, out_axis = carried
-            for gid, m in ins[0]:
-                groups.add(gid, Port(i, port, m))
-            out = ins[0]
         elif flow == "flatten" and ins and layer.input_shapes and len(layer.input_shapes[0]) == 4 \
                 and layer.output_shapes and len(layer.output_shapes[0]) == 2:
             n_, c, h, w = (int(x) for x in layer.input_shapes[0])
@@ -312,7 +318,10 @@ def channel_groups(network: Any) -> list[ChannelGroup]:
                 for gid, m in ins[0]:
                     groups.add(gid, Port(i, "flatten", m))
                 out = [(gid, m * h * w) for gid, m in ins[0]]
-                out_axis = 1
+                out_axis = (1, axes.get(canon(data[0]), (1, 1))[1] * h * w)
+        elif (carried := _carried(spec, layer, main, data, ins, groups, axes, canon)) is not None:
+            port, mult, out, out_axis = carried
+            groups.add(out[0][0], Port(i, port, mult))
         else:
             for s in ins:
                 for gid, _ in s:

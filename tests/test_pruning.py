@@ -9,6 +9,7 @@ model's estimate of the kept widths is the estimate of the pruned module exporte
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import math
@@ -17,6 +18,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Sequence
 
 import pytest
 import torch
@@ -269,6 +271,10 @@ def test_deit_groups_are_the_same_with_and_without_weights(est):
         assert [stripped.layers[p.layer].type for p in g.ports] == ["fc", "activation", "fc"]
 
 
+#: MobileViT-XS's blocks with a transformer
+MOBILEVIT_BLOCKS = ("layer3.1", "layer4.1", "layer5.1")
+
+
 def _narrow_deit(model: torch.nn.Module, k: int) -> torch.nn.Module:
     """DeiT with its embedding width cut to ``k``: the patch embedding, class and position
     tokens, every layer norm, each block's qkv input, projection output and MLP ends, and the
@@ -315,15 +321,35 @@ def _narrow_efficientformer(model: torch.nn.Module, k: int) -> torch.nn.Module:
     return model.eval()
 
 
+def _narrow_mobilevit(model: torch.nn.Module, k: int, blocks: Sequence[str] = MOBILEVIT_BLOCKS) -> torch.nn.Module:
+    """MobileViT with the transformer width of ``blocks`` cut to ``k``: the 1x1 conv into it, its
+    unfolding into patches and folding back, every layer norm and token linear's input or output,
+    and the 1x1 conv out of it (the attention's and the MLP's own widths stay)."""
+    nn = torch.nn
+    for name in blocks:
+        blk = model.get_submodule(name)
+        blk.local[1] = nn.Conv2d(blk.local[1].in_channels, k, 1, bias=False)
+        for b in blk.transformer:
+            b.norm1, b.norm2 = nn.LayerNorm(k), nn.LayerNorm(k)
+            b.attn.qkv = nn.Linear(k, b.attn.qkv.out_features)
+            b.attn.proj = nn.Linear(b.attn.proj.in_features, k)
+            b.mlp[0], b.mlp[2] = nn.Linear(k, b.mlp[0].out_features), nn.Linear(b.mlp[2].in_features, k)
+        blk.norm = nn.LayerNorm(k)
+        blk.proj[0] = nn.Conv2d(k, blk.proj[0].out_channels, 1, bias=blk.proj[0].bias is not None)
+    return model.eval()
+
+
 @pytest.mark.parametrize("name, group, narrow, widths", [
     ("deit_tiny", "patch_embed", _narrow_deit, (96, 37)),
     ("efficientformer_l1", "network.13.0", _narrow_efficientformer, (200, 64)),
+    ("mobilevit_xs", "layer4.1.local.1", functools.partial(_narrow_mobilevit, blocks=("layer4.1",)), (72, 13)),
 ])
-def test_a_transformer_embedding_width_is_one_prunable_group(est, name, group, narrow, widths):
-    """A transformer's embedding width runs from the patch embedding (or the last conv stage)
-    through the flattening and transposition to tokens, the token concat and gather, every
-    layer norm, residual add and token linear, to the heads: one group. Cut to a width, its
-    layers and estimate are those of the module built at that width."""
+def test_a_transformer_width_is_one_prunable_group(est, name, group, narrow, widths):
+    """A transformer's width runs from the convolution before it (a patch embedding, the last
+    conv stage, MobileViT's 1x1 into the block) through the layouts to tokens (a flattening and
+    transposition, MobileViT's unfolding into 2x2 patches), the token concat and gather, every
+    layer norm, residual add and token linear, back to a feature map or to the heads: one
+    group. Cut to a width, its layers and estimate are those of the module built at that width."""
     torch.manual_seed(0)
     model = zoo.build(name, RES).eval()
     lm = LatencyModel(est, zoo.export_onnx(model, input_shape=SHAPE), name=name)
@@ -331,7 +357,7 @@ def test_a_transformer_embedding_width_is_one_prunable_group(est, name, group, n
     assert g.prunable and g.producers[0] == lm.index(group), g.blocked
     ports = {(lm.layers[p.layer].type, p.port) for p in g.ports}
     assert {("layernorm", "c"), ("transpose", "h"), ("reshape", "c"), ("fc", "in"), ("fc", "out")} <= ports
-    transpose = next(p.layer for p in g.ports if lm.layers[p.layer].type == "transpose")
+    transpose = next(p.layer for p in g.ports if lm.layers[p.layer].type == "transpose" and p.mult == 1)
     for k in widths:
         assert lm.layer(transpose, c_in=k).c_in == k
         narrowed = narrow(zoo.build(name, RES), k)

@@ -11,7 +11,7 @@ from . import space
 from .importing import attrs
 from .ir import Op
 from .params import LayerSpecError, dims_text, integer, io_bytes, positive
-from .registry import NCHW, LayerCounts, LayerTypeSpec, register
+from .registry import NCHW, ChannelAxis, LayerCounts, LayerTypeSpec, register
 
 
 def input_channels(p: Mapping[str, Any]) -> list[int]:
@@ -72,13 +72,13 @@ class Concat(LayerTypeSpec):
         return "concat"
 
     def carries(self, p: Mapping[str, Any], node: Any, in_shape: Sequence[int], out_shape: Sequence[int],
-                axis: int) -> tuple[str, int] | None:
+                at: ChannelAxis) -> tuple[str, ChannelAxis] | None:
         """A concat of tokens (a class token before the patches: ``(n, tokens, features)``
         along axis 1) keeps the features, the importer's ``w``."""
         rank = len(in_shape)
-        if rank != 3 or axis != 2 or int(attrs(node).get("axis", 1)) % rank == axis:
+        if rank != 3 or at.axis != 2 or int(attrs(node).get("axis", 1)) % rank == at.axis:
             return None
-        return ("w", axis) if int(p.get("h", 0)) == 1 and int(p.get("w", 0)) == int(in_shape[axis]) else None
+        return ("w", at) if int(p.get("h", 0)) == 1 and int(p.get("w", 0)) == int(in_shape[at.axis]) else None
 
     def n_inputs(self, p: Mapping[str, Any]) -> int:
         return len(input_channels(p))

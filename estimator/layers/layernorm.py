@@ -21,7 +21,7 @@ from . import space
 from .importing import Unsupported, attrs, is_const, reduce_axes
 from .ir import Op, tf_axis
 from .params import LayerSpecError, io_bytes, positive
-from .registry import NCHW, LayerCounts, LayerTypeSpec, register, rows_of
+from .registry import NCHW, ChannelAxis, LayerCounts, LayerTypeSpec, register, rows_of
 
 #: Network prior: embedding widths.
 _PRIOR_C = (32, 48, 64, 80, 96, 120, 128, 144, 160, 192, 224, 240, 256, 320, 384, 448, 512, 640, 768)
@@ -48,15 +48,15 @@ class LayerNorm(LayerTypeSpec):
         return f"{p.get('rows')} rows x {p.get('c')}"
 
     def carries(self, p: Mapping[str, Any], node: Any, in_shape: Sequence[int], out_shape: Sequence[int],
-                axis: int) -> tuple[str, int] | None:
+                at: ChannelAxis) -> tuple[str, ChannelAxis] | None:
         """A layer norm over the channel axis alone (a transformer's, over its features) keeps
         the channels: a pruner cuts its scale and bias with them."""
         rank = len(in_shape)
-        if node.op_type != "LayerNormalization" or not rank or axis != rank - 1:
+        if node.op_type != "LayerNormalization" or not rank or at.axis != rank - 1:
             return None
-        if int(attrs(node).get("axis", -1)) % rank != axis or int(p.get("c", 0)) != int(in_shape[axis]):
+        if int(attrs(node).get("axis", -1)) % rank != at.axis or int(p.get("c", 0)) != int(in_shape[at.axis]):
             return None
-        return "c", axis
+        return "c", at
 
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         n, rows, c = positive(p, "n", 1), positive(p, "rows"), positive(p, "c")

@@ -126,6 +126,15 @@ def hwc(shape: Sequence[int]) -> tuple[int, int, int, int]:
     return s[0], s[2], math.prod(s[3:]), s[1]
 
 
+def rows_chw(shape: Sequence[int]) -> tuple[int, int, int]:
+    """``(c, h, w)`` of a tensor read as rows (the importer's ``rows_params``): :func:`hwc`'s, a
+    leading dimension above 1 folded into ``c`` (into ``h`` as rows for rank 2)."""
+    n, h, w, c = hwc(shape)
+    if n > 1:
+        return (n, 1, c) if len(shape) == 2 else (n * c, h, w)
+    return c, h, w
+
+
 def _pads(p: Mapping[str, Any], k_h: int, k_w: int, d_h: int, d_w: int) -> tuple[int, int, int, int]:
     """(top, left, bottom, right); the default is 'same'-style symmetric padding."""
     dt, dl = d_h * (k_h - 1) // 2, d_w * (k_w - 1) // 2

@@ -24,10 +24,12 @@ from typing import Any, ClassVar, Mapping, Sequence
 import numpy as np
 
 from .ir import Op
-from .params import LayerSpecError, integer
+from .params import LayerSpecError, integer, rows_chw
 from .space import MAX_ROW_ELEMS, SPACE_MAX, UnitHash
 
 __all__ = [
+    "ChannelAxis",
+    "rows_port",
     "LayerType",
     "LayerTypeSpec",
     "LayerCounts",
@@ -66,6 +68,34 @@ class LayerType:
     RESHAPE = "reshape"
     SOFTMAX = "softmax"
     OTHER = "other"
+
+
+@dataclass(frozen=True)
+class ChannelAxis:
+    """Where ``size`` channels lie in a tensor: along ``axis``, each spanning ``inner``
+    consecutive entries of it, the axis ``outer x size x inner`` long (a feature map's channel
+    axis: ``inner`` 1; MobileViT's unfolded ``(channels x patch rows, ...)``: ``inner`` 4)."""
+
+    axis: int
+    size: int
+    inner: int = 1
+
+    def moved(self, axis: int) -> "ChannelAxis":
+        return ChannelAxis(axis, self.size, self.inner)
+
+
+def rows_port(p: Mapping[str, Any], in_shape: Sequence[int], at: ChannelAxis) -> str | None:
+    """The raw parameter (``c``, ``h`` or ``w``) of a layer that reads its input as rows
+    (:func:`~estimator.layers.params.rows_chw`) that holds the channels ``at`` places there: the
+    one that alone doubles when they double; None where none does."""
+    wider = [int(x) for x in in_shape]
+    wider[at.axis] *= 2
+    a, b = rows_chw(in_shape), rows_chw(wider)
+    names = [k for k, x, y in zip("chw", a, b) if x != y]
+    if len(names) != 1:
+        return None
+    k = "chw".index(names[0])
+    return names[0] if b[k] == 2 * a[k] and int(p.get(names[0], 0)) == a[k] else None
 
 
 @dataclass(frozen=True)
@@ -271,13 +301,14 @@ class LayerTypeSpec:
         return "through" if self.through_channels else ""
 
     def carries(self, p: Mapping[str, Any], node: Any, in_shape: Sequence[int], out_shape: Sequence[int],
-                axis: int) -> tuple[str, int] | None:
-        """Where a layer that :meth:`channel_flow` does not follow (a transpose, a layer norm, a
-        concat or gather along the tokens) carries the channels at axis ``axis`` of its input
-        ``in_shape``: ``(port, their axis in the output)``, the port being the raw parameter
-        that holds them (``"c"``, ``"h"`` or ``"w"``); None where it does not, which keeps their
-        group whole. ``node`` is the layer's main ONNX node. This is how a transformer's
-        embedding width runs from the patch embedding through the token layout to the head."""
+                at: ChannelAxis) -> tuple[str, ChannelAxis] | None:
+        """Where a layer that :meth:`channel_flow` does not follow (a reshape or transpose between
+        layouts, a layer norm, a concat or gather along the tokens) carries the channels that
+        ``at`` places in its input ``in_shape``: ``(port, where they are in the output)``, the
+        port being the raw parameter that holds them, a multiple of their count (``"c"``,
+        ``"h"`` or ``"w"``); None where it does not, which keeps their group whole. ``node`` is
+        the layer's main ONNX node. This is how a transformer's width runs from a convolution
+        through the token layout (a patch embedding, MobileViT's unfolding) and back."""
         return None
 
     def _channel_key(self, port: str | int) -> str:

@@ -6,6 +6,7 @@ NHWC data ``(1, h, w, c)`` to ``(1, c, w, h)``, the same reinterpretation.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -13,7 +14,7 @@ import numpy as np
 from . import space
 from .ir import Op
 from .params import io_bytes, positive
-from .registry import NCHW, LayerCounts, register
+from .registry import NCHW, ChannelAxis, LayerCounts, register, rows_port
 from .shared import MemoryBound, generic_draft
 
 _PRIOR_SMALL = (1, 2, 3, 4, 8, 12, 16, 32, 64, 96, 128, 192, 256, 384)
@@ -40,13 +41,26 @@ class Reshape(MemoryBound):
         return "flatten"
 
     def carries(self, p: Mapping[str, Any], node: Any, in_shape: Sequence[int], out_shape: Sequence[int],
-                axis: int) -> tuple[str, int] | None:
-        """A flatten of a feature map's rows and columns, ``(n, c, h, w) -> (n, c, h w)`` (a
-        vision transformer's patch embedding), keeps its channels on axis 1."""
-        if len(in_shape) != 4 or axis != 1 or int(p.get("c", 0)) != int(in_shape[1]):
+                at: ChannelAxis) -> tuple[str, ChannelAxis] | None:
+        """A reshape that keeps the channels within one output axis: read in row-major order, the
+        axes before them span as many entries in the output as in the input, and the output axis
+        that holds them starts no later and ends no earlier. A patch embedding's ``(n, c, h, w) ->
+        (n, c, h w)`` keeps them on axis 1; MobileViT's unfolding ``(1, c, h, w) -> (c h/2, 2,
+        w/2, 2)`` puts them on axis 0, ``h/2`` entries each."""
+        if not in_shape or not out_shape or math.prod(in_shape) != math.prod(out_shape):
             return None
-        n, c, h, w = (int(x) for x in in_shape)
-        return ("c", 1) if tuple(int(x) for x in out_shape) == (n, c, h * w) else None
+        size = int(in_shape[at.axis])
+        if size % (at.size * at.inner):
+            return None
+        start = math.prod(in_shape[:at.axis]) * (size // (at.size * at.inner))  # entries before the channels
+        end = start * at.size
+        before = 1
+        for b, d in enumerate(int(x) for x in out_shape):
+            if d > 1 and start % before == 0 and (before * d) % end == 0 and before <= start:
+                port = rows_port(p, in_shape, at)
+                return None if port is None else (port, ChannelAxis(b, at.size, before * d // end))
+            before *= d
+        return None
 
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         n, h, w, c = positive(p, "n", 1), positive(p, "h"), positive(p, "w"), positive(p, "c")

@@ -17,7 +17,7 @@ from . import space
 from .importing import attrs
 from .ir import Op, tf_axis
 from .params import LayerSpecError, opt_int
-from .registry import NCHW, LayerCounts, register, rows_of
+from .registry import NCHW, ChannelAxis, LayerCounts, register, rows_of
 from .shared import MemoryBound
 
 
@@ -48,17 +48,17 @@ class Slice(MemoryBound):
         return counts
 
     def carries(self, p: Mapping[str, Any], node: Any, in_shape: Sequence[int], out_shape: Sequence[int],
-                axis: int) -> tuple[str, int] | None:
+                at: ChannelAxis) -> tuple[str, ChannelAxis] | None:
         """A gather along the tokens (a vision transformer's class token, ``x[:, 0]``) keeps the
         features, the last axis (``w`` of the rows the importer reads)."""
-        rank = len(in_shape)
+        rank, axis = len(in_shape), at.axis
         if node.op_type != "Gather" or rank < 2 or axis != rank - 1 or opt_int(p, "n_outputs", 1) != 1:
             return None
         g = int(attrs(node).get("axis", 0)) % rank
         if g == axis or int(p.get("h", 0)) != 1 or int(p.get("w", 0)) != int(in_shape[axis]):
             return None
         out = axis - (1 if len(out_shape) < rank and g < axis else 0)
-        return ("w", out) if len(out_shape) > out and int(out_shape[out]) == int(in_shape[axis]) else None
+        return ("w", at.moved(out)) if len(out_shape) > out and int(out_shape[out]) == int(in_shape[axis]) else None
 
     def with_channels(self, p: Mapping[str, Any], port: str | int, n: int) -> dict[str, Any]:
         """The features of token rows (port ``w``) scale the elements gathered with them."""

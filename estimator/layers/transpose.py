@@ -20,7 +20,7 @@ from . import space
 from .importing import attrs
 from .ir import Op, tf_axis
 from .params import nonneg, opt_int
-from .registry import NCHW, LayerCounts, register, reshape_op, rows_of
+from .registry import NCHW, ChannelAxis, LayerCounts, register, reshape_op, rows_of
 from .shared import MemoryBound, generic_draft
 
 _PRIOR_SMALL = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192)
@@ -132,25 +132,26 @@ class Transpose(MemoryBound):
         return tf.transpose(ins[0], perm)
 
     def carries(self, p: Mapping[str, Any], node: Any, in_shape: Sequence[int], out_shape: Sequence[int],
-                axis: int) -> tuple[str, int] | None:
-        """A transpose moves the channels to the axis its permutation gives them (a patch
-        embedding's ``(n, c, tokens) -> (n, tokens, c)``), where they stay one of the reduced
-        ``(c, h, w)`` by themselves: the one that alone doubles when they double."""
+                at: ChannelAxis) -> tuple[str, ChannelAxis] | None:
+        """A transpose moves the channels with their axis to where its permutation puts it (a
+        patch embedding's ``(n, c, tokens) -> (n, tokens, c)``); they are in the one of the
+        reduced ``(c, h, w)`` that alone doubles when they double."""
         rank = len(in_shape)
-        if node.op_type != "Transpose" or not 0 <= axis < rank:
+        if node.op_type != "Transpose" or not 0 <= at.axis < rank:
             return None
         perm = [int(a) for a in attrs(node).get("perm", range(rank - 1, -1, -1))]
         if sorted(perm) != list(range(rank)):
             return None
-        size = int(in_shape[axis])
         wider = [int(x) for x in in_shape]
-        wider[axis] = 2 * size
+        wider[at.axis] *= 2
         a, b = reduced_transpose(in_shape, perm), reduced_transpose(wider, perm)
         names = [k for k, x, y in zip("chw", a, b) if x != y]
-        if len(names) != 1 or a[3] != b[3] or int(p.get(names[0], 0)) != size:
+        if len(names) != 1 or a[3] != b[3]:
             return None
         k = "chw".index(names[0])
-        return (names[0], perm.index(axis)) if (a[k], b[k]) == (size, 2 * size) else None
+        if b[k] != 2 * a[k] or int(p.get(names[0], 0)) != a[k]:
+            return None
+        return names[0], at.moved(perm.index(at.axis))
 
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         counts = super().count(p, eb)

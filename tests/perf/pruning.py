@@ -18,11 +18,12 @@ not a test: prints figures).
    ``|median(odd rounds) / median(even rounds) - 1|``.
 4. **Slowdowns in sign**: within each family and rounding, each step to the next ratio: a
    measured slowdown beyond the floor must be predicted as a slowdown.
-5. **Transformer embedding widths**: DeiT-Tiny and EfficientFormer-L1 (last stage) cut to
-   ``--deit-widths`` and ``--efficientformer-widths`` through their embedding group (the
-   modules built at each width as ``tests/test_pruning.py`` builds them), timed and estimated
-   as in 3, with each width's change from the full width, measured and predicted (what a
-   pruner reads from the table). ``--sections 5`` runs this one alone.
+5. **Transformer widths**: DeiT-Tiny and EfficientFormer-L1 (last stage) cut to
+   ``--deit-widths`` and ``--efficientformer-widths`` through their embedding group, and
+   MobileViT-XS's three transformer widths cut by each of ``--mobilevit-ratios`` (the modules
+   built at each width as ``tests/test_pruning.py`` builds them), timed and estimated as in 3,
+   with each width's change from the full width, measured and predicted (what a pruner reads
+   from the table). ``--sections 5`` runs this one alone.
 
 These figures hold only where the profile holds: run ``bench check --device host-cpu`` first.
 """
@@ -62,28 +63,40 @@ def uniform(name: str, ratio: float, round_to: int | None, res: int) -> torch.nn
 
 def transformer_widths(est: Estimator, a: argparse.Namespace) -> None:
     """Section 5 (see the module docstring)."""
-    from tests.test_pruning import _narrow_deit, _narrow_efficientformer  # noqa: PLC0415
+    from tests.test_pruning import (MOBILEVIT_BLOCKS, _narrow_deit, _narrow_efficientformer,  # noqa: PLC0415
+                                    _narrow_mobilevit)
 
     res, conf, shape = a.resolution, a.confidence, (1, 3, a.resolution, a.resolution)
-    cases = {"deit_tiny": ("patch_embed", _narrow_deit, a.deit_widths),
-             "efficientformer_l1": ("network.13.0", _narrow_efficientformer, a.efficientformer_widths)}
     nets: dict[str, bytes] = {}
     pruner: dict[str, Any] = {}
-    for name, (group, narrow, widths) in cases.items():
+    for name, group, narrow, widths in (("deit_tiny", "patch_embed", _narrow_deit, a.deit_widths),
+                                        ("efficientformer_l1", "network.13.0", _narrow_efficientformer,
+                                         a.efficientformer_widths)):
         torch.manual_seed(0)
         lm = LatencyModel(est, zoo.export_onnx(zoo.build(name, res), input_shape=shape), confidence=conf, name=name)
         g = lm.group(group)
         for k in (int(x) for x in widths.split(",")):
             nets[f"{name}@{k}"] = zoo.export_onnx(narrow(zoo.build(name, res), k), input_shape=shape)
             pruner[f"{name}@{k}"] = lm.estimate({g.index: k})
+    name = "mobilevit_xs"
+    lm = LatencyModel(est, zoo.export_onnx(zoo.build(name, res), input_shape=shape), confidence=conf, name=name)
+    for r in (float(x) for x in a.mobilevit_ratios.split(",")):
+        model = zoo.build(name, res)
+        kept = {}
+        for blk in MOBILEVIT_BLOCKS:
+            g = lm.group(f"{blk}.local.1")
+            kept[g.index] = g.channels - int(g.channels * r)
+            model = _narrow_mobilevit(model, kept[g.index], (blk,))
+        nets[f"{name}@{r:g}"] = zoo.export_onnx(model, input_shape=shape)
+        pruner[f"{name}@{r:g}"] = lm.estimate(kept)
     print(f"\ntiming {len(nets)} transformer widths in {a.rounds} interleaved rounds on CPU {a.affinity}", file=sys.stderr)
     per = time_interleaved(nets, a.affinity, a.rounds)
-    print(f"\ntransformer embedding widths on {a.device} (measured: ONNX Runtime, 1 thread, CPU {a.affinity}, "
+    print(f"\ntransformer widths on {a.device} (measured: ONNX Runtime, 1 thread, CPU {a.affinity}, "
           f"{a.rounds} rounds; change: from the first width)")
     print(f"{'network':24s} {'measured':>9s} {'floor%':>7s} {'estimate':>9s} {'err%':>7s} {'CM_LV 90':>20s} {'in':>3s} "
           f"{'uncal err%':>10s} {'change meas':>11s} {'pred':>7s} {'table=module':>12s}")
     rows = []
-    for name in cases:
+    for name in ("deit_tiny", "efficientformer_l1", "mobilevit_xs"):
         first = None
         for k in [key for key in nets if key.startswith(name + "@")]:
             v = per[k]
@@ -120,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--deit-widths", default="192,160,128,96,64", help="DeiT-Tiny embedding widths of section 5")
     ap.add_argument("--efficientformer-widths", default="448,352,256,160",
                     help="EfficientFormer-L1 last-stage widths of section 5")
+    ap.add_argument("--mobilevit-ratios", default="0,0.25,0.5",
+                    help="MobileViT-XS transformer width pruning ratios of section 5")
     ap.add_argument("--sections", default="1,2,3,4,5", help="sections to run (default all: 1,2,3,4,5)")
     a = ap.parse_args(argv)
     res, conf = a.resolution, a.confidence
