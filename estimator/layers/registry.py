@@ -19,7 +19,7 @@ import importlib
 import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from .space import MAX_ROW_ELEMS, SPACE_MAX, UnitHash
 __all__ = [
     "ChannelAxis",
     "rows_port",
+    "doubled_port",
     "LayerType",
     "LayerTypeSpec",
     "LayerCounts",
@@ -84,18 +85,25 @@ class ChannelAxis:
         return ChannelAxis(axis, self.size, self.inner)
 
 
-def rows_port(p: Mapping[str, Any], in_shape: Sequence[int], at: ChannelAxis) -> str | None:
-    """The raw parameter (``c``, ``h`` or ``w``) of a layer that reads its input as rows
-    (:func:`~estimator.layers.params.rows_chw`) that holds the channels ``at`` places there: the
-    one that alone doubles when they double; None where none does."""
+def doubled_port(p: Mapping[str, Any], read: Callable[[Sequence[int]], Sequence[int]], in_shape: Sequence[int],
+                 at: ChannelAxis) -> str | None:
+    """The raw parameter (``c``, ``h`` or ``w``) that holds the channels ``at`` places in the
+    input, for a layer whose parameters ``read`` gives from its input shape (``(c, h, w, ...)``):
+    the one that alone doubles when they double; None where none does."""
     wider = [int(x) for x in in_shape]
     wider[at.axis] *= 2
-    a, b = rows_chw(in_shape), rows_chw(wider)
-    names = [k for k, x, y in zip("chw", a, b) if x != y]
-    if len(names) != 1:
+    a, b = read(in_shape), read(wider)
+    diff = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+    if len(diff) != 1 or diff[0] > 2 or b[diff[0]] != 2 * a[diff[0]]:
         return None
-    k = "chw".index(names[0])
-    return names[0] if b[k] == 2 * a[k] and int(p.get(names[0], 0)) == a[k] else None
+    name = "chw"[diff[0]]
+    return name if int(p.get(name, 0)) == a[diff[0]] else None
+
+
+def rows_port(p: Mapping[str, Any], in_shape: Sequence[int], at: ChannelAxis) -> str | None:
+    """:func:`doubled_port` of a layer that reads its input as rows
+    (:func:`~estimator.layers.params.rows_chw`)."""
+    return doubled_port(p, rows_chw, in_shape, at)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from . import space
 from .importing import attrs
 from .ir import Op, tf_axis
 from .params import nonneg, opt_int
-from .registry import NCHW, ChannelAxis, LayerCounts, register, reshape_op, rows_of
+from .registry import NCHW, ChannelAxis, LayerCounts, doubled_port, register, reshape_op, rows_of
 from .shared import MemoryBound, generic_draft
 
 _PRIOR_SMALL = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192)
@@ -142,16 +142,8 @@ class Transpose(MemoryBound):
         perm = [int(a) for a in attrs(node).get("perm", range(rank - 1, -1, -1))]
         if sorted(perm) != list(range(rank)):
             return None
-        wider = [int(x) for x in in_shape]
-        wider[at.axis] *= 2
-        a, b = reduced_transpose(in_shape, perm), reduced_transpose(wider, perm)
-        names = [k for k, x, y in zip("chw", a, b) if x != y]
-        if len(names) != 1 or a[3] != b[3]:
-            return None
-        k = "chw".index(names[0])
-        if b[k] != 2 * a[k] or int(p.get(names[0], 0)) != a[k]:
-            return None
-        return names[0], at.moved(perm.index(at.axis))
+        port = doubled_port(p, lambda s: reduced_transpose(s, perm), in_shape, at)
+        return None if port is None else (port, at.moved(perm.index(at.axis)))
 
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         counts = super().count(p, eb)
