@@ -168,7 +168,8 @@ def _count(spec: Any, p: Mapping[str, Any], port: str | int) -> int:
 
 
 def _carried(spec: Any, layer: Layer, main: Any, data: Sequence[str], ins: Sequence[Segments], groups: _Groups,
-             axes: Mapping[str, tuple[int, int]], canon: Callable[[str], str]) -> tuple[str, int, Segments, tuple[int, int]] | None:
+             axes: Mapping[str, tuple[int, int]], canon: Callable[[str], str]
+             ) -> tuple[str, int, Segments, tuple[int, int]] | None:
     """Where ``layer`` (one data input holding one group) carries that group's channels in a way
     its type's :meth:`~estimator.layers.registry.LayerTypeSpec.carries` names: ``(port, the
     port's channels per channel of the group, the output's segments, the output's (axis,
@@ -192,23 +193,22 @@ def _carried(spec: Any, layer: Layer, main: Any, data: Sequence[str], ins: Seque
     return port, count // k, [(gid, int(out_shape[at.axis]) // k)], (at.axis, at.inner)
 
 
-def _new_channels(layer: Layer) -> int:
-    """The channels of a tensor that a layer pruning cannot follow writes (a transpose, a
-    reshape, attention, a grouped conv): axis 1, but the last axis of a rank-3 tensor that is not
-    a convolution's ``[batch, channels, length]``, which these layers write as tokens ``[batch,
-    tokens, features]`` (a transformer's; the next fc reads the features)."""
-    shape = layer.output_shapes[0] if layer.output_shapes else ()
-    if len(shape) == 3 and layer.op_type != "Conv":
-        return int(shape[-1])
-    return int(shape[1]) if len(shape) > 1 else 1
-
-
 def _channel_axis(layer: Layer) -> int:
-    """The axis of the channels of the tensor a layer writes, as :func:`_new_channels` reads it."""
+    """The axis of the channels of the tensor a layer writes: 1, but the last axis of a rank-3
+    tensor that is not a convolution's ``[batch, channels, length]``, which the other layers
+    write as tokens ``[batch, tokens, features]`` (a transformer's; the next fc reads the
+    features)."""
     shape = layer.output_shapes[0] if layer.output_shapes else ()
     if len(shape) == 3 and layer.op_type != "Conv":
         return 2
     return 1 if len(shape) > 1 else 0
+
+
+def _new_channels(layer: Layer) -> int:
+    """The channels of a tensor that a layer pruning cannot follow writes (a transpose, a
+    reshape, attention, a grouped conv), on :func:`_channel_axis`."""
+    shape = layer.output_shapes[0] if layer.output_shapes else ()
+    return int(shape[_channel_axis(layer)]) if len(shape) > 1 else 1
 
 
 def channel_groups(network: Any) -> list[ChannelGroup]:
@@ -455,7 +455,9 @@ class LatencyModel:
     # ------------------------------------------------------------------ layers
     def layer(self, layer: int | str, *, c_in: int | None = None, c_out: int | None = None) -> LayerLatency:
         """One layer's latency in the network with ``c_in`` input and ``c_out`` output channels
-        (a layer that keeps its channels takes either); others as in the network. Cached."""
+        (a layer that keeps its channels takes either: the value of the parameter that holds
+        them, which counts several entries per channel in MobileViT's unfolded patches); others
+        as in the network. Cached."""
         return self.layers_at([(layer, c_in, c_out)])[0]
 
     def layers_at(self, queries: Iterable[tuple[int | str, int | None, int | None]]) -> list[LayerLatency]:

@@ -75,7 +75,8 @@ class LayerType:
 class ChannelAxis:
     """Where ``size`` channels lie in a tensor: along ``axis``, each spanning ``inner``
     consecutive entries of it, the axis ``outer x size x inner`` long (a feature map's channel
-    axis: ``inner`` 1; MobileViT's unfolded ``(channels x patch rows, ...)``: ``inner`` 4)."""
+    axis: ``inner`` 1; MobileViT's unfolding of ``(1, c, h, w)`` into ``(c h/2, 2, w/2, 2)``:
+    axis 0, ``inner`` h/2)."""
 
     axis: int
     size: int
