@@ -24,12 +24,11 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 import numpy as np
 
 from .ir import Op
-from .params import LayerSpecError, integer, rows_chw
+from .params import LayerSpecError, integer
 from .space import MAX_ROW_ELEMS, SPACE_MAX, UnitHash
 
 __all__ = [
     "ChannelAxis",
-    "rows_port",
     "doubled_port",
     "LayerType",
     "LayerTypeSpec",
@@ -99,12 +98,6 @@ def doubled_port(p: Mapping[str, Any], read: Callable[[Sequence[int]], Sequence[
         return None
     name = "chw"[diff[0]]
     return name if int(p.get(name, 0)) == a[diff[0]] else None
-
-
-def rows_port(p: Mapping[str, Any], in_shape: Sequence[int], at: ChannelAxis) -> str | None:
-    """:func:`doubled_port` of a layer that reads its input as rows
-    (:func:`~estimator.layers.params.rows_chw`)."""
-    return doubled_port(p, rows_chw, in_shape, at)
 
 
 @dataclass(frozen=True)

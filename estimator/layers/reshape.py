@@ -13,8 +13,8 @@ import numpy as np
 
 from . import space
 from .ir import Op
-from .params import io_bytes, positive
-from .registry import NCHW, ChannelAxis, LayerCounts, register, rows_port
+from .params import io_bytes, positive, rows_chw
+from .registry import NCHW, ChannelAxis, LayerCounts, doubled_port, register
 from .shared import MemoryBound, generic_draft
 
 _PRIOR_SMALL = (1, 2, 3, 4, 8, 12, 16, 32, 64, 96, 128, 192, 256, 384)
@@ -57,7 +57,7 @@ class Reshape(MemoryBound):
         before = 1
         for b, d in enumerate(int(x) for x in out_shape):
             if d > 1 and start % before == 0 and (before * d) % end == 0 and before <= start:
-                port = rows_port(p, in_shape, at)
+                port = doubled_port(p, rows_chw, in_shape, at)  # (its params are its input's rows)
                 return None if port is None else (port, ChannelAxis(b, at.size, before * d // end))
             before *= d
         return None
