@@ -56,6 +56,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--context", default=None, metavar="NAME:N[,NAME:N]",
                    help="measure targeted plans of bench.context_sampling instead of the sampling plan "
                         f"({', '.join(PLANS)}; with --seed)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="with --context: print the plan (type, key, params, ops; one configuration a line) and "
+                        "measure nothing")
     p.add_argument("--from-onnx", action="append", default=None, metavar="PATH",
                    help="measure exactly the layer configurations of these ONNX networks instead of a sampling "
                         "plan (a file, or a directory of .onnx files; repeatable), imported with the fusion rules "
@@ -130,26 +133,34 @@ def cmd_run(a: argparse.Namespace) -> int:
 
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", a.device):
         raise UserError(f"--device {a.device!r}: use letters, digits, '.', '_' and '-' only")
+    if a.exclude_onnx and not a.from_onnx:
+        raise UserError("--exclude-onnx goes with --from-onnx")
+    if a.from_onnx and (a.context or a.layers or a.prior_samples is not None):
+        raise UserError("--from-onnx replaces the sampling plan: drop --context, --layers and --prior-samples")
+    if a.context and (a.layers or a.prior_samples is not None):
+        raise UserError("--context replaces the sampling plan: drop --layers and --prior-samples")
+    if a.dry_run and not a.context:
+        raise UserError("--dry-run goes with --context (it prints that plan)")
+    limits = limits_for(a.runner, max_ops=a.max_ops, max_elems=a.max_elems)
+    if a.context:
+        from .context_sampling import context_plan, parse_context_spec
+
+        plan = context_plan(parse_context_spec(a.context), seed=a.seed, limits=limits)
+        if a.dry_run:  # no runner, no database
+            for c in plan:
+                print(c.layer_type, c.key, c.params, f"{c.ops:.3g}")
+            print(f"bench: {len(plan)} configurations (context plans {a.context}, seed {a.seed}, max ops "
+                  f"{limits.max_ops:.3g}) for {a.runner}; dry run, nothing measured", file=sys.stderr)
+            return 0
     prior = a.samples if a.prior_samples is None else a.prior_samples
     runner = make_runner(a.runner, given_runner_options(a))
     types = layer_types(a.layers, runner.model_format)
     path = db_path(a.out, a.device)
-    limits = limits_for(a.runner, max_ops=a.max_ops, max_elems=a.max_elems)
     t0 = time.monotonic()
-    if a.exclude_onnx and not a.from_onnx:
-        raise UserError("--exclude-onnx goes with --from-onnx")
     if a.from_onnx:
-        if a.context or a.layers or a.prior_samples is not None:
-            raise UserError("--from-onnx replaces the sampling plan: drop --context, --layers and --prior-samples")
         plan, what = _network_plan(a, limits)
         types = sorted({c.layer_type for c in plan})
     elif a.context:
-        from .context_sampling import parse_context_spec, context_plan
-
-        if a.layers or a.prior_samples is not None:
-            raise UserError("--context replaces the sampling plan: drop --layers and --prior-samples")
-        spec = parse_context_spec(a.context)
-        plan = context_plan(spec, seed=a.seed, limits=limits)
         types = sorted({c.layer_type for c in plan})
         what = f"context plans {a.context}"
     else:

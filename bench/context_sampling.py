@@ -114,14 +114,12 @@ Run a plan into a benchmark database with ``bench run --context`` (resumable; wi
     bench run --device imx93 --runner vela --warmup 0 --runs 1 --context stem:120,activation:240 --seed 0
     bench run --device imx93 --runner vela --warmup 0 --runs 1 --context stem-input:120 --seed 0
 
-``python -m bench.context_sampling --db bench-data/imx93.sqlite --device imx93 --plan ...``
-(how the shipped profile's passes were started) runs the same.
+``bench run --context ... --dry-run`` prints the plan, one configuration a line, and
+measures nothing.
 """
 from __future__ import annotations
 
-import argparse
 import math
-import sys
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -130,9 +128,9 @@ from estimator.errors import UserError
 from estimator.layers import SPECS, LayerType
 
 from .modelgen import same_pads
-from .sampling import Config, Limits, _within, limits_for
+from .sampling import Config, Limits, _within
 
-__all__ = ["PLANS", "context_plan", "main", "parse_context_spec"]
+__all__ = ["PLANS", "context_plan", "parse_context_spec"]
 
 _STEM_HW = (96, 112, 128, 160, 192, 224, 256, 288, 320, 384, 416, 448, 512, 640)
 _STEM_K = ((3, .45), (5, .1), (6, .1), (7, .25), (4, .05), (2, .05))
@@ -364,40 +362,3 @@ def parse_context_spec(text: str) -> dict[str, int]:
     if not spec:
         raise UserError(f"--context {text!r}: no plan given")
     return spec
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m bench.context_sampling --db DB --device DEVICE --plan ...``: the same as
-    ``bench run --device DEVICE --out DB --context ...`` (which it calls), or ``--dry-run``
-    to print the plan."""
-    ap = argparse.ArgumentParser(description="Run a context sampling plan (smart padding) into a bench database "
-                                             "(the same as bench run --context).")
-    ap.add_argument("--db", required=True, help="the benchmark database (bench run --out)")
-    ap.add_argument("--device", required=True)
-    ap.add_argument("--runner", default="vela")
-    ap.add_argument("--plan", required=True, help="name:n[,name:n]; names: " + ", ".join(PLANS))
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--warmup", type=int, default=0)
-    ap.add_argument("--runs", type=int, default=1)
-    ap.add_argument("--dry-run", action="store_true", help="print the plan, measure nothing")
-    a = ap.parse_args(argv)
-
-    if a.dry_run:
-        try:
-            spec = parse_context_spec(a.plan)
-        except UserError as e:
-            ap.error(str(e))
-        plan = context_plan(spec, seed=a.seed, limits=limits_for(a.runner))
-        for c in plan:
-            print(c.layer_type, c.key, c.params, f"{c.ops:.3g}")
-        print(f"{len(plan)} configurations", file=sys.stderr)
-        return 0
-    from .cli import main as bench_main
-
-    return bench_main(["run", "--device", a.device, "--runner", a.runner, "--out", a.db,
-                       "--warmup", str(a.warmup), "--runs", str(a.runs), "--seed", str(a.seed),
-                       "--context", a.plan, "--no-progress"])
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

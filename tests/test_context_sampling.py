@@ -146,6 +146,28 @@ def test_bench_run_context_measures_the_plan_and_rejects_bad_specs(tmp_path, cap
     assert "replaces the sampling plan" in capsys.readouterr().err
 
 
+def test_bench_run_context_dry_run_prints_the_plan_and_opens_no_database(tmp_path, capsys):
+    """``bench run --context ... --dry-run`` prints the plan that ``--context`` would measure, one
+    configuration a line, builds no runner and writes no database; without ``--context`` it is
+    a one-line usage error."""
+    from bench.cli import main
+
+    out = tmp_path / "data"
+    argv = ["run", "--device", "ctx", "--runner", "vela", "--out", str(out), "--seed", "0"]
+    assert main(argv + ["--context", "stem:3,activation:2", "--dry-run"]) == 0
+    cap = capsys.readouterr()
+    lines = cap.out.splitlines()
+    plan = context_plan({"stem": 3, "activation": 2}, seed=0, limits=limits_for("vela"))
+    assert len(lines) == len(plan) == 5
+    assert [line.split()[:2] for line in lines] == [[c.layer_type, c.key] for c in plan]
+    assert "5 configurations" in cap.err and "nothing measured" in cap.err
+    assert not out.exists() and not list(tmp_path.iterdir())
+    assert main(argv + ["--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "bench: error: --dry-run goes with --context (it prints that plan)"
+    assert not list(tmp_path.iterdir())
+
+
 def test_concat_inputs_read_elsewhere_are_a_feature_and_a_second_reader_in_the_padded_model():
     """A concat input another layer also reads (raw param ``shared``) is a copy on Vela, not
     a free write into the concatenation: feature ``c_shared``, and in the padded model that
