@@ -39,7 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _common(p)
     g = p.add_mutually_exclusive_group()
     g.add_argument("--step", type=integer(min=1), default=None, metavar="N",
-                   help=f"kept counts every N channels down from the full width (default {DEFAULT_STEP})")
+                   help=f"kept counts every N channels down from the full width (default {DEFAULT_STEP}; N counts "
+                        "the producers' output channels: an attention's heads go one by one)")
     g.add_argument("--ratios", type=RATIOS, default=None, metavar="R,R,...",
                    help="pruning ratios in [0, 1) instead of a step, e.g. 0.25,0.5,0.75 (kept = c - floor(c r))")
     p.add_argument("--out", metavar="FILE.csv|FILE.json", help="write the whole table (CSV or JSON by extension)")
@@ -104,7 +105,8 @@ def format_table(t: LatencyTable) -> str:
         show = ks if len(ks) <= 5 else [ks[round(j * (len(ks) - 1) / 4)] for j in range(5)]
         cells = "  ".join(f"{k}:{t.group_ms(gr.index, k):.3g}"
                           + (f" ({-t.saved_ms(gr.index, k):+.3g})" if k != gr.channels else "") for k in show)
-        lines.append(f"{gr.index:5d}  {gr.name[:38]:38s} {gr.channels:8d} {len(gr.layers):7d}  {cells}")
+        channels = f"{gr.channels}" + (f"x{gr.unit}" if gr.unit > 1 else "")  # heads x their projection's channels
+        lines.append(f"{gr.index:5d}  {gr.name[:38]:38s} {channels:>8s} {len(gr.layers):7d}  {cells}")
     kept_whole = [gr for gr in m.groups if not gr.prunable and gr.producers]
     for gr in kept_whole:
         why = gr.blocked[:SHOWN_REASONS] + ([f"and {len(gr.blocked) - SHOWN_REASONS} more (the JSON table lists all)"]

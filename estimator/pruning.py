@@ -6,12 +6,14 @@ convolution's input channels. Layers whose outputs meet in an add (the residual 
 ResNet) lose the same channels together. :func:`channel_groups` finds these *channel groups*
 by walking the imported network's ONNX graph; each layer type says how it carries channels
 (:meth:`~estimator.layers.registry.LayerTypeSpec.channel_flow`). A group is kept whole
-(``blocked``) where a layer reads channels in a way pruning cannot follow (attention's
-head-splitting reshapes, a grouped conv) and where its channels leave the network (the
-classifier). A transformer's width is one group through its token layout (a patch embedding,
-MobileViT's unfolding into patches and back): each type says where a reshape, a transpose, a
-layer norm or a token concat carries the channels
-(:meth:`~estimator.layers.registry.LayerTypeSpec.carries`).
+(``blocked``) where a layer reads channels in a way pruning cannot follow (a grouped conv, a
+channel shuffle) and where its channels leave the network (the classifier). A transformer's
+width is one group through its token layout (a patch embedding, MobileViT's unfolding into
+patches and back): each type says where a reshape, a transpose, a layer norm or a token concat
+carries the channels (:meth:`~estimator.layers.registry.LayerTypeSpec.carries`). An attention's
+heads are one group too, one channel per head: the reshape that splits the q/k/v projection's
+outputs into heads makes each head that many of them (:attr:`ChannelGroup.unit`), and the
+products and the softmax carry them as a batch.
 
 :class:`LatencyModel` answers a pruner's questions in that context: a layer's latency at
 given channel counts (:meth:`~LatencyModel.layer`, cached), a group's latency at a kept count
@@ -82,11 +84,18 @@ class ChannelGroup:
         return not self.blocked and bool(self.producers)
 
     @property
+    def unit(self) -> int:
+        """Its producers' output channels per channel of the group: 1, or for an attention's
+        heads each head's q, k and v entries in the projection."""
+        return min((p.mult for p in self.ports if p.port == "out"), default=1)
+
+    @property
     def layers(self) -> list[int]:
         return sorted({p.layer for p in self.ports})
 
     def to_dict(self, layers: Sequence[Layer]) -> dict[str, Any]:
-        return {"index": self.index, "name": self.name, "channels": self.channels, "prunable": self.prunable,
+        return {"index": self.index, "name": self.name, "channels": self.channels, "unit": self.unit,
+                "prunable": self.prunable,
                 "blocked": list(self.blocked), "producers": [layers[i].name for i in self.producers],
                 "modules": [module_name(layers[i].name) for i in self.producers],
                 "ports": [{"layer": layers[p.layer].name, "index": p.layer, "port": p.port, "mult": p.mult}
@@ -149,10 +158,17 @@ class _Groups:
     def add(self, g: int, port: Port) -> None:
         self.ports[self.find(g)].append(port)
 
+    def refactor(self, g: int, f: int) -> None:
+        """Group ``g``'s channels taken ``f`` at a time: ``1/f`` as many, each port counting
+        ``f`` times as many per channel."""
+        g = self.find(g)
+        self.channels[g] //= f
+        self.ports[g] = [Port(p.layer, p.port, p.mult * f) for p in self.ports[g]]
+
 
 Segments = list[tuple[int, int]]  # (group, channels of the tensor per channel of the group)
 #: the ports of a layer that keeps a group's channels
-_KEEPING_PORTS = ("through", "c", "h", "w")
+_KEEPING_PORTS = ("through", "c", "h", "w", "b")
 
 
 def _channels(groups: _Groups, segs: Segments) -> int:
@@ -168,25 +184,46 @@ def _count(spec: Any, p: Mapping[str, Any], port: str | int) -> int:
 
 
 def _carried(spec: Any, layer: Layer, main: Any, data: Sequence[str], ins: Sequence[Segments], groups: _Groups,
-             axes: Mapping[str, tuple[int, int]], canon: Callable[[str], str]
+             axes: Mapping[str, tuple[int, int]], canon: Callable[[str], str], segs: dict[str, Segments]
              ) -> tuple[str, int, Segments, tuple[int, int]] | None:
-    """Where ``layer`` (one data input holding one group) carries that group's channels in a way
-    its type's :meth:`~estimator.layers.registry.LayerTypeSpec.carries` names: ``(port, the
+    """Where ``layer`` carries the channels of its data inputs, each holding one group, in a
+    way its type's :meth:`~estimator.layers.registry.LayerTypeSpec.carries` names: ``(port, the
     port's channels per channel of the group, the output's segments, the output's (axis,
-    inner))``; None where it does not."""
-    if spec is None or main is None or len(data) != 1 or len(ins[0]) != 1 or not layer.input_shapes \
-            or not layer.output_shapes:
+    inner))``; None where it does not. Two inputs (attention's products) must carry theirs to
+    the same port and output axis; their groups become one. Where a reshape splits a group's
+    channels over several axes (attention's heads), the group's channels become the entries of
+    the axis it names, each that many of the old ones (only while no other tensor holds the
+    group)."""
+    if spec is None or main is None or not 1 <= len(data) <= 2 or any(len(s) != 1 for s in ins) \
+            or len(layer.input_shapes or ()) < len(data) or not layer.output_shapes:
         return None
-    (gid, m), = ins[0]
-    k = groups.channels[groups.find(gid)]
-    shape, out_shape = layer.input_shapes[0], layer.output_shapes[0]
-    axis, inner = axes.get(canon(data[0]), (-1, 1))
-    if not 0 <= axis < len(shape) or int(shape[axis]) != k * m or k < 1:
-        return None
-    carried = spec.carries(layer.params, main, shape, out_shape, ChannelAxis(axis, k, inner))
-    if carried is None:
-        return None
-    port, at = carried
+    out_shape = layer.output_shapes[0]
+    found: tuple[str, ChannelAxis] | None = None
+    for x, s, shape in zip(data, ins, layer.input_shapes):
+        (gid, m), = s
+        k = groups.channels[groups.find(gid)]
+        axis, inner = axes.get(canon(x), (-1, 1))
+        if not 0 <= axis < len(shape) or int(shape[axis]) != k * m or k < 1:
+            return None
+        carried = spec.carries(layer.params, main, shape, out_shape, ChannelAxis(axis, k, inner))
+        if carried is None or (found is not None and carried != found):
+            return None
+        found = carried
+    assert found is not None
+    port, at = found
+    gid, m = ins[0][0]
+    for s in ins[1:]:
+        groups.union(gid, s[0][0])
+    root = groups.find(gid)
+    k = groups.channels[root]
+    if at.size != k:  # a split: the group's channels become the entries of axis at.axis
+        held = segs[canon(data[0])]  # (one list for all the outputs of the layer that wrote it)
+        if len(data) != 1 or m != 1 or at.size < 2 or k % at.size or len(held) != 1 \
+                or any(ss is not held and any(groups.find(g) == root for g, _ in ss) for ss in segs.values()):
+            return None
+        groups.refactor(root, k // at.size)
+        held[:] = [(gid, k // at.size)]
+        k = at.size
     count = _count(spec, layer.params, port)
     if count < k or count % k or not 0 <= at.axis < len(out_shape) or int(out_shape[at.axis]) % k:
         return None
@@ -319,7 +356,7 @@ def channel_groups(network: Any) -> list[ChannelGroup]:
                     groups.add(gid, Port(i, "flatten", m))
                 out = [(gid, m * h * w) for gid, m in ins[0]]
                 out_axis = (1, axes.get(canon(data[0]), (1, 1))[1] * h * w)
-        elif (carried := _carried(spec, layer, main, data, ins, groups, axes, canon)) is not None:
+        elif (carried := _carried(spec, layer, main, data, ins, groups, axes, canon, segs)) is not None:
             port, mult, out, out_axis = carried
             groups.add(out[0][0], Port(i, port, mult))
         else:
@@ -589,7 +626,9 @@ class LatencyModel:
     def table(self, *, step: int | None = None, ratios: Sequence[float] | None = None, monotone: bool = False,
               progress: Callable[[int, int], None] | None = None) -> "LatencyTable":
         """The latency table (see :class:`LatencyTable`): kept counts every ``step`` channels
-        (default :data:`DEFAULT_STEP`) or at pruning ``ratios``."""
+        (default :data:`DEFAULT_STEP`) or at pruning ``ratios``. The step counts the
+        producers' output channels: a group whose channels are an attention's heads (each many
+        of its projection's outputs) is tabled head by head."""
         if step is None and ratios is None:
             step = DEFAULT_STEP
         base_todo = [(i, {}) for i in range(len(self.layers)) if self.context[i] is not None]
@@ -597,7 +636,7 @@ class LatencyModel:
         prunable = [gr for gr in self.groups if gr.prunable]
         todo: list[tuple[ChannelGroup, int, int, dict[str | int, int]]] = []
         for gr in prunable:
-            for k in kept_counts(gr.channels, step=step, ratios=ratios):
+            for k in kept_counts(gr.channels, step=max(1, step // gr.unit) if step else None, ratios=ratios):
                 ch = self._deltas({gr.index: k})
                 todo += [(gr, k, i, ch.get(i, {})) for i in gr.layers if self.context[i] is not None]
         rows: list[LayerLatency] = []

@@ -222,13 +222,14 @@ def test_group_lookup_and_kept_checks(r18):
 
 @pytest.mark.parametrize("name", ["deit_tiny", "mobilevit_xs"])
 def test_attention_networks(est, name):
-    """Groups that attention or a token layout reads are kept whole with a reason; nothing
-    crashes; every group left prunable estimates at any width with consistent layers."""
+    """Every group of a transformer is prunable (its widths, MLP hidden widths and heads) but
+    the network's input and the classifier's outputs, kept whole with a reason; every group
+    estimates at any width with consistent layers."""
     data = zoo.export_onnx(name, RES)
     lm = LatencyModel(est, data, name=name)
     blocked = [g for g in lm.groups if not g.prunable]
-    assert blocked and all(g.blocked and all(isinstance(w, str) and w for w in g.blocked) for g in blocked)
-    assert any("cannot follow" in w for g in blocked for w in g.blocked)
+    assert sorted(w for g in blocked for w in g.blocked) == ["its channels are the network's output",
+                                                             "the network's input"]
     assert lm.estimate().total_ms == pytest.approx(est.estimate_network(data).total_ms, rel=1e-9)
     for g in lm.groups:
         if not g.prunable:
@@ -361,6 +362,52 @@ def test_a_transformer_width_is_one_prunable_group(est, name, group, narrow, wid
     for k in widths:
         assert lm.layer(transpose, c_in=k).c_in == k
         narrowed = narrow(zoo.build(name, RES), k)
+        data = zoo.export_onnx(narrowed, input_shape=SHAPE)
+        mine, theirs = lm.pruned_layers({g.index: k}), est.load_network(data).layers
+        assert [(l.name, l.type) for l in mine] == [(l.name, l.type) for l in theirs]
+        for a, b in zip(mine, theirs):
+            assert (a.features, a.ops) == (b.features, b.ops), a.name
+        assert lm.estimate({g.index: k}).total_ms == pytest.approx(est.estimate_network(data).total_ms, rel=1e-9)
+
+
+def _narrow_heads(model: torch.nn.Module, path: str, heads: int) -> torch.nn.Module:
+    """The attention at ``path`` with ``heads`` heads of the same size: its qkv projection's
+    output, its output projection's input and (EfficientFormer) its bias table per head."""
+    nn = torch.nn
+    attn = model.get_submodule(path)
+    per = attn.qkv.out_features // attn.heads  # q, k and v entries of one head
+    attn.heads = heads
+    attn.qkv = nn.Linear(attn.qkv.in_features, heads * per)
+    value = getattr(attn, "d", None) or attn.head_dim  # v entries of one head
+    attn.proj = nn.Linear(heads * value, attn.proj.out_features)
+    if hasattr(attn, "attention_biases"):
+        attn.attention_biases = nn.Parameter(attn.attention_biases[:heads].detach().clone())
+    return model.eval()
+
+
+@pytest.mark.parametrize("name, path, heads, kept", [
+    ("deit_tiny", "blocks.0.attn", 3, (2, 1)),
+    ("efficientformer_l1", "network.18.token_mixer", 8, (5, 1)),
+    ("mobilevit_xs", "layer4.1.transformer.2.attn", 4, (3, 2)),
+])
+def test_attention_heads_are_one_prunable_group(est, name, path, heads, kept):
+    """An attention's heads run from its q/k/v projection, split into heads by a reshape,
+    through the q, k, v gather or split, both products (a batch per head), the scale, the bias
+    and the softmax, back through the merging reshape to the output projection's input: one
+    group of ``heads`` channels, each the head's q, k and v entries. Cut to fewer heads, its
+    layers and estimate are those of the module built with that many."""
+    torch.manual_seed(0)
+    lm = LatencyModel(est, zoo.export_onnx(zoo.build(name, RES).eval(), input_shape=SHAPE), name=name)
+    g = lm.group(f"{path}.qkv")
+    assert g.prunable and g.channels == heads, g.blocked
+    ports = {(lm.layers[p.layer].type, p.port) for p in g.ports}
+    assert {("fc", "out"), ("reshape", "w"), ("matmul", "b"), ("softmax", "c"), ("fc", "in")} <= ports
+    assert module_name(lm.layers[max(g.layers)].name) == f"{path}.proj"
+    assert g.unit == lm.layers[g.producers[0]].params["c_out"] // heads
+    # the table's default step (8 projection outputs) goes head by head
+    assert sorted({k for gi, k in lm.table().entries if gi == g.index}) == list(range(1, heads + 1))
+    for k in kept:
+        narrowed = _narrow_heads(zoo.build(name, RES), path, k)
         data = zoo.export_onnx(narrowed, input_shape=SHAPE)
         mine, theirs = lm.pruned_layers({g.index: k}), est.load_network(data).layers
         assert [(l.name, l.type) for l in mine] == [(l.name, l.type) for l in theirs]

@@ -9,6 +9,7 @@ BATCH_MATMUL between RESHAPEs that only relabel the stored data.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -16,7 +17,7 @@ import numpy as np
 from . import space
 from .ir import Op
 from .params import act_code, io_bytes, positive
-from .registry import NCHW, LayerCounts, LayerTypeSpec, register, reshape_op, rows_of
+from .registry import NCHW, ChannelAxis, LayerCounts, LayerTypeSpec, register, reshape_op, rows_of
 from .shared import gemm_dims
 
 #: Network prior: attention head dimensions (heads and tokens: :mod:`space`).
@@ -48,6 +49,18 @@ class MatMul(LayerTypeSpec):
         macs = b * m * k * nn
         feats = dict(b=b, m=m, k=k, n_cols=nn, flops=2 * macs, act=act_code(p))
         return LayerCounts(feats, macs, 0, 2.0 * macs, io_bytes(b * (m * k + k * nn), b * m * nn, 0, eb), (b, m, nn))
+
+    def carries(self, p: Mapping[str, Any], node: Any, in_shape: Sequence[int], out_shape: Sequence[int],
+                at: ChannelAxis) -> tuple[str, ChannelAxis] | None:
+        """A product of two activations keeps channels on a batch axis, one product per
+        channel (attention's heads: ``q k^T`` and ``scores v`` per head); ``b`` counts them."""
+        rank, lead = len(in_shape), len(out_shape) - len(in_shape)
+        if node.op_type != "MatMul" or rank < 3 or lead < 0 or not 0 <= at.axis < rank - 2 or at.inner != 1:
+            return None
+        out = at.axis + lead
+        if int(out_shape[out]) != int(in_shape[at.axis]) or int(p.get("b") or 1) != math.prod(out_shape[:-2]):
+            return None
+        return "b", at.moved(out)
 
     @staticmethod
     def _shapes(p: Mapping[str, Any]) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:

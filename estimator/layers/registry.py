@@ -24,7 +24,7 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 import numpy as np
 
 from .ir import Op
-from .params import LayerSpecError, integer
+from .params import LayerSpecError, integer, rows_chw
 from .space import MAX_ROW_ELEMS, SPACE_MAX, UnitHash
 
 __all__ = [
@@ -98,6 +98,17 @@ def doubled_port(p: Mapping[str, Any], read: Callable[[Sequence[int]], Sequence[
         return None
     name = "chw"[diff[0]]
     return name if int(p.get(name, 0)) == a[diff[0]] else None
+
+
+def rows_carry(p: Mapping[str, Any], in_shape: Sequence[int], out_shape: Sequence[int],
+               at: ChannelAxis) -> tuple[str, ChannelAxis] | None:
+    """Where a layer that keeps its input's shape, and reads it as rows (:func:`~estimator.
+    layers.params.rows_chw`), holds the channels ``at`` places: the parameter that doubles
+    with them (``c`` where a leading axis folds into it: MobileViT's patches times heads)."""
+    if list(in_shape) != list(out_shape):
+        return None
+    port = doubled_port(p, rows_chw, in_shape, at)
+    return None if port is None else (port, at)
 
 
 @dataclass(frozen=True)
@@ -308,14 +319,18 @@ class LayerTypeSpec:
         layouts, a layer norm, a concat or gather along the tokens) carries the channels that
         ``at`` places in its input ``in_shape``: ``(port, where they are in the output)``, the
         port being the raw parameter that holds them, a multiple of their count (``"c"``,
-        ``"h"`` or ``"w"``); None where it does not, which keeps their group whole. ``node`` is
-        the layer's main ONNX node. This is how a transformer's width runs from a convolution
-        through the token layout (a patch embedding, MobileViT's unfolding) and back."""
+        ``"h"``, ``"w"``, or ``"b"`` for a batch of products); None where it does not, which
+        keeps their group whole. ``node`` is the layer's main ONNX node. This is how a
+        transformer's width runs from a convolution through the token layout (a patch
+        embedding, MobileViT's unfolding) and back, and how attention's heads run from the
+        q/k/v projection to the output projection. A reshape that splits the channels over
+        several axes returns a ``ChannelAxis`` of another ``size``: the group's channels
+        become that axis' entries (:mod:`estimator.pruning`)."""
         return None
 
     def _channel_key(self, port: str | int) -> str:
         key = {"in": "c_in", "out": "c_out", "through": self.through_channels, "flatten": self.through_channels,
-               "c": "c", "h": "h", "w": "w"}.get(port) if isinstance(port, str) else None
+               "c": "c", "h": "h", "w": "w", "b": "b"}.get(port) if isinstance(port, str) else None
         if not key:
             raise LayerSpecError(f"layer type {self.name!r} has no channel port {port!r}")
         return key

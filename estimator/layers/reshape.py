@@ -60,7 +60,28 @@ class Reshape(MemoryBound):
                 port = doubled_port(p, rows_chw, in_shape, at)  # (its params are its input's rows)
                 return None if port is None else (port, ChannelAxis(b, at.size, before * d // end))
             before *= d
-        return None
+        return self._split(p, in_shape, out_shape, at)
+
+    @staticmethod
+    def _split(p: Mapping[str, Any], in_shape: Sequence[int], out_shape: Sequence[int],
+               at: ChannelAxis) -> tuple[str, ChannelAxis] | None:
+        """A reshape that splits a whole channel axis over several output axes (attention's
+        ``(n, tokens, 3 heads head_dim) -> (n, tokens, 3, heads, head_dim)``) carries them as
+        the second-to-last of those axes: the heads, in the ``(..., heads, head_dim)`` layout of
+        multi-head attention. Each of its entries is ``size / heads`` of the input's channels."""
+        if at.inner != 1 or at.size != int(in_shape[at.axis]):
+            return None
+        out = [int(x) for x in out_shape]
+        lead, before, b0 = math.prod(int(x) for x in in_shape[:at.axis]), 1, 0
+        while b0 < len(out) and before < lead:
+            before, b0 = before * out[b0], b0 + 1
+        span, b1 = 1, b0
+        while b1 < len(out) and span < at.size:
+            span, b1 = span * out[b1], b1 + 1
+        if before != lead or span != at.size or b1 - b0 < 2 or out[b1 - 2] < 2:
+            return None
+        port = doubled_port(p, rows_chw, in_shape, at)
+        return None if port is None else (port, ChannelAxis(b1 - 2, out[b1 - 2], 1))
 
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         n, h, w, c = positive(p, "n", 1), positive(p, "h"), positive(p, "w"), positive(p, "c")

@@ -12,7 +12,7 @@ from .importing import (Draft, ImpossibleShapeError, Unsupported, attrs, check_w
                         window_params)
 from .ir import Op
 from .params import LayerSpecError, act_code, dims_text, flag01, io_bytes, nonneg, opt_int, positive, window, window_attrs
-from .registry import NCHW, LayerCounts, LayerTypeSpec
+from .registry import NCHW, ChannelAxis, LayerCounts, LayerTypeSpec, rows_carry
 
 __all__ = ["WindowPool", "BinaryEltwise", "MemoryBound", "is_depthwise_conv", "conv_draft", "gemm_dims", "generic_draft"]
 
@@ -185,6 +185,12 @@ class BinaryEltwise(LayerTypeSpec):
             raise LayerSpecError(f"broadcast operand with elems_b={eb} cannot be benchmarked; "
                                  f"use elems_b={c} (shape (1,c,1,1)) or 1")
         return (1, eb, 1, 1)
+
+    def carries(self, p: Mapping[str, Any], node: Any, in_shape: Sequence[int], out_shape: Sequence[int],
+                at: ChannelAxis) -> tuple[str, ChannelAxis] | None:
+        """Where its rows fold the channels with a leading axis (MobileViT's patches times
+        attention's heads), the parameter that holds them."""
+        return rows_carry(p, in_shape, out_shape, at)
 
     def with_channels(self, p: Mapping[str, Any], port: str | int, n: int) -> dict[str, Any]:
         """A broadcast operand of ``c`` elements (an SE scale) follows the channels."""

@@ -16,8 +16,8 @@ import numpy as np
 from . import space
 from .importing import attrs
 from .ir import Op, tf_axis
-from .params import LayerSpecError, opt_int
-from .registry import NCHW, ChannelAxis, LayerCounts, register, rows_of
+from .params import LayerSpecError, opt_int, rows_chw
+from .registry import NCHW, ChannelAxis, LayerCounts, doubled_port, register, rows_of
 from .shared import MemoryBound
 
 
@@ -49,22 +49,31 @@ class Slice(MemoryBound):
 
     def carries(self, p: Mapping[str, Any], node: Any, in_shape: Sequence[int], out_shape: Sequence[int],
                 at: ChannelAxis) -> tuple[str, ChannelAxis] | None:
-        """A gather along the tokens (a vision transformer's class token, ``x[:, 0]``) keeps the
-        features, the last axis (``w`` of the rows the importer reads)."""
+        """A gather, slice or split along another axis than the channels keeps them: a vision
+        transformer's class token (``x[:, 0]``: the features, ``w`` of the rows the importer
+        reads), and attention's q, k and v out of one projection (``qkv[0]``, or a split of
+        each head's entries: the heads)."""
         rank, axis = len(in_shape), at.axis
-        if node.op_type != "Gather" or rank < 2 or axis != rank - 1 or opt_int(p, "n_outputs", 1) != 1:
+        if node.op_type not in ("Gather", "Slice", "Split") or rank < 2 or not 0 <= axis < rank:
             return None
-        g = int(attrs(node).get("axis", 0)) % rank
-        if g == axis or int(p.get("h", 0)) != 1 or int(p.get("w", 0)) != int(in_shape[axis]):
+        out = axis
+        if node.op_type == "Gather":
+            g = int(attrs(node).get("axis", 0)) % rank
+            if g == axis or opt_int(p, "n_outputs", 1) != 1:
+                return None
+            out = axis - (1 if len(out_shape) < rank and g < axis else 0)
+        elif len(out_shape) != rank:
             return None
-        out = axis - (1 if len(out_shape) < rank and g < axis else 0)
-        return ("w", at.moved(out)) if len(out_shape) > out and int(out_shape[out]) == int(in_shape[axis]) else None
+        if len(out_shape) <= out or int(out_shape[out]) != int(in_shape[axis]):
+            return None
+        port = doubled_port(p, rows_chw, in_shape, at)
+        return None if port is None else (port, at.moved(out))
 
     def with_channels(self, p: Mapping[str, Any], port: str | int, n: int) -> dict[str, Any]:
-        """The features of token rows (port ``w``) scale the elements gathered with them."""
+        """The elements gathered scale with the rows' parameter that holds the channels."""
         q = super().with_channels(p, port, n)
-        if port == "w" and "elems_out" in p:
-            q["elems_out"] = int(p["elems_out"]) // int(p["w"]) * int(n)
+        if port in ("c", "h", "w") and "elems_out" in p:
+            q["elems_out"] = int(p["elems_out"]) // int(p[port]) * int(n)
         return q
 
     def _kept(self, p: Mapping[str, Any]) -> int:

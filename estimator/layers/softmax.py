@@ -18,7 +18,7 @@ from . import space
 from .importing import attrs, last_axis_rows
 from .ir import Op, tf_axis
 from .params import LayerSpecError, io_bytes, nonneg, positive
-from .registry import NCHW, LayerCounts, register, rows_of
+from .registry import NCHW, ChannelAxis, LayerCounts, register, rows_carry, rows_of
 from .shared import MemoryBound, generic_draft
 
 
@@ -41,6 +41,16 @@ class Softmax(MemoryBound):
         out = n * h * w * c
         feats = dict(h=h, w=w, c=c, axis_len=nonneg(p, "axis_len", 0))
         return LayerCounts(feats, 0, 0, float(out), io_bytes(out, out, 0, eb), (n, c, h, w))
+
+    def carries(self, p: Mapping[str, Any], node: Any, in_shape: Sequence[int], out_shape: Sequence[int],
+                at: ChannelAxis) -> tuple[str, ChannelAxis] | None:
+        """A softmax over a later axis than the channels keeps them (attention's scores,
+        normalised over the keys of each head): an axis before the normalised one, under
+        either opset's meaning of ``axis``."""
+        rank = len(in_shape)
+        if "axis" not in attrs(node) or not 0 <= at.axis < rank:
+            return None
+        return None if at.axis >= int(attrs(node)["axis"]) % rank else rows_carry(p, in_shape, out_shape, at)
 
     def _axis(self, p: Mapping[str, Any]) -> int:
         h, w, c, length = int(p["h"]), int(p["w"]), int(p["c"]), int(p.get("axis_len") or 0)

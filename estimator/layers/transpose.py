@@ -81,6 +81,16 @@ class Transpose(MemoryBound):
     sampled = True
     examples = (dict(h=197, w=64, c=3, rank=4, moves_last=1), dict(h=3, w=64, c=197, rank=4, moves_last=0))
 
+    def with_channels(self, p: Mapping[str, Any], port: str | int, n: int) -> dict[str, Any]:
+        """Read again as the transpose it then is (:func:`reduced_transpose`): cut to one
+        channel, an axis that moved may be left with nothing to move (attention's heads
+        merged back, cut to one head: a copy)."""
+        q = super().with_channels(p, port, n)
+        if "moves_last" not in q:
+            return q
+        c, h, w, moves_last = reduced_transpose((1, int(q["c"]), int(q["h"]), int(q["w"])), self._perm(q))
+        return {**q, "c": c, "h": h, "w": w, "moves_last": moves_last}
+
     def _perm(self, p: Mapping[str, Any]) -> tuple[int, int, int, int]:
         return (0, 1, 3, 2) if nonneg(p, "moves_last", 0) else (0, 2, 1, 3)
 

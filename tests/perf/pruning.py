@@ -23,7 +23,10 @@ not a test: prints figures).
    MobileViT-XS's three transformer widths cut by each of ``--mobilevit-ratios`` (the modules
    built at each width as ``tests/test_pruning.py`` builds them), timed and estimated as in 3,
    with each width's change from the full width, measured and predicted (what a pruner reads
-   from the table). ``--sections 5`` runs this one alone.
+   from the table). The same for attention's heads: every attention of DeiT-Tiny and
+   MobileViT-XS and EfficientFormer-L1's one cut to ``--deit-heads``, ``--mobilevit-heads`` and
+   ``--efficientformer-heads`` heads through their heads groups (an empty list skips a
+   family). ``--sections 5`` runs this one alone.
 
 These figures hold only where the profile holds: run ``bench check --device host-cpu`` first.
 """
@@ -64,7 +67,7 @@ def uniform(name: str, ratio: float, round_to: int | None, res: int) -> torch.nn
 def transformer_widths(est: Estimator, a: argparse.Namespace) -> None:
     """Section 5 (see the module docstring)."""
     from tests.test_pruning import (MOBILEVIT_BLOCKS, _narrow_deit, _narrow_efficientformer,  # noqa: PLC0415
-                                    _narrow_mobilevit)
+                                    _narrow_heads, _narrow_mobilevit)
 
     res, conf, shape = a.resolution, a.confidence, (1, 3, a.resolution, a.resolution)
     nets: dict[str, bytes] = {}
@@ -72,6 +75,8 @@ def transformer_widths(est: Estimator, a: argparse.Namespace) -> None:
     for name, group, narrow, widths in (("deit_tiny", "patch_embed", _narrow_deit, a.deit_widths),
                                         ("efficientformer_l1", "network.13.0", _narrow_efficientformer,
                                          a.efficientformer_widths)):
+        if not widths:
+            continue
         torch.manual_seed(0)
         lm = LatencyModel(est, zoo.export_onnx(zoo.build(name, res), input_shape=shape), confidence=conf, name=name)
         g = lm.group(group)
@@ -80,7 +85,7 @@ def transformer_widths(est: Estimator, a: argparse.Namespace) -> None:
             pruner[f"{name}@{k}"] = lm.estimate({g.index: k})
     name = "mobilevit_xs"
     lm = LatencyModel(est, zoo.export_onnx(zoo.build(name, res), input_shape=shape), confidence=conf, name=name)
-    for r in (float(x) for x in a.mobilevit_ratios.split(",")):
+    for r in (float(x) for x in a.mobilevit_ratios.split(",") if x):
         model = zoo.build(name, res)
         kept = {}
         for blk in MOBILEVIT_BLOCKS:
@@ -89,14 +94,27 @@ def transformer_widths(est: Estimator, a: argparse.Namespace) -> None:
             model = _narrow_mobilevit(model, kept[g.index], (blk,))
         nets[f"{name}@{r:g}"] = zoo.export_onnx(model, input_shape=shape)
         pruner[f"{name}@{r:g}"] = lm.estimate(kept)
+    for name, heads in (("deit_tiny", a.deit_heads), ("efficientformer_l1", a.efficientformer_heads),
+                        ("mobilevit_xs", a.mobilevit_heads)):
+        if not heads:
+            continue
+        lm = LatencyModel(est, zoo.export_onnx(zoo.build(name, res), input_shape=shape), confidence=conf, name=name)
+        paths = [p for p, m in zoo.build(name, res).named_modules() if hasattr(m, "qkv") and hasattr(m, "heads")]
+        for k in (int(x) for x in heads.split(",")):
+            model = zoo.build(name, res)
+            for path in paths:
+                model = _narrow_heads(model, path, k)
+            nets[f"{name} heads@{k}"] = zoo.export_onnx(model, input_shape=shape)
+            pruner[f"{name} heads@{k}"] = lm.estimate({lm.group(f"{path}.qkv").index: k for path in paths})
     print(f"\ntiming {len(nets)} transformer widths in {a.rounds} interleaved rounds on CPU {a.affinity}", file=sys.stderr)
     per = time_interleaved(nets, a.affinity, a.rounds)
     print(f"\ntransformer widths on {a.device} (measured: ONNX Runtime, 1 thread, CPU {a.affinity}, "
           f"{a.rounds} rounds; change: from the first width)")
-    print(f"{'network':24s} {'measured':>9s} {'floor%':>7s} {'estimate':>9s} {'err%':>7s} {'CM_LV 90':>20s} {'in':>3s} "
+    print(f"{'network':28s} {'measured':>9s} {'floor%':>7s} {'estimate':>9s} {'err%':>7s} {'CM_LV 90':>20s} {'in':>3s} "
           f"{'uncal err%':>10s} {'change meas':>11s} {'pred':>7s} {'table=module':>12s}")
     rows = []
-    for name in ("deit_tiny", "efficientformer_l1", "mobilevit_xs"):
+    for name in ("deit_tiny", "efficientformer_l1", "mobilevit_xs", "deit_tiny heads", "efficientformer_l1 heads",
+                 "mobilevit_xs heads"):
         first = None
         for k in [key for key in nets if key.startswith(name + "@")]:
             v = per[k]
@@ -108,7 +126,7 @@ def transformer_widths(est: Estimator, a: argparse.Namespace) -> None:
             first = first or (meas, e.total_ms)
             same = abs(pruner[k].total_ms / e.total_ms - 1)
             rows.append((meas, floor, e.total_ms, lo, hi, unc))
-            print(f"{k:24s} {meas:9.3f} {floor:7.2f} {e.total_ms:9.3f} {100 * (e.total_ms / meas - 1):+7.1f} "
+            print(f"{k:28s} {meas:9.3f} {floor:7.2f} {e.total_ms:9.3f} {100 * (e.total_ms / meas - 1):+7.1f} "
                   f"[{lo:8.3f}, {hi:8.3f}] {'y' if lo <= meas <= hi else 'N':>3s} {100 * (unc / meas - 1):+10.1f} "
                   f"{100 * (meas / first[0] - 1):+10.1f}% {100 * (e.total_ms / first[1] - 1):+6.1f}% {same:12.1e}")
     n = len(rows)
@@ -135,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="EfficientFormer-L1 last-stage widths of section 5")
     ap.add_argument("--mobilevit-ratios", default="0,0.25,0.5",
                     help="MobileViT-XS transformer width pruning ratios of section 5")
+    ap.add_argument("--deit-heads", default="3,2,1", help="heads of every DeiT-Tiny attention in section 5")
+    ap.add_argument("--efficientformer-heads", default="8,6,4,2",
+                    help="heads of EfficientFormer-L1's attention in section 5")
+    ap.add_argument("--mobilevit-heads", default="4,3,2", help="heads of every MobileViT-XS attention in section 5")
     ap.add_argument("--sections", default="1,2,3,4,5", help="sections to run (default all: 1,2,3,4,5)")
     a = ap.parse_args(argv)
     res, conf = a.resolution, a.confidence
