@@ -111,5 +111,5 @@ def format_table(t: LatencyTable) -> str:
     for gr in kept_whole:
         why = gr.blocked[:SHOWN_REASONS] + ([f"and {len(gr.blocked) - SHOWN_REASONS} more (the JSON table lists all)"]
                                             if len(gr.blocked) > SHOWN_REASONS else [])
-        lines.append(f"kept whole: {gr.name} ({gr.channels} channels): {'; '.join(why)}")
+        lines.append(f"kept whole: {gr.name} ({gr.channels * gr.unit} channels): {'; '.join(why)}")
     return "\n".join(lines) + "\n"

@@ -416,6 +416,49 @@ def test_attention_heads_are_one_prunable_group(est, name, path, heads, kept):
         assert lm.estimate({g.index: k}).total_ms == pytest.approx(est.estimate_network(data).total_ms, rel=1e-9)
 
 
+class _UnbindAttention(torch.nn.Module):
+    """Attention as timm writes it: ``qkv.unbind(0)`` (a Split and Squeezes in ONNX), by hand or
+    by ``scaled_dot_product_attention``."""
+
+    def __init__(self, heads: int, sdpa: bool, dim: int = 64, head_dim: int = 16) -> None:
+        super().__init__()
+        self.heads, self.head_dim, self.sdpa = heads, head_dim, sdpa
+        self.pre, self.qkv = torch.nn.Linear(32, dim), torch.nn.Linear(dim, 3 * heads * head_dim)
+        self.proj, self.post = torch.nn.Linear(heads * head_dim, dim), torch.nn.Linear(dim, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pre(x)
+        b, n, _ = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        if self.sdpa:
+            o = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        else:
+            o = torch.softmax(q @ k.transpose(-2, -1) * self.head_dim ** -0.5, dim=-1) @ v
+        return self.post(self.proj(o.transpose(1, 2).reshape(b, n, self.heads * self.head_dim)))
+
+
+@pytest.mark.parametrize("sdpa", [False, True])
+def test_heads_of_attention_written_with_unbind(est, sdpa):
+    """The heads group through timm's form of attention (q, k, v out of a split and squeezes;
+    by hand or by PyTorch's fused attention, exported as its parts): exact at every count."""
+    def onnx(heads: int) -> bytes:
+        torch.manual_seed(0)
+        buf = io.BytesIO()
+        with torch.no_grad():
+            torch.onnx.export(_UnbindAttention(heads, sdpa).eval(), (torch.zeros(1, 50, 32),), buf, dynamo=False,
+                              opset_version=17)
+        return buf.getvalue()
+
+    lm = LatencyModel(est, onnx(4))
+    g = lm.group("qkv")
+    assert g.prunable and (g.channels, g.unit) == (4, 48)
+    for k in (3, 1):
+        mine, theirs = lm.pruned_layers({g.index: k}), est.load_network(onnx(k)).layers
+        assert [(l.name, l.type, l.features, l.ops) for l in mine] == [(l.name, l.type, l.features, l.ops)
+                                                                         for l in theirs]
+        assert lm.estimate({g.index: k}).total_ms == pytest.approx(est.estimate_network(onnx(k)).total_ms, rel=1e-9)
+
+
 def test_a_grouped_conv1d_keeps_its_channels_on_axis_1(est):
     """A grouped 1-D conv (kept whole) writes ``[batch, channels, length]``, not tokens: the
     dense conv after it still reads those channels, and its own output group stays prunable."""
