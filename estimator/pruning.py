@@ -308,8 +308,11 @@ def channel_groups(network: Any) -> list[ChannelGroup]:
         out_axis = (_channel_axis(layer), 1)
         sizes = [_channels(groups, s) for s in ins]
         port = flow
-        if flow == "mix" and not (ins and _count(spec, layer.params, "in") == sizes[0]):
-            flow = ""  # reads its input's channels on another axis
+        elsewhere = flow == "mix" and not (ins and _count(spec, layer.params, "in") == sizes[0])
+        if elsewhere:  # reads its input's channels on another axis (a token input read as [batch, channels, ...])
+            for s in ins:
+                for gid, _ in s:
+                    groups.block(gid, f"{what} reads its channels on another axis")
         elif flow == "through" and ins:
             if _count(spec, layer.params, "through") != sizes[0]:
                 # token rows (1, rows, 1, channels): the channels are the layer's w
@@ -318,7 +321,7 @@ def channel_groups(network: Any) -> list[ChannelGroup]:
         elif flow == "concat" and not (ins and all(_count(spec, layer.params, k) == c for k, c in enumerate(sizes))):
             flow = ""
         if flow == "mix":
-            for gid, m in ins[0]:
+            for gid, m in ins[0] if not elsewhere else ():
                 groups.add(gid, Port(i, "in", m))
             out = [(groups.new(spec.channels_at(layer.params, "out")), 1)]
             groups.add(out[0][0], Port(i, "out", 1))

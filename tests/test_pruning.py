@@ -450,6 +450,9 @@ def test_heads_of_attention_written_with_unbind(est, sdpa):
         return buf.getvalue()
 
     lm = LatencyModel(est, onnx(4))
+    pre = lm.group("pre")  # the network's input is tokens: the first linear reads their last axis
+    assert pre.prunable and {(lm.layers[p.layer].name, p.port) for p in pre.ports} == {("/pre/MatMul", "out"),
+                                                                                      ("/qkv/MatMul", "in")}
     g = lm.group("qkv")
     assert g.prunable and (g.channels, g.unit) == (4, 48)
     for k in (3, 1):
