@@ -340,6 +340,16 @@ def _narrow_mobilevit(model: torch.nn.Module, k: int, blocks: Sequence[str] = MO
     return model.eval()
 
 
+def _assert_cut_is_module(est: Estimator, lm: LatencyModel, kept: dict[int, int], data: bytes) -> None:
+    """The latency model's layers and estimate with ``kept`` are those of the module built so
+    (``data``: its ONNX export)."""
+    mine, theirs = lm.pruned_layers(kept), est.load_network(data).layers
+    assert [(l.name, l.type) for l in mine] == [(l.name, l.type) for l in theirs]
+    for a, b in zip(mine, theirs):
+        assert (a.features, a.ops) == (b.features, b.ops), a.name
+    assert lm.estimate(kept).total_ms == pytest.approx(est.estimate_network(data).total_ms, rel=1e-9)
+
+
 @pytest.mark.parametrize("name, group, narrow, widths", [
     ("deit_tiny", "patch_embed", _narrow_deit, (96, 37)),
     ("efficientformer_l1", "network.13.0", _narrow_efficientformer, (200, 64)),
@@ -361,13 +371,8 @@ def test_a_transformer_width_is_one_prunable_group(est, name, group, narrow, wid
     transpose = next(p.layer for p in g.ports if lm.layers[p.layer].type == "transpose" and p.mult == 1)
     for k in widths:
         assert lm.layer(transpose, c_in=k).c_in == k
-        narrowed = narrow(zoo.build(name, RES), k)
-        data = zoo.export_onnx(narrowed, input_shape=SHAPE)
-        mine, theirs = lm.pruned_layers({g.index: k}), est.load_network(data).layers
-        assert [(l.name, l.type) for l in mine] == [(l.name, l.type) for l in theirs]
-        for a, b in zip(mine, theirs):
-            assert (a.features, a.ops) == (b.features, b.ops), a.name
-        assert lm.estimate({g.index: k}).total_ms == pytest.approx(est.estimate_network(data).total_ms, rel=1e-9)
+        _assert_cut_is_module(est, lm, {g.index: k},
+                              zoo.export_onnx(narrow(zoo.build(name, RES), k), input_shape=SHAPE))
 
 
 def _narrow_heads(model: torch.nn.Module, path: str, heads: int) -> torch.nn.Module:
@@ -407,13 +412,8 @@ def test_attention_heads_are_one_prunable_group(est, name, path, heads, kept):
     # the table's default step (8 projection outputs) goes head by head
     assert sorted({k for gi, k in lm.table().entries if gi == g.index}) == list(range(1, heads + 1))
     for k in kept:
-        narrowed = _narrow_heads(zoo.build(name, RES), path, k)
-        data = zoo.export_onnx(narrowed, input_shape=SHAPE)
-        mine, theirs = lm.pruned_layers({g.index: k}), est.load_network(data).layers
-        assert [(l.name, l.type) for l in mine] == [(l.name, l.type) for l in theirs]
-        for a, b in zip(mine, theirs):
-            assert (a.features, a.ops) == (b.features, b.ops), a.name
-        assert lm.estimate({g.index: k}).total_ms == pytest.approx(est.estimate_network(data).total_ms, rel=1e-9)
+        _assert_cut_is_module(est, lm, {g.index: k},
+                              zoo.export_onnx(_narrow_heads(zoo.build(name, RES), path, k), input_shape=SHAPE))
 
 
 class _UnbindAttention(torch.nn.Module):
@@ -456,10 +456,7 @@ def test_heads_of_attention_written_with_unbind(est, sdpa):
     g = lm.group("qkv")
     assert g.prunable and (g.channels, g.unit) == (4, 48)
     for k in (3, 1):
-        mine, theirs = lm.pruned_layers({g.index: k}), est.load_network(onnx(k)).layers
-        assert [(l.name, l.type, l.features, l.ops) for l in mine] == [(l.name, l.type, l.features, l.ops)
-                                                                         for l in theirs]
-        assert lm.estimate({g.index: k}).total_ms == pytest.approx(est.estimate_network(onnx(k)).total_ms, rel=1e-9)
+        _assert_cut_is_module(est, lm, {g.index: k}, onnx(k))
 
 
 def test_a_grouped_conv1d_keeps_its_channels_on_axis_1(est):
