@@ -30,6 +30,7 @@ from .space import MAX_ROW_ELEMS, SPACE_MAX, UnitHash
 __all__ = [
     "ChannelAxis",
     "doubled_port",
+    "rows_carry",
     "LayerType",
     "LayerTypeSpec",
     "LayerCounts",
@@ -100,15 +101,14 @@ def doubled_port(p: Mapping[str, Any], read: Callable[[Sequence[int]], Sequence[
     return name if int(p.get(name, 0)) == a[diff[0]] else None
 
 
-def rows_carry(p: Mapping[str, Any], in_shape: Sequence[int], out_shape: Sequence[int],
-               at: ChannelAxis) -> tuple[str, ChannelAxis] | None:
-    """Where a layer that keeps its input's shape, and reads it as rows (:func:`~estimator.
-    layers.params.rows_chw`), holds the channels ``at`` places: the parameter that doubles
-    with them (``c`` where a leading axis folds into it: MobileViT's patches times heads)."""
-    if list(in_shape) != list(out_shape):
-        return None
+def rows_carry(p: Mapping[str, Any], in_shape: Sequence[int], at: ChannelAxis,
+               out: ChannelAxis | None = None) -> tuple[str, ChannelAxis] | None:
+    """:meth:`LayerTypeSpec.carries` of a layer whose parameters are its input read as rows
+    (:func:`~estimator.layers.params.rows_chw`): the parameter that doubles with the channels
+    ``at`` places (``c`` where a leading axis folds into it: MobileViT's patches times heads),
+    and ``out`` (default ``at``: the same place) where the output holds them."""
     port = doubled_port(p, rows_chw, in_shape, at)
-    return None if port is None else (port, at)
+    return None if port is None else (port, at if out is None else out)
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ import numpy as np
 
 from . import space
 from .ir import Op
-from .params import io_bytes, positive, rows_chw
-from .registry import NCHW, ChannelAxis, LayerCounts, doubled_port, register
+from .params import io_bytes, positive
+from .registry import NCHW, ChannelAxis, LayerCounts, register, rows_carry
 from .shared import MemoryBound, generic_draft
 
 _PRIOR_SMALL = (1, 2, 3, 4, 8, 12, 16, 32, 64, 96, 128, 192, 256, 384)
@@ -57,8 +57,7 @@ class Reshape(MemoryBound):
         before = 1
         for b, d in enumerate(int(x) for x in out_shape):
             if d > 1 and start % before == 0 and (before * d) % end == 0 and before <= start:
-                port = doubled_port(p, rows_chw, in_shape, at)  # (its params are its input's rows)
-                return None if port is None else (port, ChannelAxis(b, at.size, before * d // end))
+                return rows_carry(p, in_shape, at, ChannelAxis(b, at.size, before * d // end))
             before *= d
         return self._split(p, in_shape, out_shape, at)
 
@@ -80,8 +79,7 @@ class Reshape(MemoryBound):
             span, b1 = span * out[b1], b1 + 1
         if before != lead or span != at.size or b1 - b0 < 2 or out[b1 - 2] < 2:
             return None
-        port = doubled_port(p, rows_chw, in_shape, at)
-        return None if port is None else (port, ChannelAxis(b1 - 2, out[b1 - 2], 1))
+        return rows_carry(p, in_shape, at, ChannelAxis(b1 - 2, out[b1 - 2], 1))
 
     def count(self, p: dict[str, Any], eb: int) -> LayerCounts:
         n, h, w, c = positive(p, "n", 1), positive(p, "h"), positive(p, "w"), positive(p, "c")

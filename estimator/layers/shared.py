@@ -190,7 +190,7 @@ class BinaryEltwise(LayerTypeSpec):
                 at: ChannelAxis) -> tuple[str, ChannelAxis] | None:
         """Where its rows fold the channels with a leading axis (MobileViT's patches times
         attention's heads), the parameter that holds them."""
-        return rows_carry(p, in_shape, out_shape, at)
+        return rows_carry(p, in_shape, at) if list(in_shape) == list(out_shape) else None
 
     def with_channels(self, p: Mapping[str, Any], port: str | int, n: int) -> dict[str, Any]:
         """A broadcast operand of ``c`` elements (an SE scale) follows the channels."""

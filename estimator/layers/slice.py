@@ -16,8 +16,8 @@ import numpy as np
 from . import space
 from .importing import attrs
 from .ir import Op, tf_axis
-from .params import LayerSpecError, opt_int, rows_chw
-from .registry import NCHW, ChannelAxis, LayerCounts, doubled_port, register, rows_of
+from .params import LayerSpecError, opt_int
+from .registry import NCHW, ChannelAxis, LayerCounts, register, rows_carry, rows_of
 from .shared import MemoryBound
 
 
@@ -66,8 +66,7 @@ class Slice(MemoryBound):
             return None
         if len(out_shape) <= out or int(out_shape[out]) != int(in_shape[axis]):
             return None
-        port = doubled_port(p, rows_chw, in_shape, at)
-        return None if port is None else (port, at.moved(out))
+        return rows_carry(p, in_shape, at, at.moved(out))
 
     def with_channels(self, p: Mapping[str, Any], port: str | int, n: int) -> dict[str, Any]:
         """The elements gathered scale with the rows' parameter that holds the channels."""

@@ -47,10 +47,10 @@ class Softmax(MemoryBound):
         """A softmax over a later axis than the channels keeps them (attention's scores,
         normalised over the keys of each head): an axis before the normalised one, under
         either opset's meaning of ``axis``."""
-        rank = len(in_shape)
-        if "axis" not in attrs(node) or not 0 <= at.axis < rank:
+        axis = attrs(node).get("axis")
+        if axis is None or not 0 <= at.axis < int(axis) % len(in_shape):
             return None
-        return None if at.axis >= int(attrs(node)["axis"]) % rank else rows_carry(p, in_shape, out_shape, at)
+        return rows_carry(p, in_shape, at)
 
     def _axis(self, p: Mapping[str, Any]) -> int:
         h, w, c, length = int(p["h"]), int(p["w"]), int(p["c"]), int(p.get("axis_len") or 0)
