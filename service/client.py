@@ -83,15 +83,31 @@ def _intervals(items: Iterable[pb2.Interval]) -> Intervals:
     return out
 
 
+def _error_of(m: pb2.LayerEstimate) -> EstimationError | None:
+    return EstimationError(m.error.code, m.error.message) if m.HasField("error") and (
+        m.error.code or m.error.message) else None
+
+
 def layer_result(m: pb2.LayerEstimate) -> LayerResult:
-    err = None
-    if m.HasField("error") and (m.error.code or m.error.message):
-        err = EstimationError(m.error.code, m.error.message)
     return LayerResult(name=m.name, type=m.type, op_type=m.op_type, features=dict(m.features),
                        prediction_ms=m.prediction_ms, intervals=_intervals(m.intervals),
-                       out_of_design_space=m.out_of_design_space, fallback=m.fallback, flags=list(m.flags),
-                       ood_reasons=list(m.ood_reasons), t_op_ms=m.t_op_ms if m.HasField("t_op_ms") else None,
-                       ops=m.ops, nodes=list(m.nodes), activation=m.activation, error=err)
+                       out_of_design_space=m.out_of_design_space, fallback=m.fallback, flags=m.flags[:],
+                       ood_reasons=m.ood_reasons[:], t_op_ms=m.t_op_ms if m.HasField("t_op_ms") else None,
+                       ops=m.ops, nodes=m.nodes[:], activation=m.activation, error=_error_of(m))
+
+
+def _layer_row(m: pb2.LayerEstimate) -> dict[str, Any]:
+    """``layer_result(m).to_dict()``, read straight from the message: a network's per-layer
+    row (no record in between, no second copy of its features and intervals)."""
+    row = {"name": m.name, "type": m.type, "op_type": m.op_type, "features": dict(m.features),
+           "prediction_ms": m.prediction_ms, "intervals": _intervals(m.intervals),
+           "out_of_design_space": m.out_of_design_space, "fallback": m.fallback, "flags": m.flags[:],
+           "ood_reasons": m.ood_reasons[:], "t_op_ms": m.t_op_ms if m.HasField("t_op_ms") else None, "ops": m.ops,
+           "nodes": m.nodes[:], "activation": m.activation}
+    err = _error_of(m)
+    if err is not None:
+        row["error"] = {"code": err.code, "message": err.message}
+    return row
 
 
 def calibration_dict(m: pb2.Calibration) -> dict[str, Any]:
@@ -134,7 +150,7 @@ def network_result(m: pb2.EstimateNetworkResponse) -> NetworkResult:
     if m.HasField("error") and (m.error.code or m.error.message):
         err = EstimationError(m.error.code, m.error.message, request_id=m.request_id)
     return NetworkResult(total_ms=m.total_ms, intervals=_intervals(m.intervals),
-                         layers=[layer_result(l).to_dict() for l in m.layers], warnings=list(m.warnings),
+                         layers=[_layer_row(l) for l in m.layers], warnings=list(m.warnings),
                          n_layers=m.n_layers, n_out_of_design_space=m.n_out_of_design_space, n_fallback=m.n_fallback,
                          model_version=m.model_version, cached=m.cached, server_time_ms=m.server_time_ms,
                          device=m.device, name=m.name, confidence=list(m.confidence), request_id=m.request_id,
