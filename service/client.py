@@ -83,28 +83,27 @@ def _intervals(items: Iterable[pb2.Interval]) -> Intervals:
     return out
 
 
-def _error_of(m: pb2.LayerEstimate) -> EstimationError | None:
-    return EstimationError(m.error.code, m.error.message) if m.HasField("error") and (
-        m.error.code or m.error.message) else None
+def _layer_fields(m: pb2.LayerEstimate) -> dict[str, Any]:
+    """A ``LayerEstimate``'s :class:`LayerResult` fields, read once from the message."""
+    err = None
+    if m.HasField("error") and (m.error.code or m.error.message):
+        err = EstimationError(m.error.code, m.error.message)
+    return {"name": m.name, "type": m.type, "op_type": m.op_type, "features": dict(m.features),
+            "prediction_ms": m.prediction_ms, "intervals": _intervals(m.intervals),
+            "out_of_design_space": m.out_of_design_space, "fallback": m.fallback, "flags": m.flags[:],
+            "ood_reasons": m.ood_reasons[:], "t_op_ms": m.t_op_ms if m.HasField("t_op_ms") else None, "ops": m.ops,
+            "nodes": m.nodes[:], "activation": m.activation, "error": err}
 
 
 def layer_result(m: pb2.LayerEstimate) -> LayerResult:
-    return LayerResult(name=m.name, type=m.type, op_type=m.op_type, features=dict(m.features),
-                       prediction_ms=m.prediction_ms, intervals=_intervals(m.intervals),
-                       out_of_design_space=m.out_of_design_space, fallback=m.fallback, flags=m.flags[:],
-                       ood_reasons=m.ood_reasons[:], t_op_ms=m.t_op_ms if m.HasField("t_op_ms") else None,
-                       ops=m.ops, nodes=m.nodes[:], activation=m.activation, error=_error_of(m))
+    return LayerResult(**_layer_fields(m))
 
 
 def _layer_row(m: pb2.LayerEstimate) -> dict[str, Any]:
-    """``layer_result(m).to_dict()``, read straight from the message: a network's per-layer
-    row (no record in between, no second copy of its features and intervals)."""
-    row = {"name": m.name, "type": m.type, "op_type": m.op_type, "features": dict(m.features),
-           "prediction_ms": m.prediction_ms, "intervals": _intervals(m.intervals),
-           "out_of_design_space": m.out_of_design_space, "fallback": m.fallback, "flags": m.flags[:],
-           "ood_reasons": m.ood_reasons[:], "t_op_ms": m.t_op_ms if m.HasField("t_op_ms") else None, "ops": m.ops,
-           "nodes": m.nodes[:], "activation": m.activation}
-    err = _error_of(m)
+    """``layer_result(m).to_dict()`` without the record in between: a network's per-layer row
+    (no second copy of its features and intervals)."""
+    row = _layer_fields(m)
+    err = row.pop("error")
     if err is not None:
         row["error"] = {"code": err.code, "message": err.message}
     return row
